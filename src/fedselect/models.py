@@ -1,0 +1,167 @@
+"""The papers' networks. Knows nothing of federated learning.
+
+Every model maps a float32 batch to logits of shape ``(batch, num_classes)``.
+
+Sources: FLASH-RL Table IV / SPEC 1.4 (MNIST CNN, CIFAR-10 CNN, MobiAct GRU),
+CEFL Section III / SPEC 2 (FD-CNN), budgeted online selection / SPEC 3 (MLP 10-25-25-C).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+
+class MnistCNN(nn.Module):
+    """FLASH-RL's MNIST CNN (SPEC 1.4).
+
+    conv5x5(1->20) -> ReLU -> maxpool2 -> conv5x5(20->50) -> ReLU -> maxpool2 ->
+    fc(800->500) -> ReLU -> fc(500->num_classes).
+
+    Input ``(batch, 1, 28, 28)``; output ``(batch, num_classes)``. 431,080 parameters for 10 classes.
+    """
+
+    def __init__(self, num_classes: int = 10, in_channels: int = 1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 20, 5)
+        self.conv2 = nn.Conv2d(20, 50, 5)
+        self.fc1 = nn.Linear(800, 500)
+        self.fc2 = nn.Linear(500, num_classes)
+        self.pool = nn.MaxPool2d(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(torch.relu(self.conv1(x)))
+        x = self.pool(torch.relu(self.conv2(x)))
+        x = torch.flatten(x, 1)
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class CifarCNN(nn.Module):
+    """FLASH-RL's CIFAR-10 CNN (SPEC 1.4).
+
+    conv5x5(3->6) -> ReLU -> maxpool2 -> conv5x5(6->16) -> ReLU -> maxpool2 ->
+    fc(400->256) -> ReLU -> fc(256->num_classes).
+
+    Input ``(batch, 3, 32, 32)``; output ``(batch, num_classes)``.
+    """
+
+    def __init__(self, num_classes: int = 10, in_channels: int = 3):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 6, 5)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        self.fc1 = nn.Linear(400, 256)
+        self.fc2 = nn.Linear(256, num_classes)
+        self.pool = nn.MaxPool2d(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(torch.relu(self.conv1(x)))
+        x = self.pool(torch.relu(self.conv2(x)))
+        x = torch.flatten(x, 1)
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class MLP(nn.Module):
+    """Fully connected network with ReLU between layers.
+
+    Default ``hidden=(25, 25)`` is the budgeted-online paper's IoT classifier (SPEC 3):
+    ``in_features -> 25 -> 25 -> num_classes``. Any input shape is flattened, so
+    ``(batch, *shape)`` with ``prod(shape) == in_features``.
+    """
+
+    def __init__(self, in_features: int, num_classes: int, hidden: tuple[int, ...] = (25, 25)):
+        super().__init__()
+        layers: list[nn.Module] = [nn.Flatten()]
+        width = in_features
+        for h in hidden:
+            layers += [nn.Linear(width, h), nn.ReLU()]
+            width = h
+        layers.append(nn.Linear(width, num_classes))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+ModelFactory = Callable[..., nn.Module]
+
+#: name -> constructor(num_classes=..., input_shape=..., **kwargs)
+MODELS: dict[str, ModelFactory] = {}
+
+
+def register_model(name: str):
+    """Decorator adding a factory ``f(input_shape, num_classes, **kw) -> nn.Module``."""
+
+    def deco(fn: ModelFactory) -> ModelFactory:
+        MODELS[name] = fn
+        return fn
+
+    return deco
+
+
+@register_model("mnist_cnn")
+def _mnist_cnn(input_shape: tuple[int, ...], num_classes: int, **kw) -> nn.Module:
+    if tuple(input_shape[-2:]) != (28, 28):
+        raise ValueError(f"model 'mnist_cnn' needs 28x28 inputs, got shape {tuple(input_shape)}")
+    return MnistCNN(num_classes, in_channels=input_shape[0] if len(input_shape) == 3 else 1)
+
+
+@register_model("cifar_cnn")
+def _cifar_cnn(input_shape: tuple[int, ...], num_classes: int, **kw) -> nn.Module:
+    if tuple(input_shape) != (3, 32, 32):
+        raise ValueError(f"model 'cifar_cnn' needs (3, 32, 32) inputs, got {tuple(input_shape)}")
+    return CifarCNN(num_classes)
+
+
+@register_model("mlp")
+def _mlp(input_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, ...] = (25, 25), **kw) -> nn.Module:
+    n = 1
+    for s in input_shape:
+        n *= int(s)
+    return MLP(n, num_classes, tuple(hidden))
+
+
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, generator: torch.Generator | None = None, **kwargs) -> nn.Module:
+    """Build model ``name`` for inputs of ``input_shape`` (no batch dimension).
+
+    Initial weights come from ``generator`` (a seeded ``torch.Generator``) so that no global
+    RNG is touched: every parameter is re-drawn with PyTorch's default init rule but from
+    the given generator.
+
+    Raises:
+        ValueError: unknown model name (lists the known ones) or a shape the model cannot take.
+    """
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; known models: {sorted(MODELS)}")
+    model = MODELS[name](tuple(input_shape), int(num_classes), **kwargs)
+    if generator is not None:
+        reset_parameters(model, generator)
+    return model
+
+
+@torch.no_grad()
+def reset_parameters(model: nn.Module, generator: torch.Generator) -> None:
+    """Re-initialise every parameter from ``generator`` (uniform(-1/sqrt(fan_in), +) like
+    PyTorch's default for Linear/Conv/GRU), leaving the global torch RNG untouched."""
+    for module in model.modules():
+        for pname, p in module.named_parameters(recurse=False):
+            if p.dim() >= 2:
+                fan_in = p[0].numel()
+            elif isinstance(module, (nn.Linear,)) or pname.startswith("bias"):
+                w = getattr(module, "weight", None)
+                fan_in = w[0].numel() if w is not None and w.dim() >= 2 else max(p.numel(), 1)
+            else:
+                fan_in = max(p.numel(), 1)
+            if isinstance(module, (nn.GRU, nn.LSTM, nn.RNN)):
+                fan_in = module.hidden_size
+            if isinstance(module, (nn.BatchNorm1d, nn.BatchNorm2d, nn.LayerNorm)):
+                p.fill_(1.0 if pname == "weight" else 0.0)
+                continue
+            bound = 1.0 / float(fan_in) ** 0.5
+            p.copy_(torch.rand(p.shape, generator=generator, dtype=p.dtype) * 2 * bound - bound)
+
+
+def count_parameters(model: nn.Module, names: list[str] | None = None) -> int:
+    """Number of scalar parameters (optionally only those whose name is in ``names``)."""
+    return sum(p.numel() for n, p in model.named_parameters() if names is None or n in names)
