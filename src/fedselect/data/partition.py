@@ -299,3 +299,56 @@ def local_holdout(indices: np.ndarray, fraction: float, rng: np.random.Generator
     idx = rng.permutation(np.asarray(indices, dtype=np.int64))
     n_hold = min(int(round(fraction * len(idx))), max(len(idx) - min_train, 0))
     return np.sort(idx[n_hold:]), np.sort(idx[:n_hold])
+
+
+@register_partitioner
+class FatThinPartitioner(Partitioner):
+    """Fat and thin clients of the budgeted-online paper (SPEC 3; its Phase 5, Table V).
+
+    ``round(fat_fraction * N)`` clients, chosen at random, are *fat*: each holds about
+    ``fat_share`` of the training set; the others are *thin* with about ``thin_share`` each.
+    Every client's set is drawn independently from the whole training set, so clients overlap
+    (sampling with replacement across clients; within one client the samples are distinct).
+    "About": each size is ``round(share * n * u)`` with ``u ~ U(1 - size_jitter, 1 + size_jitter)``,
+    at least 1 and at most n (the paper makes the sizes differ).
+
+    Args:
+        fat_fraction: share of fat clients, in [0, 1] (paper 0.2).
+        fat_share: fraction of the training set per fat client, in (0, 1] (paper 0.1).
+        thin_share: fraction per thin client, in (0, 1] (paper 0.01).
+        size_jitter: relative spread of the sizes, in [0, 1) (default 0.2).
+
+    Raises:
+        ValueError: a parameter outside its range.
+    """
+
+    name = "fat_thin"
+
+    def __init__(self, fat_fraction: float = 0.2, fat_share: float = 0.1, thin_share: float = 0.01, size_jitter: float = 0.2):
+        if not 0 <= fat_fraction <= 1:
+            raise ValueError(f"fat_thin fat_fraction must be in [0, 1], got {fat_fraction}")
+        for key, v in (("fat_share", fat_share), ("thin_share", thin_share)):
+            if not 0 < v <= 1:
+                raise ValueError(f"fat_thin {key} must be in (0, 1], got {v}")
+        if not 0 <= size_jitter < 1:
+            raise ValueError(f"fat_thin size_jitter must be in [0, 1), got {size_jitter}")
+        self.fat_fraction, self.fat_share = float(fat_fraction), float(fat_share)
+        self.thin_share, self.size_jitter = float(thin_share), float(size_jitter)
+
+    def fat_clients(self, num_clients: int, rng: np.random.Generator) -> np.ndarray:
+        """Sorted ids of the fat clients (the first draw :meth:`split` makes from ``rng``)."""
+        n_fat = int(round(self.fat_fraction * num_clients))
+        return np.sort(rng.choice(num_clients, size=n_fat, replace=False)).astype(np.int64)
+
+    def split(self, labels, num_clients, rng, groups=None):
+        n = len(np.asarray(labels))
+        if num_clients < 1:
+            raise ValueError(f"num_clients must be >= 1, got {num_clients}")
+        if n < 1:
+            raise ValueError("fat_thin: empty training set")
+        fat = np.zeros(num_clients, dtype=bool)
+        fat[self.fat_clients(num_clients, rng)] = True
+        share = np.where(fat, self.fat_share, self.thin_share)
+        u = rng.uniform(1 - self.size_jitter, 1 + self.size_jitter, size=num_clients)
+        sizes = np.clip(np.round(share * n * u).astype(np.int64), 1, n)
+        return [np.sort(rng.choice(n, size=int(s), replace=False)).astype(np.int64) for s in sizes]
