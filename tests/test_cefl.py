@@ -133,3 +133,88 @@ def test_louvain_k_greater_than_n_raises():
         louvain_k(s, 6, np.random.default_rng(0))
     with pytest.raises(ValueError, match="k must be"):
         louvain_k(s, 0, np.random.default_rng(0))
+
+
+# ---------------------------------------------------------------- partial aggregation (CE-eq 6, 7)
+from fedselect.fl import partial_average, state_bytes  # noqa: E402
+from fedselect.methods.fedper import apply_base, base_layer_names  # noqa: E402
+
+
+class _Tiny(nn.Module):
+    """conv3x3(1->2): 2*9 + 2 = 20 params; fc(8->3): 24 + 3 = 27 params; 47 in all."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 2, 3)
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(torch.relu(self.conv(x)), 1))
+
+
+def _tiny(seed):
+    g = torch.Generator().manual_seed(seed)
+    m = _Tiny()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(torch.randn(p.shape, generator=g))
+    return m
+
+
+def test_base_layer_names_default_count_and_names():
+    m = _Tiny()
+    assert base_layer_names(m) == ["conv.weight", "conv.bias"]  # layers before the first Linear
+    assert base_layer_names(m, 2) == ["conv.weight", "conv.bias", "fc.weight", "fc.bias"]
+    assert base_layer_names(m, ["fc"]) == ["fc.weight", "fc.bias"]
+    assert base_layer_names(m, ["conv.bias"]) == ["conv.bias"]
+    with pytest.raises(ValueError, match="empty base layer set"):
+        base_layer_names(m, [])
+    with pytest.raises(ValueError, match="between 1 and"):
+        base_layer_names(m, 0)
+    with pytest.raises(ValueError, match="unknown base layer 'head'"):
+        base_layer_names(m, ["head"])
+    with pytest.raises(ValueError, match="empty base layer set"):
+        base_layer_names(nn.Sequential(nn.Linear(2, 2)))  # default on an MLP has no base
+    with pytest.raises(ValueError, match="empty"):
+        partial_average([m.state_dict()], [1.0], [])
+
+
+def test_partial_aggregation_only_touches_base_layers():
+    models = [_tiny(1), _tiny(2)]
+    before = [{k: v.clone() for k, v in m.state_dict().items()} for m in models]
+    base = base_layer_names(models[0])
+    agg = partial_average([m.state_dict() for m in models], [1.0, 3.0], base)
+    assert sorted(agg) == sorted(base)  # personalised entries never leave the clients
+    for m in models:
+        apply_base(m, agg)
+    for m, old in zip(models, before):
+        s = m.state_dict()
+        for name in base:  # a = (1/4, 3/4)
+            torch.testing.assert_close(s[name], 0.25 * before[0][name] + 0.75 * before[1][name])
+        for name in ("fc.weight", "fc.bias"):  # bit-identical
+            assert torch.equal(s[name], old[name])
+
+
+def test_payload_sizes_of_tiny_model():
+    m = _Tiny()
+    assert state_bytes(m.state_dict()) == 47 * 4
+    assert state_bytes(m.state_dict(), base_layer_names(m)) == 20 * 4
+
+
+# ---------------------------------------------------------------- communication (SPEC 2 item 7)
+def test_communication_parts_tiny_model_by_hand():
+    from fedselect.methods.cefl import cefl_communication, fedper_communication, regular_fl_communication
+
+    m = _Tiny()
+    full, base = state_bytes(m.state_dict()), state_bytes(m.state_dict(), base_layer_names(m))
+    # N = 5 clients, clusters of 3 and 2 (K = 2), T = 10 rounds; full 188 B, base 80 B
+    parts = cefl_communication(full, base, 5, [3, 2], 10)
+    assert parts["part1_mb"] == pytest.approx(5 * 188 / 1e6)  # 940 B
+    assert parts["part2_mb"] == pytest.approx(10 * 2 * 80 / 1e6)  # 1600 B
+    assert parts["part3_mb"] == pytest.approx(1600 / 1e6)
+    assert parts["part4_mb"] == pytest.approx(3 * 188 / 1e6)  # 564 B
+    assert parts["total_mb"] == pytest.approx(4704 / 1e6)
+    assert regular_fl_communication(full, 5, 10) == pytest.approx(2 * 5 * 10 * 188 / 1e6)
+    assert fedper_communication(base, 5, 10) == pytest.approx(2 * 5 * 10 * 80 / 1e6)
+    with pytest.raises(ValueError, match="sum to 4"):
+        cefl_communication(full, base, 5, [2, 2], 10)
