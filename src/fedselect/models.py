@@ -165,3 +165,63 @@ def reset_parameters(model: nn.Module, generator: torch.Generator) -> None:
 def count_parameters(model: nn.Module, names: list[str] | None = None) -> int:
     """Number of scalar parameters (optionally only those whose name is in ``names``)."""
     return sum(p.numel() for n, p in model.named_parameters() if names is None or n in names)
+
+
+class GRUClassifier(nn.Module):
+    """FLASH-RL's MobiAct GRU (SPEC 1.4): a 2-layer GRU with 256 hidden units; the last time
+    step's hidden state -> linear -> classes.
+
+    Input ``(batch, T, channels)`` (batch first; IMU windows have 6 channels); output
+    ``(batch, num_classes)``. For 6 channels, 256 hidden, 2 layers and 2 classes:
+    3*(6*256 + 256*256 + 2*256) + 3*(2*256*256 + 2*256) + 256*2 + 2 = 598,018 parameters.
+    Initialisation: :func:`reset_parameters` draws every GRU weight and bias from
+    U(-1/sqrt(hidden), 1/sqrt(hidden)), PyTorch's own GRU rule.
+    """
+
+    def __init__(self, in_channels: int, num_classes: int, hidden: int = 256, layers: int = 2):
+        super().__init__()
+        self.gru = nn.GRU(in_channels, hidden, num_layers=layers, batch_first=True)
+        self.fc = nn.Linear(hidden, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.gru(x)
+        return self.fc(out[:, -1])
+
+
+class FDCNN(nn.Module):
+    """CEFL's FD-CNN (SPEC 2; CEFL Section IV after He et al.): input ``(batch, 3, 20, 20)``
+    RGB bitmaps; conv5x5 'same' 3->32, ReLU, maxpool2; conv5x5 'same' 32->64, ReLU, maxpool2;
+    fc 1600->512, ReLU; fc 512->num_classes (logits; the softmax is in the loss).
+
+    877,512 parameters for 8 classes (2,432 + 51,264 + 819,712 + 4,104). The convolutional
+    layers ``conv1``, ``conv2`` are CEFL's base layers (those before the first fully connected
+    one); ``fc1``, ``fc2`` are personalised.
+    """
+
+    def __init__(self, num_classes: int = 8, in_channels: int = 3):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 32, 5, padding=2)
+        self.conv2 = nn.Conv2d(32, 64, 5, padding=2)
+        self.fc1 = nn.Linear(1600, 512)
+        self.fc2 = nn.Linear(512, num_classes)
+        self.pool = nn.MaxPool2d(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(torch.relu(self.conv1(x)))
+        x = self.pool(torch.relu(self.conv2(x)))
+        x = torch.flatten(x, 1)
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+@register_model("gru")
+def _gru(input_shape: tuple[int, ...], num_classes: int, hidden: int = 256, layers: int = 2, **kw) -> nn.Module:
+    if len(input_shape) != 2:
+        raise ValueError(f"model 'gru' needs sequence inputs of shape (T, channels), got {tuple(input_shape)}")
+    return GRUClassifier(int(input_shape[-1]), num_classes, int(hidden), int(layers))
+
+
+@register_model("fd_cnn")
+def _fd_cnn(input_shape: tuple[int, ...], num_classes: int, **kw) -> nn.Module:
+    if tuple(input_shape) != (3, 20, 20):
+        raise ValueError(f"model 'fd_cnn' needs (3, 20, 20) bitmaps, got {tuple(input_shape)}")
+    return FDCNN(num_classes)

@@ -1,0 +1,202 @@
+"""Experiment configuration: YAML validated by pydantic.
+
+Unknown keys and bad values are errors that name the key and what is allowed. Every section
+has defaults, so a config only states how it differs from the embedded default experiment
+(FedAvg on embedded MNIST, 20 clients, Dirichlet 0.5).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class ConfigError(ValueError):
+    """A config file or value is invalid; the message names the key and what is allowed."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class PartitionConfig(BaseModel):
+    """``scheme`` plus the scheme's own parameters (e.g. ``alpha``, ``min_size`` for dirichlet;
+    ``shards_per_client``; ``labels_per_client``); see ``fedselect.data.partition``."""
+
+    model_config = ConfigDict(extra="allow")
+    scheme: str = "dirichlet"
+
+    @model_validator(mode="after")
+    def _check_params(self) -> "PartitionConfig":
+        params = self.params()
+        if "alpha" in params and not (isinstance(params["alpha"], (int, float)) and params["alpha"] > 0):
+            raise ValueError(f"data.partition.alpha must be a number > 0, got {params['alpha']!r}")
+        return self
+
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class DataConfig(_Strict):
+    dataset: str = Field("mnist-embedded", description="registered data set name")
+    options: dict[str, Any] = Field(default_factory=dict, description="loader options, e.g. path")
+    num_clients: int = Field(20, ge=1, description="N, the number of clients")
+    partition: PartitionConfig = Field(default_factory=PartitionConfig)
+    holdout_fraction: float = Field(0.2, ge=0.0, lt=1.0, description="share of each client's data held out for per-client evaluation")
+
+    @field_validator("dataset")
+    @classmethod
+    def _known_dataset(cls, v: str) -> str:
+        from fedselect.data.datasets import DATASETS, _import_loaders
+
+        _import_loaders()
+        if v not in DATASETS:
+            raise ValueError(f"unknown dataset {v!r}; allowed: {sorted(DATASETS)}")
+        return v
+
+
+class ModelConfig(_Strict):
+    name: str = Field("mnist_cnn", description="registered model name")
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _known_model(cls, v: str) -> str:
+        from fedselect.models import MODELS
+
+        if v not in MODELS:
+            raise ValueError(f"unknown model {v!r}; allowed: {sorted(MODELS)}")
+        return v
+
+
+class TrainSection(_Strict):
+    local_epochs: int = Field(2, ge=0, description="E")
+    batch_size: int = Field(20, ge=1, description="B")
+    lr: float = Field(0.05, gt=0)
+    momentum: float = Field(0.9, ge=0, lt=1)
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    weight_decay: float = Field(0.0, ge=0)
+
+
+class ProfileRow(_Strict):
+    name: str
+    mean_mhz: float | None = Field(None, gt=0)
+    std_mhz: float | None = Field(None, ge=0)
+    cores: int | None = Field(None, ge=1)
+    mean_mbps: float | None = Field(None, gt=0)
+    std_mbps: float | None = Field(None, ge=0)
+
+
+class SystemConfig(_Strict):
+    cycles_per_bit: float = Field(20.0, gt=0, description="g, CPU cycles per bit of training data")
+    count_download: bool = Field(False, description="add the model broadcast to each client's latency")
+    profiles_file: str | None = Field(None, description="YAML/CSV with device and network tables")
+    devices: list[ProfileRow] | None = None
+    networks: list[ProfileRow] | None = None
+    device_mix: dict[str, float] | None = None
+    network_mix: dict[str, float] | None = None
+
+
+class MetricsConfig(_Strict):
+    target: float | None = Field(None, description="target value of `metric` for rounds-to-target")
+    metric: Literal["accuracy", "f1_macro"] = "accuracy"
+
+
+class ExperimentConfig(_Strict):
+    """One experiment. ``method_options`` is validated by the chosen method's own options model."""
+
+    name: str = "experiment"
+    seed: int = Field(0, ge=0)
+    method: str = "fedavg"
+    rounds: int = Field(30, ge=1, description="T, communication rounds")
+    clients_per_round: int = Field(5, ge=1, description="U, clients selected per round")
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainSection = Field(default_factory=TrainSection)
+    system: SystemConfig = Field(default_factory=SystemConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    method_options: dict[str, Any] = Field(default_factory=dict)
+    eval_every: int = Field(1, ge=1, description="evaluate the global model every k rounds (and at the last)")
+    checkpoint_every: int = Field(1, ge=0, description="checkpoint every k rounds; 0 = never")
+    comment: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "ExperimentConfig":
+        if self.clients_per_round > self.data.num_clients:
+            raise ValueError(
+                f"clients_per_round (U = {self.clients_per_round}) must be <= data.num_clients (N = {self.data.num_clients})"
+            )
+        from fedselect.methods import METHODS, import_methods
+
+        import_methods()
+        if self.method not in METHODS:
+            raise ValueError(f"unknown method {self.method!r}; allowed: {sorted(METHODS)}")
+        return self
+
+
+def _format_errors(e: ValidationError, source: str) -> str:
+    lines = [f"invalid config {source}:"]
+    for err in e.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (not allowed here)"
+        lines.append(f"  {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_config(doc: dict[str, Any] | None, source: str = "<dict>") -> ExperimentConfig:
+    """Validate a mapping into an :class:`ExperimentConfig`.
+
+    Raises:
+        ConfigError: with one line per problem, ``key.path: what is wrong / allowed``.
+    """
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"invalid config {source}: the top level must be a mapping, got {type(doc).__name__}")
+    try:
+        return ExperimentConfig.model_validate(doc)
+    except ValidationError as e:
+        raise ConfigError(_format_errors(e, source)) from None
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> ExperimentConfig:
+    """Read and validate a YAML config; ``overrides`` (dotted keys) are applied first.
+
+    Raises:
+        FileNotFoundError: no such file. ConfigError: bad YAML or invalid values.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"config file not found: {p}")
+    try:
+        doc = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"invalid YAML in {p}: {e}") from None
+    doc = doc or {}
+    if overrides:
+        doc = apply_overrides(doc, overrides)
+    return parse_config(doc, str(p))
+
+
+def apply_overrides(doc: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Set dotted keys (``"train.lr": 0.1``) in a copy of ``doc``."""
+    import copy
+
+    out = copy.deepcopy(doc) if doc else {}
+    for key, value in overrides.items():
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out
+
+
+def dump_config(cfg: ExperimentConfig) -> str:
+    """The fully resolved config as YAML (every default written out)."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,111 @@
+"""A federation: the clients' data and held-out splits, the test set, and the fleet.
+
+Built once per experiment from the config and seed; every method compared on it sees the same
+partition, the same held-out splits, the same device/network profiles and the same per-round
+draws (SPEC 0.2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedselect.config import ExperimentConfig
+from fedselect.data.datasets import ArrayDataset, load_dataset
+from fedselect.data.partition import local_holdout, make_partitioner
+from fedselect.fl.train import num_features
+from fedselect.models import build_model
+from fedselect.seeding import np_rng, torch_rng
+from fedselect.system import DEFAULT_DEVICES, DEFAULT_NETWORKS, DeviceProfile, Fleet, NetworkProfile, data_bits, load_profiles
+
+
+@dataclass
+class Client:
+    """One client: its training data, its held-out split (per-client evaluation) and the
+    indices of both into the federation's training set."""
+
+    id: int
+    train: ArrayDataset
+    holdout: ArrayDataset
+    train_indices: np.ndarray
+    holdout_indices: np.ndarray
+
+    @property
+    def num_samples(self) -> int:
+        """n_k, the training samples (the FedAvg weight)."""
+        return len(self.train)
+
+
+class Federation:
+    """Clients, test set and fleet of one experiment (see module docstring)."""
+
+    def __init__(self, cfg: ExperimentConfig, train_set: ArrayDataset, test_set: ArrayDataset, clients: list[Client], fleet: Fleet):
+        self.cfg, self.train_set, self.test_set, self.clients, self.fleet = cfg, train_set, test_set, clients, fleet
+        self.seed = cfg.seed
+        self.input_shape = train_set.input_shape
+        self.num_classes = train_set.num_classes
+        self.features = num_features(train_set)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.clients)
+
+    def new_model(self, init_name: str = "model-init") -> nn.Module:
+        """A fresh model; the same ``init_name`` gives the same initial weights (seeded)."""
+        m = self.cfg.model
+        return build_model(m.name, self.input_shape, self.num_classes, generator=torch_rng(self.seed, init_name), **m.options)
+
+    def client_bits(self, k: int) -> float:
+        """|D_k| in bits (samples x features x 32, SPEC 0.3)."""
+        return data_bits(self.clients[k].num_samples, self.features)
+
+    def train_generator(self, t: int, k: int, tag: str = "train") -> torch.Generator:
+        """Mini-batch order of client ``k`` in round ``t``: independent of the method and of
+        which other clients train, so runs compare and resume exactly."""
+        return torch_rng(self.seed, f"{tag}/{t}/{k}")
+
+    def label_counts(self) -> np.ndarray:
+        """``(N, num_classes)`` training-label counts per client."""
+        return np.stack([np.bincount(c.train.y, minlength=self.num_classes) for c in self.clients])
+
+
+def _profile_tables(cfg: ExperimentConfig) -> tuple[list[DeviceProfile], list[NetworkProfile]]:
+    s = cfg.system
+    devices, networks = list(DEFAULT_DEVICES), list(DEFAULT_NETWORKS)
+    if s.profiles_file:
+        d, n = load_profiles(s.profiles_file)
+        devices, networks = d or devices, n or networks
+    try:
+        if s.devices:
+            devices = [DeviceProfile(r.name, r.mean_mhz, r.std_mhz, r.cores) for r in s.devices]
+        if s.networks:
+            networks = [NetworkProfile(r.name, r.mean_mbps, r.std_mbps) for r in s.networks]
+    except TypeError as e:
+        raise ValueError(f"system.devices / system.networks: incomplete profile row ({e})") from None
+    return devices, networks
+
+
+def build_federation(cfg: ExperimentConfig) -> Federation:
+    """Load the data, partition it, split each client's hold-out, assign profiles.
+
+    Raises:
+        ValueError: an impossible partition (message gives the numbers).
+        DatasetNotFoundError: data missing.
+    """
+    d = cfg.data
+    train_set, test_set = load_dataset(d.dataset, seed=cfg.seed, **d.options)
+    partitioner = make_partitioner(d.partition.scheme, **d.partition.params())
+    parts = partitioner.split(train_set.y, d.num_clients, np_rng(cfg.seed, "partition"), groups=train_set.groups)
+    if len(parts) != d.num_clients:
+        raise ValueError(f"partition {d.partition.scheme!r} returned {len(parts)} clients, expected {d.num_clients}")
+    hold_rng = np_rng(cfg.seed, "holdout")
+    clients = []
+    for k, idx in enumerate(parts):
+        tr, ho = local_holdout(idx, d.holdout_fraction, hold_rng)
+        clients.append(Client(k, train_set.subset(tr, f"{train_set.name}/client{k}"), train_set.subset(ho, f"{train_set.name}/client{k}/holdout"), tr, ho))
+    devices, networks = _profile_tables(cfg)
+    fleet = Fleet.create(d.num_clients, cfg.seed, devices, networks, cfg.system.device_mix, cfg.system.network_mix)
+    return Federation(cfg, train_set, test_set, clients, fleet)

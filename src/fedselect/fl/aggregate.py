@@ -1,0 +1,91 @@
+"""Aggregation of client models (SPEC 0.5).
+
+States are ``dict[str, torch.Tensor]`` (``model.state_dict()``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+import torch
+
+State = dict[str, torch.Tensor]
+
+
+def _check_weights(weights: Sequence[float]) -> list[float]:
+    w = [float(x) for x in weights]
+    bad = [x for x in w if not math.isfinite(x) or x < 0]
+    if bad:
+        raise ValueError(f"aggregation weights must be finite and >= 0, got {bad}")
+    if sum(w) <= 0:
+        raise ValueError(f"aggregation weights sum to {sum(w)}; at least one client needs weight > 0")
+    return w
+
+
+def fedavg(states: Sequence[State], weights: Sequence[float], keys: Iterable[str] | None = None) -> State:
+    """Weighted average w = sum_k (n_k / sum n) w_k (McMahan et al.; SPEC 0.5).
+
+    Args:
+        states: client states with identical keys and shapes.
+        weights: one weight per state, typically the training sample counts n_k (>= 0).
+        keys: average only these entries (default: all keys of the first state).
+
+    Returns:
+        A new state with the averaged entries. Floating tensors keep their dtype; integer
+        buffers (e.g. BatchNorm ``num_batches_tracked``) are not averaged: the max is taken.
+
+    Raises:
+        ValueError: no states, a length mismatch, non-finite or negative weights, zero total
+        weight, or mismatched keys/shapes.
+    """
+    if not states:
+        raise ValueError("fedavg needs at least one client state")
+    if len(states) != len(weights):
+        raise ValueError(f"{len(states)} states but {len(weights)} weights")
+    w = _check_weights(weights)
+    total = sum(w)
+    names = list(states[0].keys()) if keys is None else list(keys)
+    out: State = {}
+    for name in names:
+        tensors = []
+        for i, s in enumerate(states):
+            if name not in s:
+                raise ValueError(f"client state {i} lacks entry {name!r}")
+            if s[name].shape != states[0][name].shape:
+                raise ValueError(f"entry {name!r}: shape {tuple(s[name].shape)} != {tuple(states[0][name].shape)}")
+            tensors.append(s[name])
+        ref = tensors[0]
+        if ref.is_floating_point() or ref.is_complex():
+            acc = torch.zeros_like(ref, dtype=torch.float64)
+            for t, wk in zip(tensors, w):
+                if wk:
+                    acc += t.to(torch.float64) * (wk / total)
+            out[name] = acc.to(ref.dtype)
+        else:
+            out[name] = torch.stack(list(tensors)).max(dim=0).values.clone()
+    return out
+
+
+def partial_average(states: Sequence[State], weights: Sequence[float], base_names: Iterable[str]) -> State:
+    """Average only the shared base layers (FedPer; CEFL CE-eq 6, 7); personalised entries are
+    not part of the result and so never leave the clients.
+
+    Raises:
+        ValueError: empty ``base_names``, or any error of :func:`fedavg`.
+    """
+    base = list(base_names)
+    if not base:
+        raise ValueError("partial aggregation needs at least one base layer; got an empty set")
+    return fedavg(states, weights, keys=base)
+
+
+def state_bytes(state: State, keys: Iterable[str] | None = None) -> int:
+    """Bytes needed to send the given entries (all by default) at their storage dtype."""
+    names = state.keys() if keys is None else keys
+    return int(sum(state[n].numel() * state[n].element_size() for n in names))
+
+
+def is_finite_state(state: State) -> bool:
+    """True when every floating entry is free of NaN and inf."""
+    return all(torch.isfinite(t).all().item() for t in state.values() if t.is_floating_point())

@@ -1,0 +1,166 @@
+"""Per-round metrics (SPEC 0.4): CSV rows flushed every round, atomic summaries.
+
+``metrics.csv`` holds only deterministic values, so two runs with the same config and seed give
+byte-identical files; wall-clock seconds go to ``timing.csv`` beside it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+#: the columns every method records, in order (SPEC 0.4)
+CORE_COLUMNS = [
+    "round", "selected", "accuracy", "f1_macro", "test_loss", "train_loss", "round_latency_s",
+    "e2e_latency_s", "upload_bytes", "download_bytes", "cum_upload_bytes", "cum_download_bytes", "failed",
+]
+TIMING_COLUMNS = ["round", "wall_s", "cum_wall_s"]
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return str(int(v))
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else repr(float(v))
+    if hasattr(v, "item") and not isinstance(v, (list, tuple)):  # numpy scalar
+        return _fmt(v.item())
+    if isinstance(v, (list, tuple)):
+        return ";".join(str(x) for x in v)
+    if isinstance(v, bool):
+        return str(int(v))
+    return str(v)
+
+
+class CsvLog:
+    """Append-only CSV with a fixed header; each row is flushed and fsync'ed at once.
+
+    Re-opening an existing file keeps the rows with ``round <= keep_through`` (resume) and
+    drops a trailing partial line, so results already written are never corrupted.
+    """
+
+    def __init__(self, path: str | Path, columns: Sequence[str], keep_through: int | None = None):
+        self.path, self.columns = Path(path), list(columns)
+        if keep_through is not None and self.path.exists():
+            rows = read_csv_rows(self.path)
+            kept = [r for r in rows if r.get("round") not in (None, "") and int(r["round"]) <= keep_through]
+            self._rewrite(kept)
+        else:
+            self._rewrite([])
+        self._fh = open(self.path, "a", newline="")
+
+    def _rewrite(self, rows: list[dict[str, str]]) -> None:
+        def write(fh):
+            w = csv.writer(fh)
+            w.writerow(self.columns)
+            for r in rows:
+                w.writerow([r.get(c, "") for c in self.columns])
+
+        atomic_write(self.path, write, newline="")
+
+    def append(self, row: dict[str, Any]) -> None:
+        unknown = set(row) - set(self.columns)
+        if unknown:
+            raise ValueError(f"{self.path.name}: unknown columns {sorted(unknown)}")
+        csv.writer(self._fh).writerow([_fmt(row.get(c)) for c in self.columns])
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def read_csv_rows(path: str | Path) -> list[dict[str, str]]:
+    """Rows of a metrics CSV as dicts of strings; a trailing incomplete line is ignored."""
+    text = Path(path).read_text()
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines = lines[:-1]
+    reader = csv.DictReader(lines)
+    n = len(reader.fieldnames or [])
+    return [r for r in reader if len(r) == n and None not in r.values()]
+
+
+def atomic_write(path: str | Path, write_fn, mode: str = "w", newline: str | None = None) -> None:
+    """Write a file through a temp file in the same directory, fsync, then rename over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode, newline=newline) as fh:
+            write_fn(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> None:
+    atomic_write(path, lambda fh: json.dump(obj, fh, indent=2, sort_keys=True, default=_json_default))
+
+
+def _json_default(o: Any):
+    import numpy as np
+
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o)}")
+
+
+def _num(v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def first_reaching(values: Sequence[float], target: float) -> int | None:
+    """Index of the first value >= target, or None if never reached."""
+    for i, v in enumerate(values):
+        if not math.isnan(v) and v >= target:
+            return i
+    return None
+
+
+def summarize(rows: Iterable[dict[str, Any]], target: float | None = None, metric: str = "accuracy") -> dict[str, Any]:
+    """Summary of per-round rows (round >= 1; a round-0 row of the initial model is skipped).
+
+    Returns final and best accuracy / macro-F1, ``rounds_to_target`` and ``latency_to_target``
+    (first round whose ``metric`` >= ``target``; None if never or no target), end-to-end
+    latency (s), total communication in MB (1e6 bytes) up, down and total, and the rounds run.
+    """
+    rs = [r for r in rows if int(_num(r["round"])) >= 1]
+    acc = [_num(r["accuracy"]) for r in rs]
+    f1 = [_num(r["f1_macro"]) for r in rs]
+    out: dict[str, Any] = {"rounds": len(rs), "target": target, "target_metric": metric}
+    clean = lambda xs, f: (f(x for x in xs if not math.isnan(x)) if any(not math.isnan(x) for x in xs) else None)  # noqa: E731
+    out["final_accuracy"] = acc[-1] if acc else None
+    out["best_accuracy"] = clean(acc, max)
+    out["final_f1_macro"] = f1[-1] if f1 else None
+    out["best_f1_macro"] = clean(f1, max)
+    out["e2e_latency_s"] = _num(rs[-1]["e2e_latency_s"]) if rs else 0.0
+    last = rs[-1] if rs else {"cum_upload_bytes": 0, "cum_download_bytes": 0}
+    up, down = _num(last["cum_upload_bytes"]), _num(last["cum_download_bytes"])
+    out["upload_mb"], out["download_mb"], out["communication_mb"] = up / 1e6, down / 1e6, (up + down) / 1e6
+    out["rounds_to_target"] = out["latency_to_target_s"] = None
+    if target is not None and rs:
+        i = first_reaching([_num(r[metric]) for r in rs], target)
+        if i is not None:
+            out["rounds_to_target"] = int(_num(rs[i]["round"]))
+            out["latency_to_target_s"] = _num(rs[i]["e2e_latency_s"])
+    return out

@@ -1,0 +1,242 @@
+"""System heterogeneity: device and network profiles, per-round draws, latency and bytes.
+
+Knows nothing of learning. Source: FLASH-RL FR-eq 3, 4, 5 and Tables II, III; SPEC 0.3.
+
+Units: CPU frequency in MHz, bandwidth in Mb/s (1e6 bits per second), time in seconds,
+sizes in bits or bytes as named, MB = 1e6 bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from fedselect.seeding import np_rng
+
+BITS_PER_FLOAT = 32
+BYTES_PER_FLOAT = 4
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """A device class: CPU frequency ~ N(mean_mhz, std_mhz) per round, ``cores`` cores."""
+
+    name: str
+    mean_mhz: float
+    std_mhz: float
+    cores: int
+
+    def __post_init__(self) -> None:
+        if not self.mean_mhz > 0 or self.std_mhz < 0 or self.cores < 1:
+            raise ValueError(f"device profile {self.name!r}: need mean_mhz > 0, std_mhz >= 0, cores >= 1, got {asdict(self)}")
+
+
+@dataclass(frozen=True)
+class NetworkProfile:
+    """A network class: bandwidth ~ N(mean_mbps, std_mbps) per round."""
+
+    name: str
+    mean_mbps: float
+    std_mbps: float
+
+    def __post_init__(self) -> None:
+        if not self.mean_mbps > 0 or self.std_mbps < 0:
+            raise ValueError(f"network profile {self.name!r}: need mean_mbps > 0, std_mbps >= 0, got {asdict(self)}")
+
+
+#: FLASH-RL Table II (SPEC 0.3): name, mean MHz, std MHz, cores.
+DEFAULT_DEVICES: tuple[DeviceProfile, ...] = tuple(
+    DeviceProfile(*row)
+    for row in [
+        ("jetson-nano", 921, 20, 128), ("jetson-tx2", 1300, 20, 256), ("xavier-nx-10w", 800, 20, 384),
+        ("xavier-nx-15w", 1100, 20, 384), ("jetson-agx-xavier", 1377, 20, 384), ("raspberry-pi-3", 350, 20, 4),
+        ("fpga-zcu102", 1500, 20, 4), ("tpu-v1", 700, 20, 1), ("intel-i3", 3950, 10, 2),
+        ("intel-i5", 4300, 50, 4), ("intel-i7", 4400, 80, 4), ("intel-i9", 4400, 100, 8),
+    ]
+)
+#: FLASH-RL Table III (SPEC 0.3): name, mean Mb/s, std Mb/s.
+DEFAULT_NETWORKS: tuple[NetworkProfile, ...] = tuple(
+    NetworkProfile(*row) for row in [("wifi-1", 6, 1), ("wifi-3", 33, 5), ("fast-ethernet", 100, 10), ("wifi-4", 336, 50)]
+)
+
+
+def load_profiles(path: str | Path) -> tuple[list[DeviceProfile], list[NetworkProfile]]:
+    """Read profile tables from YAML (keys ``devices`` / ``networks``, lists of mappings with
+    the dataclass fields) or CSV (a ``kind`` column ``device``/``network`` plus the fields).
+
+    Raises:
+        FileNotFoundError: no such file. ValueError: unknown suffix or bad rows (names the row).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"profile file not found: {p}")
+    if p.suffix in (".yaml", ".yml"):
+        import yaml
+
+        doc = yaml.safe_load(p.read_text()) or {}
+        dev_rows, net_rows = doc.get("devices", []), doc.get("networks", [])
+    elif p.suffix == ".csv":
+        import pandas as pd
+
+        df = pd.read_csv(p)
+        if "kind" not in df.columns:
+            raise ValueError(f"{p}: CSV profiles need a 'kind' column (device or network)")
+        dev_rows = [{k: v for k, v in r.items() if k in ("name", "mean_mhz", "std_mhz", "cores")} for r in df[df.kind == "device"].to_dict("records")]
+        net_rows = [{k: v for k, v in r.items() if k in ("name", "mean_mbps", "std_mbps")} for r in df[df.kind == "network"].to_dict("records")]
+    else:
+        raise ValueError(f"{p}: profile files must be .yaml, .yml or .csv")
+    try:
+        devices = [DeviceProfile(**r) for r in dev_rows]
+        networks = [NetworkProfile(**r) for r in net_rows]
+    except TypeError as e:
+        raise ValueError(f"{p}: bad profile row: {e}") from None
+    return devices, networks
+
+
+def _counts(weights: Sequence[float], n: int) -> np.ndarray:
+    """Largest-remainder integer counts summing to n, proportional to weights."""
+    w = np.asarray(weights, dtype=float)
+    raw = w / w.sum() * n
+    counts = np.floor(raw).astype(int)
+    for i in np.argsort(-(raw - counts), kind="stable")[: n - counts.sum()]:
+        counts[i] += 1
+    return counts
+
+
+def assign_profiles(items: Sequence, num_clients: int, rng: np.random.Generator, mix: dict[str, float] | None = None) -> list:
+    """Assign one profile per client: round-robin over ``items`` (or counts proportional to
+    ``mix`` weights by profile name), then a seeded shuffle over clients (SPEC 0.3).
+
+    Raises:
+        ValueError: empty table, or a ``mix`` naming an unknown profile / non-positive total.
+    """
+    if not items:
+        raise ValueError("profile table is empty")
+    if mix:
+        names = [it.name for it in items]
+        unknown = sorted(set(mix) - set(names))
+        if unknown:
+            raise ValueError(f"profile mix names unknown profiles {unknown}; known: {names}")
+        if any(v < 0 for v in mix.values()) or sum(mix.values()) <= 0:
+            raise ValueError(f"profile mix weights must be >= 0 with a positive sum, got {mix}")
+        chosen = [it for it in items if mix.get(it.name, 0) > 0]
+        counts = _counts([mix[it.name] for it in chosen], num_clients)
+        pool = [it for it, c in zip(chosen, counts) for _ in range(c)]
+    else:
+        pool = [items[i % len(items)] for i in range(num_clients)]
+    return [pool[i] for i in rng.permutation(num_clients)]
+
+
+@dataclass(frozen=True)
+class RoundDraws:
+    """Per-client CPU frequency (MHz) and bandwidth (Mb/s) of one round; arrays of shape (N,)."""
+
+    round: int
+    freq_mhz: np.ndarray
+    bandwidth_mbps: np.ndarray
+
+
+def truncated_normal(rng: np.random.Generator, mean: np.ndarray, std: np.ndarray, floor_frac: float = 0.05) -> np.ndarray:
+    """N(mean, std) draws, floored at ``floor_frac * mean`` (never <= 0; SPEC 0.3)."""
+    return np.maximum(rng.normal(mean, std), floor_frac * mean)
+
+
+class Fleet:
+    """The clients' fixed device/network profiles and their per-round draws.
+
+    ``draw(t)`` depends only on ``(seed, t)``: every method compared on one federation sees the
+    same f_{t,k} and b_{t,k}, and a resumed run sees the same draws as an uninterrupted one.
+    """
+
+    def __init__(self, devices: Sequence[DeviceProfile], networks: Sequence[NetworkProfile], seed: int, floor_frac: float = 0.05):
+        if len(devices) != len(networks):
+            raise ValueError(f"{len(devices)} device profiles but {len(networks)} network profiles")
+        self.devices, self.networks = list(devices), list(networks)
+        self.seed, self.floor_frac = int(seed), float(floor_frac)
+        self.mean_mhz = np.array([d.mean_mhz for d in devices], dtype=float)
+        self.std_mhz = np.array([d.std_mhz for d in devices], dtype=float)
+        self.cores = np.array([d.cores for d in devices], dtype=float)
+        self.mean_mbps = np.array([n.mean_mbps for n in networks], dtype=float)
+        self.std_mbps = np.array([n.std_mbps for n in networks], dtype=float)
+
+    @classmethod
+    def create(
+        cls, num_clients: int, seed: int, devices: Sequence[DeviceProfile] = DEFAULT_DEVICES,
+        networks: Sequence[NetworkProfile] = DEFAULT_NETWORKS, device_mix: dict[str, float] | None = None,
+        network_mix: dict[str, float] | None = None,
+    ) -> "Fleet":
+        """Assign profiles to ``num_clients`` clients with the generator of ("fleet-assign", seed)."""
+        rng = np_rng(seed, "fleet-assign")
+        return cls(assign_profiles(list(devices), num_clients, rng, device_mix), assign_profiles(list(networks), num_clients, rng, network_mix), seed)
+
+    def __len__(self) -> int:
+        return len(self.devices)
+
+    def draw(self, t: int) -> RoundDraws:
+        """Frequencies and bandwidths of round ``t`` for all clients (seeded by round)."""
+        rng = np_rng(self.seed, f"fleet-draw/{int(t)}")
+        f = truncated_normal(rng, self.mean_mhz, self.std_mhz, self.floor_frac)
+        b = truncated_normal(rng, self.mean_mbps, self.std_mbps, self.floor_frac)
+        return RoundDraws(int(t), f, b)
+
+    def describe(self, k: int) -> dict[str, str]:
+        return {"device": self.devices[k].name, "network": self.networks[k].name}
+
+
+def data_bits(num_samples: int, features_per_sample: int, bits_per_value: int = BITS_PER_FLOAT) -> float:
+    """|D_k| in bits: samples x features x 32 for float32 inputs (SPEC 0.3)."""
+    return float(num_samples) * float(features_per_sample) * bits_per_value
+
+
+def compute_time(epochs: float, bits: float, cycles_per_bit: float, cores: float, freq_mhz: float) -> float:
+    """Local computation time in seconds, T_local = E * |D_k|_bits * g / (c_k * f_{t,k} * 1e6)
+    (FR-eq 3 as fixed by SPEC 0.3). ``freq_mhz`` in MHz."""
+    return epochs * bits * cycles_per_bit / (cores * freq_mhz * 1e6)
+
+
+def transmit_time(model_bits: float, bandwidth_mbps: float) -> float:
+    """Transmission time in seconds, T_tx = model_bits / (b_{t,k} * 1e6) (FR-eq 4). Mb/s input."""
+    return model_bits / (bandwidth_mbps * 1e6)
+
+
+def client_latency(
+    epochs: float, bits: float, cycles_per_bit: float, cores: float, freq_mhz: float,
+    upload_bits: float, bandwidth_mbps: float, download_bits: float = 0.0,
+) -> float:
+    """l_t^k = T_local + T_tx (FR-eq 5), seconds; ``download_bits`` > 0 adds the broadcast."""
+    return compute_time(epochs, bits, cycles_per_bit, cores, freq_mhz) + transmit_time(upload_bits + download_bits, bandwidth_mbps)
+
+
+def round_latency(latencies: Iterable[float]) -> float:
+    """A synchronous round lasts as long as its slowest participant (0 with no participant)."""
+    return max(latencies, default=0.0)
+
+
+def latency_bounds(
+    fleet: Fleet, bits_per_client: Sequence[float], epochs: float, cycles_per_bit: float,
+    upload_bits: float, download_bits: float = 0.0,
+) -> tuple[float, float]:
+    """(L_min, L_max) for min-max normalisation (SPEC 0.3): the fastest client at mean + 3 std
+    frequency and bandwidth, the slowest at mean - 3 std (floored at 5% of the mean)."""
+    bits = np.asarray(bits_per_client, dtype=float)
+    f_hi, b_hi = fleet.mean_mhz + 3 * fleet.std_mhz, fleet.mean_mbps + 3 * fleet.std_mbps
+    f_lo = np.maximum(fleet.mean_mhz - 3 * fleet.std_mhz, fleet.floor_frac * fleet.mean_mhz)
+    b_lo = np.maximum(fleet.mean_mbps - 3 * fleet.std_mbps, fleet.floor_frac * fleet.mean_mbps)
+    tx = upload_bits + download_bits
+    fast = epochs * bits * cycles_per_bit / (fleet.cores * f_hi * 1e6) + tx / (b_hi * 1e6)
+    slow = epochs * bits * cycles_per_bit / (fleet.cores * f_lo * 1e6) + tx / (b_lo * 1e6)
+    return float(fast.min()), float(slow.max())
+
+
+def normalise_latency(latency: float | np.ndarray, l_min: float, l_max: float) -> float | np.ndarray:
+    """(l - L_min) / (L_max - L_min), clipped to [0, 1] (SPEC 0.3, used by FR-eq 10)."""
+    span = max(l_max - l_min, 1e-12)
+    return np.clip((np.asarray(latency, dtype=float) - l_min) / span, 0.0, 1.0)
+
+
+def to_mb(num_bytes: float) -> float:
+    """Bytes to MB (10^6 bytes)."""
+    return float(num_bytes) / 1e6
