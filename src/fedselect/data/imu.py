@@ -69,6 +69,9 @@ MOBIACT_TEST_FRACTION = 17 / 67
 
 # --------------------------------------------------------------------------- recordings
 
+WATCH_CLASSES = ("PEN", "ABD", "FEL", "IR", "ER", "TRAP", "ROW")  # seglearn's y_labels order
+
+
 def watch_recordings() -> list[Recording]:
     """The 140 recordings of ``seglearn.datasets.load_watch()`` as :class:`Recording` objects.
 
@@ -97,13 +100,14 @@ def watch_recordings() -> list[Recording]:
 
 # --------------------------------------------------------------------------- task views
 
-def task_classes(task: str, codes: Sequence[str]) -> tuple[list[str], dict[str, int]]:
+def task_classes(task: str, codes: Sequence[str], order: Sequence[str] | None = None) -> tuple[list[str], dict[str, int]]:
     """Class names and the activity-code -> class mapping of a task view.
 
     Args:
         task: ``"activity"``, ``"fall"`` or ``"cefl8"``.
-        codes: the activity codes present (used for ``"activity"``: MobiAct codes in MobiAct's
-            order, others sorted, after them).
+        codes: the activity codes present (used for ``"activity"``: in ``order`` if given, else
+            MobiAct codes in MobiAct's order, others sorted, after them).
+        order: optional preferred class order for ``"activity"`` (e.g. seglearn's ``y_labels``).
 
     Returns:
         ``(class_names, mapping)``; codes absent from ``mapping`` are left out of the task.
@@ -114,7 +118,8 @@ def task_classes(task: str, codes: Sequence[str]) -> tuple[list[str], dict[str, 
     """
     codes = list(dict.fromkeys(codes))
     if task == "activity":
-        names = [c for c in ACTIVITIES if c in codes] + sorted(c for c in codes if c not in ACTIVITIES)
+        ref = list(order) if order is not None else list(ACTIVITIES)
+        names = [c for c in ref if c in codes] + sorted(c for c in codes if c not in ref)
         return names, {c: i for i, c in enumerate(names)}
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; allowed: {list(TASKS)}")
@@ -195,6 +200,7 @@ def build_imu_datasets(
     num_test_subjects: int | None = None,
     test_subject_fraction: float | None = None,
     info: dict[str, Any] | None = None,
+    class_order: Sequence[str] | None = None,
 ) -> tuple[ArrayDataset, ArrayDataset]:
     """Window recordings into a (train, test) pair split by subject.
 
@@ -218,6 +224,7 @@ def build_imu_datasets(
             the binary fall task where labels cannot express it.
         test_subjects, num_test_subjects, test_subject_fraction: see :func:`split_subjects`.
         info: extra provenance merged into ``info``.
+        class_order: class order of the ``activity`` task (see :func:`task_classes`).
 
     Returns:
         ``(train, test)`` ArrayDatasets with ``groups`` = subject id of each window and
@@ -247,7 +254,7 @@ def build_imu_datasets(
     codes = [r.activity for r in recs]
     if window_label == "majority":
         codes += [c for r in recs for c in np.unique(r.labels)]
-    class_names, mapping = task_classes(task, codes)
+    class_names, mapping = task_classes(task, codes, class_order)
     excluded_recs = []
     if window_label == "recording":
         excluded_recs = [f"{r.activity}_{r.subject}_{r.trial}" for r in recs if r.activity not in mapping]
@@ -297,7 +304,7 @@ def build_imu_datasets(
         "rate_hz": sorted({r.rate_hz for r in recs}),
         "task": task, "representation": representation, "window": W,
         "stride": strides if strides is not None else int(stride),
-        "durations_s": {a: round(d, 3) for a, d in durations.items()},
+        "durations_s": {a: float(d) for a, d in durations.items()},
         "train_subjects": train_subj, "test_subjects": test_subj,
         "num_recordings": len(recs),
         "dropped_recordings": len(dropped), "dropped": dropped,
@@ -355,7 +362,7 @@ def load_imu_watch(seed: int = 0, **options: Any) -> tuple[ArrayDataset, ArrayDa
     if options.get("window_label", "recording") != "recording":
         raise ValueError("imu-watch has no per-sample labels: window_label must be 'recording'")
     return build_imu_datasets(
-        watch_recordings(), name="imu-watch", seed=seed,
+        watch_recordings(), name="imu-watch", seed=seed, class_order=WATCH_CLASSES,
         info={"source": "seglearn.datasets.load_watch (real)", "acc_unit_assumption": "g, converted x 9.81 to m/s^2",
               "gyro_unit_assumption": "rad/s"},
         **options,
