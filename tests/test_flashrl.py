@@ -72,3 +72,97 @@ def test_normalised_latency_and_favor_reward():
         normalise_latency(1.0, 3.0, 3.0)
     assert favor_reward(0.99, 0.99) == 0.0
     assert favor_reward(0.49, 0.99) == pytest.approx(64 ** -0.5 - 1)     # -0.875
+
+
+# ---------------------------------------------------------------- the methods in the round loop
+import csv
+
+from fedselect.config import parse_config
+from fedselect.data.datasets import ArrayDataset, register_dataset
+from fedselect.federation import build_federation
+from fedselect.runner import make_method, run_experiment
+
+torch.set_num_threads(1)
+
+
+@register_dataset("flashrl-test-synthetic")
+def _synthetic_blobs(seed=0, **_):
+    """Synthetic 4-class Gaussian blobs in 12 dimensions (test-only, loads in milliseconds)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0, 2, (4, 12))
+    y = rng.integers(0, 4, 600)
+    x = centres[y] + rng.normal(0, 1, (600, 12))
+    return (ArrayDataset(x[:480], y[:480], 4, "flashrl-test-synthetic"),
+            ArrayDataset(x[480:], y[480:], 4, "flashrl-test-synthetic"))
+
+
+def _cfg(method, rounds=4, **opts):
+    return parse_config({
+        "name": "t", "method": method, "rounds": rounds, "clients_per_round": 3, "seed": 3,
+        "data": {"dataset": "flashrl-test-synthetic", "num_clients": 8},
+        "model": {"name": "mlp", "options": {"hidden": [16]}},
+        "train": {"local_epochs": 1, "batch_size": 64, "lr": 0.05},
+        "method_options": {"rl_batch_size": 2, "pca_components": 5, "hidden": 32, "target_sync": 2, **opts},
+    })
+
+
+def _rows(run_dir):
+    with open(run_dir / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def fed():
+    return build_federation(_cfg("flashrl"))
+
+
+def test_flashrl_state_layout_and_standardisation(fed):
+    m = make_method(_cfg("flashrl"), fed)
+    info = m.prepare()
+    assert info["pca_components"] == 5 and 0 < info["pca_explained_variance"] <= 1.0 + 1e-6
+    # all 8 clients upload the whole MLP 12-16-4 once: 12*16+16+16*4+4 = 276 float32 parameters each
+    assert info["upload_bytes"] == info["download_bytes"] == 8 * 276 * 4
+    s = m.state_vector(1, fed.fleet.draw(1)).reshape(8, 5 + 4)
+    assert m.state_dim() == 8 * 9
+    # n_k and c_k standardised with the fleet's own mean and std: mean 0, std 1 over clients
+    assert np.allclose(s[:, 5:7].mean(0), 0, atol=1e-5) and np.allclose(s[:, 5:7].std(0), 1, atol=1e-4)
+    # the PCA rows of the warm-up models have unit std on the first component
+    assert s[:, 0].std(ddof=1) == pytest.approx(1.0, rel=1e-3)
+    assert np.allclose(s[:, :5], m.client_rows)
+
+
+def test_flashrl_runs_with_extra_metrics(fed, tmp_path):
+    cfg = _cfg("flashrl", eps_end=0.35)
+    summary = run_experiment(cfg, tmp_path, federation=fed)
+    rows = _rows(tmp_path)
+    assert [int(r["round"]) for r in rows] == [0, 1, 2, 3, 4]
+    for r in rows[1:]:
+        sel = [int(x) for x in r["selected"].split(";")]
+        assert len(sel) == 3 == len(set(sel))
+        assert len(r["selected_devices"].split(";")) == 3 and len(r["selected_networks"].split(";")) == 3
+    assert [float(r["epsilon"]) for r in rows[1:]] == pytest.approx([1.0, 0.9 - 0.55 / 3, 0.9 - 1.1 / 3, 0.35])
+    assert rows[1]["td_loss"] == "nan" and np.isfinite(float(rows[2]["td_loss"]))
+    # the warm-up straggler counts in the end-to-end latency (round-0 row)
+    assert float(rows[0]["e2e_latency_s"]) > 0
+    assert summary["e2e_latency_s"] == pytest.approx(float(rows[-1]["e2e_latency_s"]))
+
+
+@pytest.mark.parametrize("method,extra", [("flashrl", {}), ("favor", {"checkpoint_pca": False, "target": 0.9})])
+def test_resume_gives_identical_rows(fed, tmp_path, method, extra):
+    cfg = _cfg(method, **extra)
+    run_experiment(cfg, tmp_path / "a", federation=fed)
+    run_experiment(cfg, tmp_path / "b", federation=fed, stop_after=2)
+    run_experiment(cfg, tmp_path / "b", federation=fed, resume=True)
+    assert _rows(tmp_path / "a") == _rows(tmp_path / "b")
+
+
+def test_favor_reward_and_target(fed, tmp_path):
+    run_experiment(_cfg("favor", rounds=2, target=0.5), tmp_path, federation=fed)
+    for r in _rows(tmp_path)[1:]:
+        assert float(r["mean_reward"]) == pytest.approx(64 ** (float(r["accuracy"]) - 0.5) - 1)
+
+
+def test_flashrl_needs_every_round_evaluated(fed):
+    cfg = _cfg("flashrl").model_copy(update={"eval_every": 2})
+    with pytest.raises(ValueError, match="eval_every"):
+        make_method(cfg, fed)
