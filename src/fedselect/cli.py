@@ -128,6 +128,100 @@ def _advance(prog: Progress, task, quiet: bool):
     return cb
 
 
+@app.command()
+def compare(
+    config: Optional[Path] = typer.Argument(None, help="comparison YAML (base experiment + methods + seeds), or a plain experiment YAML; omitted: FedAvg vs FLASH-RL vs FAVOR on embedded MNIST"),
+    rounds: Optional[int] = typer.Option(None, "--rounds", "-r", help="override the rounds of every run"),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="comma-separated seeds, e.g. 0,1,2 (overrides the config)"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="comparison directory (default runs/<name>-<time>)"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+) -> None:
+    """Run several methods (and seeds) on one shared federation; write table and plots.
+
+    Every method sees the same partition, device profiles, per-round draws and test set.
+    Output: <out>/table.md, table.csv, plots/*.png, runs/<method>-s<seed>/ (one run directory each).
+    """
+    from fedselect.compare import DEFAULT_COMPARE, load_compare, parse_compare, run_comparison
+    from fedselect.report import build_report
+
+    try:
+        over = {"rounds": rounds} if rounds is not None else None
+        if config is None:
+            import copy
+
+            doc = copy.deepcopy(DEFAULT_COMPARE)
+            if over:
+                doc["base"].update(over)
+            cc = parse_compare(doc, "<embedded default comparison>")
+        else:
+            cc = load_compare(config, over)
+        if seeds:
+            try:
+                cc.seeds = [int(x) for x in seeds.split(",") if x.strip()]
+            except ValueError:
+                _fail(ValueError(f"--seeds {seeds!r}: expected comma-separated integers like 0,1,2"))
+        out_dir = out or Path("runs") / f"{cc.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        if (out_dir / "compare.json").exists():
+            _fail(FileExistsError(f"{out_dir} already holds a comparison; choose another --out (results there are kept)"))
+        console.print(f"[bold]{cc.name}[/bold]: {', '.join(m.label for m in cc.methods)}; seeds {cc.seeds}; output {out_dir}")
+        with _progress() as prog:
+            tasks = {}
+
+            def on_start(label, seed, total):
+                tasks[(label, seed)] = prog.add_task(f"{label} seed {seed}", total=total, status="preparing", visible=not quiet)
+
+            def on_round(label, seed, ev):
+                acc, e2e = ev.row.get("accuracy"), ev.row.get("e2e_latency_s")
+                prog.update(tasks[(label, seed)], completed=ev.round, status=f"round {ev.round}  acc {acc:.4f}  e2e {e2e:.1f} s")
+
+            run_comparison(cc, out_dir, on_start=on_start, on_round=on_round)
+        rep = build_report(out_dir, plots=False)
+    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as e:
+        _fail(e)
+    print_table(rep)
+    console.print(f"comparison directory: {out_dir} (table.md, table.csv, plots/)")
+
+
+@app.command()
+def report(
+    directory: Path = typer.Argument(..., help="a comparison directory (compare.json) or a run directory (metrics.csv)"),
+    no_plots: bool = typer.Option(False, "--no-plots", help="tables only"),
+) -> None:
+    """Rebuild table.md, table.csv and plots/ from saved metrics, without re-running anything.
+
+    Incomplete runs (interrupted) are reported with the rounds they have.
+    """
+    from fedselect.report import build_report
+
+    try:
+        rep = build_report(directory, plots=not no_plots)
+    except (ValueError, FileNotFoundError) as e:
+        _fail(e)
+    print_table(rep)
+    console.print(f"wrote {directory / 'table.md'}, {directory / 'table.csv'}" + (f" and {len(rep['plots'])} plots in {directory / 'plots'}" if rep["plots"] else ""))
+
+
+def print_table(rep: dict) -> None:
+    from fedselect.report import COLUMNS, _cell, relative_phrases
+
+    table = Table(title=rep["title"])
+    table.add_column("method")
+    for _, head, _, _ in COLUMNS:
+        table.add_column(head, justify="right")
+    for e in rep["table"]:
+        table.add_row(e["label"], *[_cell(e, k, d) for k, _, d, _ in COLUMNS])
+    console.print(table)
+    base = next((ln for ln in rep["markdown"].splitlines() if ln.startswith("Relative to ")), None)
+    if base:
+        name = base.removeprefix("Relative to ").rstrip(":")
+        for e in rep["table"]:
+            if e["label"] != name:
+                console.print(f"  {e['label']}: " + ", ".join(relative_phrases(e, name)))
+    for line in rep["markdown"].splitlines():
+        if line.startswith("Incomplete runs"):
+            console.print(f"[yellow]{line}[/yellow]")
+
+
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

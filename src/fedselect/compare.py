@@ -1,0 +1,200 @@
+"""Side-by-side comparisons: several methods and seeds on one shared federation.
+
+For every seed the federation (partition, held-out splits, test set, device/network profiles
+and per-round draws) is built once and handed to every method, so differences between methods
+come from selection and aggregation alone (SPEC 0.2). Each run keeps its own run directory
+under ``<out>/runs/<label>-s<seed>``; the comparison directory gets ``compare.json`` (what was
+run), ``federation-s<seed>.json`` (clients' sizes, labels, profiles, expected latency),
+``table.md`` / ``table.csv`` and ``plots/*.png`` (built by :mod:`fedselect.report`, which
+``fedselect report`` re-runs from the saved metrics alone).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from fedselect.config import ConfigError, ExperimentConfig, _format_errors, apply_overrides, parse_config
+from fedselect.federation import Federation, build_federation
+from fedselect.fl.metrics import write_json_atomic
+from fedselect.runner import RoundEvent, run_experiment
+from fedselect.system import BITS_PER_FLOAT, compute_time, transmit_time
+
+#: keys a method entry may not change: they define the shared federation
+FEDERATION_KEYS = ("data", "system", "model", "seed")
+
+
+class MethodEntry(BaseModel):
+    """One contender: a label for tables/plots, the method, and optional overrides of the base
+    experiment (any key except those defining the federation: data, system, model, seed)."""
+
+    model_config = ConfigDict(extra="forbid")
+    label: str | None = None
+    method: str
+    method_options: dict[str, Any] = Field(default_factory=dict)
+    overrides: dict[str, Any] = Field(default_factory=dict, description="dotted keys, e.g. train.lr")
+
+    @model_validator(mode="after")
+    def _check(self) -> "MethodEntry":
+        bad = [k for k in self.overrides if k.split(".")[0] in FEDERATION_KEYS]
+        if bad:
+            raise ValueError(f"overrides {bad} would change the shared federation; allowed: any key but {list(FEDERATION_KEYS)}")
+        if self.label is None:
+            self.label = self.method
+        if not re.fullmatch(r"[A-Za-z0-9_.+\- ()]+", self.label):
+            raise ValueError(f"label {self.label!r}: use letters, digits, space and _ . + - ( ) only")
+        return self
+
+
+class CompareConfig(BaseModel):
+    """A comparison: ``base`` experiment, ``methods`` to run on it, ``seeds``, the ``baseline``
+    label for relative changes, and optional ``paper`` figures to print beside ours."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = "comparison"
+    base: dict[str, Any] = Field(default_factory=dict)
+    methods: list[MethodEntry]
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    baseline: str | None = None
+    paper: dict[str, dict[str, Any]] | None = Field(None, description="label -> reported figures (same keys as the table)")
+    paper_source: str | None = None
+    comment: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "CompareConfig":
+        labels = [m.label for m in self.methods]
+        if not labels:
+            raise ValueError("methods: at least one method is needed")
+        dup = sorted({x for x in labels if labels.count(x) > 1})
+        if dup:
+            raise ValueError(f"methods: duplicate labels {dup}; give each entry a distinct `label`")
+        if self.baseline is None:
+            self.baseline = labels[0]
+        if self.baseline not in labels:
+            raise ValueError(f"baseline {self.baseline!r} is not one of the method labels {labels}")
+        if len(set(self.seeds)) != len(self.seeds) or any(s < 0 for s in self.seeds):
+            raise ValueError(f"seeds must be distinct and >= 0, got {self.seeds}")
+        return self
+
+    def experiment(self, entry: MethodEntry, seed: int) -> ExperimentConfig:
+        doc = copy.deepcopy(self.base)
+        doc.update(method=entry.method, seed=seed, name=f"{self.name}/{entry.label}")
+        if entry.method_options:
+            doc["method_options"] = entry.method_options
+        doc = apply_overrides(doc, entry.overrides)
+        return parse_config(doc, f"{self.name}: method {entry.label!r}, seed {seed}")
+
+
+#: the embedded default comparison (`fedselect compare` with no argument)
+DEFAULT_COMPARE: dict[str, Any] = {
+    "name": "default-compare",
+    "seeds": [0],
+    "baseline": "FedAvg",
+    "base": {"name": "default", "rounds": 30, "clients_per_round": 5, "metrics": {"target": 0.9}},
+    "methods": [
+        {"label": "FedAvg", "method": "fedavg"},
+        {"label": "FLASH-RL", "method": "flashrl", "method_options": {"eps_end": 0.2, "eps_decay_rounds": 15}},
+        {"label": "FAVOR", "method": "favor", "method_options": {"eps_end": 0.2, "eps_decay_rounds": 15}},
+    ],
+}
+
+
+def parse_compare(doc: dict[str, Any], source: str = "<dict>") -> CompareConfig:
+    """Validate a comparison mapping; each method's experiment is validated too.
+
+    Raises:
+        ConfigError: naming the key and what is allowed.
+    """
+    if not isinstance(doc, dict):
+        raise ConfigError(f"invalid comparison {source}: the top level must be a mapping")
+    try:
+        cc = CompareConfig.model_validate(doc)
+    except ValidationError as e:
+        raise ConfigError(_format_errors(e, source)) from None
+    for entry in cc.methods:  # fail before anything runs
+        cc.experiment(entry, cc.seeds[0])
+    return cc
+
+
+def load_compare(path: str | Path, overrides: dict[str, Any] | None = None) -> CompareConfig:
+    """Read a comparison YAML. A plain experiment YAML (no ``methods:``) is accepted too: it
+    becomes a one-method comparison. ``overrides`` (dotted keys) apply to ``base``.
+
+    Raises:
+        FileNotFoundError, ConfigError.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"comparison file not found: {p}")
+    try:
+        doc = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"invalid YAML in {p}: {e}") from None
+    if isinstance(doc, dict) and "methods" not in doc:
+        doc = {"name": doc.get("name", p.stem), "base": doc, "methods": [{"method": doc.get("method", "fedavg")}], "seeds": [doc.get("seed", 0)]}
+    if overrides:
+        doc = dict(doc)
+        doc["base"] = apply_overrides(doc.get("base", {}), overrides)
+    return parse_compare(doc, str(p))
+
+
+def federation_info(fed: Federation) -> dict[str, Any]:
+    """Per-client facts for reports: samples, label counts, profiles and the expected latency
+    (s) at the profiles' mean frequency and bandwidth, uploading the whole model."""
+    model = fed.new_model()
+    model_bits = sum(v.numel() for v in model.state_dict().values()) * BITS_PER_FLOAT
+    cfg, fl = fed.cfg, fed.fleet
+    expected = [
+        compute_time(cfg.train.local_epochs, fed.client_bits(k), cfg.system.cycles_per_bit, fl.cores[k], fl.mean_mhz[k])
+        + transmit_time(model_bits, fl.mean_mbps[k])
+        for k in range(fed.num_clients)
+    ]
+    return {
+        "num_clients": fed.num_clients,
+        "num_classes": fed.num_classes,
+        "class_names": fed.train_set.class_names,
+        "dataset": cfg.data.dataset,
+        "partition": cfg.data.partition.model_dump(),
+        "num_samples": [c.num_samples for c in fed.clients],
+        "label_counts": fed.label_counts().tolist(),
+        "device": [d.name for d in fl.devices],
+        "network": [n.name for n in fl.networks],
+        "expected_latency_s": [float(x) for x in expected],
+        "train_indices_hash": [int(np.bitwise_xor.reduce(c.train_indices * 2654435761 % (2**31))) if len(c.train_indices) else 0 for c in fed.clients],
+    }
+
+
+def run_comparison(
+    cc: CompareConfig, out_dir: str | Path, on_start: Callable[[str, int, int], None] | None = None,
+    on_round: Callable[[str, int, RoundEvent], None] | None = None,
+) -> Path:
+    """Run every method for every seed on the shared federation; then write the report.
+
+    Returns the comparison directory.
+    """
+    from fedselect.report import build_report
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for seed in cc.seeds:
+        first = cc.experiment(cc.methods[0], seed)
+        fed = build_federation(first)
+        write_json_atomic(out / f"federation-s{seed}.json", federation_info(fed))
+        for entry in cc.methods:
+            runs.append({"label": entry.label, "method": entry.method, "seed": seed, "dir": f"runs/{entry.label.replace(' ', '_')}-s{seed}"})
+        write_json_atomic(out / "compare.json", {**cc.model_dump(mode="json"), "runs": runs})
+        for entry in cc.methods:
+            cfg = cc.experiment(entry, seed)
+            if on_start:
+                on_start(entry.label, seed, cfg.rounds)
+            cb = (lambda ev, lab=entry.label: on_round(lab, seed, ev)) if on_round else None
+            run_experiment(cfg, out / f"runs/{entry.label.replace(' ', '_')}-s{seed}", on_round=cb, federation=fed)
+    build_report(out)
+    return out

@@ -1,0 +1,173 @@
+"""Comparison plots (matplotlib, PNG). Called by :mod:`fedselect.report`.
+
+Each figure has labelled axes with units and one colour per method, consistent across figures.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"figure.dpi": 110, "font.size": 10, "axes.grid": True, "grid.alpha": 0.3})
+    return plt
+
+
+def _series(rows: list[dict[str, str]], key: str) -> tuple[np.ndarray, np.ndarray]:
+    r = np.array([int(x["round"]) for x in rows])
+    v = np.array([float(x[key]) if x[key] not in ("", None) else math.nan for x in rows])
+    return r, v
+
+
+def _mean_band(runs, key):
+    """Rounds present in every run, mean and min/max band."""
+    if not runs:
+        return None
+    n = min(len(r.rows) for r in runs)
+    if n == 0:
+        return None
+    rounds = _series(runs[0].rows[:n], key)[0]
+    vals = np.stack([_series(r.rows[:n], key)[1] for r in runs])
+    ok = ~np.isnan(vals).all(axis=0)
+    return rounds[ok], np.nanmean(vals[:, ok], axis=0), np.nanmin(vals[:, ok], axis=0), np.nanmax(vals[:, ok], axis=0)
+
+
+def _metric_key(results) -> tuple[str, str]:
+    import yaml
+
+    for r in results:
+        p = r.dir / "config.yaml"
+        if p.exists():
+            m = (yaml.safe_load(p.read_text()) or {}).get("metrics", {}).get("metric", "accuracy")
+            return m, "macro-F1" if m == "f1_macro" else "test accuracy"
+    return "accuracy", "test accuracy"
+
+
+def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]) -> list[str]:
+    """Write every plot that the data supports; return the file names."""
+    plt = _plt()
+    out.mkdir(parents=True, exist_ok=True)
+    colors = {lab: plt.cm.tab10(i % 10) for i, lab in enumerate(labels)}
+    by_label = defaultdict(list)
+    for r in results:
+        by_label[r.label].append(r)
+    metric, metric_name = _metric_key(results)
+    nseeds = max((len(v) for v in by_label.values()), default=1)
+    band_note = f" (mean of {nseeds} seeds, band = min..max)" if nseeds > 1 else ""
+    written = []
+
+    def save(fig, name):
+        fig.tight_layout()
+        fig.savefig(out / name)
+        plt.close(fig)
+        written.append(name)
+
+    # 1. metric vs round, 2. e2e latency vs round
+    for key, ylabel, name in ((metric, metric_name, "metric_vs_round.png"), ("e2e_latency_s", "end-to-end latency (s)", "latency_vs_round.png")):
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for lab in labels:
+            mb = _mean_band(by_label[lab], key)
+            if mb is None:
+                continue
+            x, m, lo, hi = mb
+            ax.plot(x, m, label=lab, color=colors[lab], lw=1.8)
+            if nseeds > 1:
+                ax.fill_between(x, lo, hi, color=colors[lab], alpha=0.15)
+        ax.set_xlabel("communication round")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{ylabel} per round{band_note}")
+        ax.legend()
+        save(fig, name)
+
+    # 3. metric vs end-to-end latency (time-to-accuracy), one line per run
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for lab in labels:
+        for i, r in enumerate(by_label[lab]):
+            _, lat = _series(r.rows, "e2e_latency_s")
+            _, v = _series(r.rows, metric)
+            ok = ~np.isnan(v)
+            ax.plot(lat[ok], v[ok], color=colors[lab], lw=1.5, alpha=0.9 if i == 0 else 0.5, label=lab if i == 0 else None)
+    ax.set_xlabel("end-to-end latency (s, simulated)")
+    ax.set_ylabel(metric_name)
+    ax.set_title(f"time to {metric_name}: higher and further left is better")
+    ax.legend()
+    save(fig, "metric_vs_latency.png")
+
+    if feds:
+        fed = feds[0]
+        lat = np.asarray(fed["expected_latency_s"])
+        # 4. selection counts vs client latency (first seed's federation)
+        seed0 = min(r.seed for r in results) if results else 0
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for j, lab in enumerate(labels):
+            runs = [r for r in by_label[lab] if r.seed == seed0]
+            if not runs:
+                continue
+            counts = np.zeros(len(lat))
+            for row in runs[0].rows:
+                if row["selected"]:
+                    for k in row["selected"].split(";"):
+                        counts[int(k)] += 1
+            jitter = (j - (len(labels) - 1) / 2) * 0.04
+            ax.scatter(lat * (1 + jitter), counts, s=22, color=colors[lab], alpha=0.75, label=lab)
+        ax.set_xscale("log")
+        ax.set_xlabel("client's expected latency per round (s, log scale; mean frequency and bandwidth)")
+        ax.set_ylabel("times selected")
+        ax.set_title(f"selection vs client latency (seed {seed0}): stragglers are on the right")
+        ax.legend()
+        save(fig, "selection_vs_latency.png")
+
+        # 5. label distribution of the partition
+        counts = np.asarray(fed["label_counts"], dtype=float)
+        n, c = counts.shape
+        fig, ax = plt.subplots(figsize=(max(7, 0.18 * n + 2), 4.2))
+        bottom = np.zeros(n)
+        names = fed.get("class_names") or [str(i) for i in range(c)]
+        cmap = plt.cm.tab20 if c > 10 else plt.cm.tab10
+        for j in range(c):
+            ax.bar(np.arange(n), counts[:, j], bottom=bottom, color=cmap(j % cmap.N), width=0.85, label=str(names[j]))
+            bottom += counts[:, j]
+        ax.set_xlabel("client id")
+        ax.set_ylabel("training samples")
+        part = fed.get("partition", {})
+        ax.set_title(f"label distribution: {fed.get('dataset')}, {part.get('scheme')} " + ", ".join(f"{k}={v}" for k, v in part.items() if k != "scheme"))
+        ax.legend(title="label", ncol=2 if c > 5 else 1, fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")
+        save(fig, "label_distribution.png")
+
+    # 6. CEFL: similarity matrix with clusters and leaders (from the run's cefl.json)
+    for r in results:
+        p = r.dir / "cefl.json"
+        if not p.exists():
+            continue
+        info = json.loads(p.read_text())
+        S = np.asarray(info["similarity"], dtype=float)
+        clusters = [list(map(int, c)) for c in info["clusters"]]
+        leaders = set(int(x) for x in info["leaders"])
+        order = [k for c in clusters for k in sorted(c)]
+        fig, ax = plt.subplots(figsize=(6.4, 5.4))
+        im = ax.imshow(S[np.ix_(order, order)], cmap="viridis")
+        fig.colorbar(im, ax=ax, label="similarity S_ij (CE-eq 4)")
+        ticks = [f"{k}*" if k in leaders else str(k) for k in order]
+        ax.set_xticks(range(len(order)), ticks, rotation=90, fontsize=7)
+        ax.set_yticks(range(len(order)), ticks, fontsize=7)
+        pos = 0
+        for c in clusters:
+            ax.add_patch(plt.Rectangle((pos - 0.5, pos - 0.5), len(c), len(c), fill=False, ec="red", lw=2))
+            pos += len(c)
+        ax.set_xlabel("client id (grouped by cluster; * = leader)")
+        ax.set_ylabel("client id")
+        ax.set_title(f"CEFL similarity and {len(clusters)} clusters ({r.label}, seed {r.seed})")
+        save(fig, f"cefl_similarity_{r.label.replace(' ', '_')}_s{r.seed}.png")
+        break
+    return written

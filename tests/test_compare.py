@@ -1,0 +1,129 @@
+"""Comparisons share one federation; tables and reports are exact and reproducible."""
+
+import json
+
+import numpy as np
+import pytest
+
+from fedselect import compare as compare_mod
+from fedselect.compare import load_compare, parse_compare, run_comparison
+from fedselect.config import ConfigError, parse_config
+from fedselect.federation import build_federation
+from fedselect.fl.metrics import CORE_COLUMNS
+from fedselect.report import build_report
+
+
+def _doc(tiny_cfg_doc, seeds=(0,)):
+    return {"name": "t", "seeds": list(seeds), "base": tiny_cfg_doc, "baseline": "FedAvg",
+            "methods": [{"label": "FedAvg", "method": "fedavg"}, {"label": "Full", "method": "full"}]}
+
+
+def test_same_config_same_federation(tiny_cfg_doc):
+    a, b = build_federation(parse_config(tiny_cfg_doc)), build_federation(parse_config(tiny_cfg_doc))
+    for ca, cb in zip(a.clients, b.clients):
+        np.testing.assert_array_equal(ca.train_indices, cb.train_indices)
+        np.testing.assert_array_equal(ca.holdout_indices, cb.holdout_indices)
+    for t in (1, 2, 5):
+        np.testing.assert_array_equal(a.fleet.draw(t).freq_mhz, b.fleet.draw(t).freq_mhz)
+        np.testing.assert_array_equal(a.fleet.draw(t).bandwidth_mbps, b.fleet.draw(t).bandwidth_mbps)
+
+
+def test_every_method_gets_the_same_federation(tmp_path, tiny_cfg_doc, monkeypatch):
+    seen, built = [], []
+    real_build, real_run = compare_mod.build_federation, compare_mod.run_experiment
+    monkeypatch.setattr(compare_mod, "build_federation", lambda cfg: built.append(real_build(cfg)) or built[-1])
+
+    def spy(cfg, run_dir, on_round=None, federation=None, **kw):
+        seen.append((cfg.method, cfg.seed, federation))
+        return real_run(cfg, run_dir, on_round=on_round, federation=federation, **kw)
+
+    monkeypatch.setattr(compare_mod, "run_experiment", spy)
+    tiny_cfg_doc["rounds"] = 1
+    run_comparison(parse_compare(_doc(tiny_cfg_doc, seeds=(0, 1))), tmp_path / "c")
+    assert len(built) == 2  # one federation per seed
+    assert [(m, s) for m, s, _ in seen] == [("fedavg", 0), ("full", 0), ("fedavg", 1), ("full", 1)]
+    assert seen[0][2] is seen[1][2] is built[0] and seen[2][2] is seen[3][2] is built[1]
+    info = json.loads((tmp_path / "c" / "federation-s0.json").read_text())
+    assert info["num_clients"] == 8 and sum(info["num_samples"]) == sum(len(c.train) for c in built[0].clients)
+    # the written table is what `report` rebuilds, byte for byte
+    first = (tmp_path / "c" / "table.md").read_bytes(), (tmp_path / "c" / "table.csv").read_bytes()
+    rep = build_report(tmp_path / "c")
+    assert ((tmp_path / "c" / "table.md").read_bytes(), (tmp_path / "c" / "table.csv").read_bytes()) == first
+    assert {"metric_vs_round.png", "latency_vs_round.png", "metric_vs_latency.png", "selection_vs_latency.png", "label_distribution.png"} <= set(rep["plots"])
+    assert all((tmp_path / "c" / "plots" / p).stat().st_size > 5000 for p in rep["plots"])
+
+
+def _fake_run(d, rows, rounds, complete=True):
+    d.mkdir(parents=True)
+    (d / "config.yaml").write_text(f"rounds: {rounds}\nmetrics: {{target: 0.8, metric: accuracy}}\n")
+    lines = [",".join(CORE_COLUMNS)]
+    for r, acc, lat, mb in rows:
+        vals = {"round": r, "selected": "0;1", "accuracy": acc, "f1_macro": acc, "test_loss": 1, "train_loss": 1, "round_latency_s": 0,
+                "e2e_latency_s": lat, "upload_bytes": 0, "download_bytes": 0, "cum_upload_bytes": int(mb * 1e6), "cum_download_bytes": 0, "failed": ""}
+        lines.append(",".join(str(vals[c]) for c in CORE_COLUMNS))
+    (d / "metrics.csv").write_text("\n".join(lines) + "\n")
+    (d / "timing.csv").write_text("round,wall_s,cum_wall_s\n1,1.0,10.0\n")
+    if complete:
+        (d / "summary.json").write_text("{}")
+
+
+def _fabricated(tmp_path, interrupted=False):
+    c = tmp_path / "cmp"
+    runs = []
+    # baseline A: final acc 0.80 / 0.90 (mean 0.85), latency 100 / 300 (mean 200), 10 MB
+    _fake_run(c / "runs/A-s0", [(0, 0.1, 0, 0), (1, 0.5, 50, 5), (2, 0.80, 100, 10)], 2)
+    _fake_run(c / "runs/A-s1", [(0, 0.1, 0, 0), (1, 0.7, 150, 5), (2, 0.90, 300, 10)], 2)
+    # B: final acc 0.86 / 0.88 (mean 0.87), latency 150 / 150 (mean 150 = -25%), 5 MB (-50%)
+    _fake_run(c / "runs/B-s0", [(0, 0.1, 0, 0), (1, 0.82, 75, 2.5), (2, 0.86, 150, 5)], 2)
+    if interrupted:
+        _fake_run(c / "runs/B-s1", [(0, 0.1, 0, 0), (1, 0.81, 70, 2.5)], 2, complete=False)
+    else:
+        _fake_run(c / "runs/B-s1", [(0, 0.1, 0, 0), (1, 0.7, 75, 2.5), (2, 0.88, 150, 5)], 2)
+    for lab in "AB":
+        for s in (0, 1):
+            runs.append({"label": lab, "method": lab.lower(), "seed": s, "dir": f"runs/{lab}-s{s}"})
+    (c / "compare.json").write_text(json.dumps({"name": "fab", "baseline": "A", "methods": [{"label": "A"}, {"label": "B"}], "runs": runs}))
+    return c
+
+
+def test_relative_changes_match_hand_computed(tmp_path):
+    rep = build_report(_fabricated(tmp_path), plots=False)
+    a, b = rep["table"]
+    assert a["final_accuracy"] == pytest.approx(0.85) and b["final_accuracy"] == pytest.approx(0.87)
+    assert b["final_accuracy_vs"] == pytest.approx(2.0)  # +2.0 points
+    assert b["e2e_latency_s_vs"] == pytest.approx(-25.0)
+    assert b["communication_mb_vs"] == pytest.approx(-50.0)
+    # rounds to 0.8: A 2 and 2 (mean 2); B 1 and 2 (mean 1.5) -> -25%
+    assert b["rounds_to_target"] == pytest.approx(1.5) and b["rounds_to_target_vs"] == pytest.approx(-25.0)
+    assert a["e2e_latency_s_std"] == pytest.approx(np.std([100, 300], ddof=1))
+    assert "latency -25.0% vs A" in rep["markdown"] and "accuracy +2.0 pts vs A" in rep["markdown"]
+
+
+def test_report_on_interrupted_run_uses_existing_rounds(tmp_path):
+    rep = build_report(_fabricated(tmp_path, interrupted=True), plots=True)
+    b = rep["table"][1]
+    assert b["incomplete"] == ["B-s1 (1 of 2 rounds)"]
+    assert b["final_accuracy"] == pytest.approx((0.86 + 0.81) / 2)
+    assert "Incomplete runs (their existing rounds are used): B-s1 (1 of 2 rounds)" in rep["markdown"]
+    assert "metric_vs_round.png" in rep["plots"]
+
+
+def test_compare_config_errors(tiny_cfg_doc, tmp_path):
+    bad = _doc(tiny_cfg_doc)
+    bad["methods"][1]["overrides"] = {"data.num_clients": 4}
+    with pytest.raises(ConfigError, match="would change the shared federation"):
+        parse_compare(bad)
+    bad = _doc(tiny_cfg_doc)
+    bad["baseline"] = "Nope"
+    with pytest.raises(ConfigError, match="baseline 'Nope' is not one of the method labels"):
+        parse_compare(bad)
+    bad = _doc(tiny_cfg_doc)
+    bad["methods"][1]["label"] = "FedAvg"
+    with pytest.raises(ConfigError, match="duplicate labels"):
+        parse_compare(bad)
+    bad = _doc(tiny_cfg_doc)
+    bad["methods"][1]["method"] = "magic"
+    with pytest.raises(ConfigError, match="unknown method 'magic'"):
+        parse_compare(bad)
+    with pytest.raises(FileNotFoundError):
+        load_compare(tmp_path / "missing.yaml")
