@@ -23,7 +23,7 @@ $(STAMP): $(BIN)/python requirements.txt pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/fedselect run $(ARGS)
+	$(BIN)/fedselect compare $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(ARGS)
