@@ -7,6 +7,7 @@ has defaults, so a config only states how it differs from the embedded default e
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,8 +19,22 @@ class ConfigError(ValueError):
     """A config file or value is invalid; the message names the key and what is allowed."""
 
 
+def _accepts_bool(annotation: Any) -> bool:
+    if annotation is bool or annotation is Any:
+        return True
+    return any(_accepts_bool(a) for a in typing.get_args(annotation))
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # no NaN/inf numbers anywhere; booleans are not numbers (YAML `rounds: yes` is an error)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_as_number(cls, v: Any, info) -> Any:
+        if isinstance(v, bool) and info.field_name in cls.model_fields and not _accepts_bool(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"expected {cls.model_fields[info.field_name].annotation!s}, got the boolean {v}".replace("<class '", "").replace("'>", ""))
+        return v
 
 
 class PartitionConfig(BaseModel):
@@ -98,6 +113,42 @@ class SystemConfig(_Strict):
     networks: list[ProfileRow] | None = None
     device_mix: dict[str, float] | None = None
     network_mix: dict[str, float] | None = None
+    round_deadline_s: float | None = Field(
+        None, gt=0, description="round deadline in seconds of simulated latency: later updates are discarded (code timeout) "
+        "and the round lasts the deadline; null = wait for every participant")
+
+
+class FaultInjection(_Strict):
+    """An explicit failure (docs/reliability.md): ``kind`` for ``clients`` in ``rounds``
+    (a number, a list, or "all"; an injection only hits clients that are selected)."""
+
+    kind: Literal["drop", "raise", "nan", "inf", "timeout"]
+    rounds: int | list[int] | Literal["all"] = "all"
+    clients: int | list[int] | Literal["all"] = "all"
+
+    def round_set(self) -> list[int] | None:
+        return None if self.rounds == "all" else ([self.rounds] if isinstance(self.rounds, int) else list(self.rounds))
+
+    def client_set(self) -> list[int] | None:
+        return None if self.clients == "all" else ([self.clients] if isinstance(self.clients, int) else list(self.clients))
+
+
+class FaultsConfig(_Strict):
+    """Client faults (docs/reliability.md). Dropout sources combine independently: a client is
+    reachable in a round with probability (1 - dropout)(1 - dropout_by_device[d])(1 - dropout_by_network[n])."""
+
+    dropout: float = Field(0.0, ge=0, le=1, description="per-round probability that any client is unreachable")
+    dropout_by_device: dict[str, float] = Field(default_factory=dict, description="per-round dropout probability by device profile name")
+    dropout_by_network: dict[str, float] = Field(default_factory=dict, description="per-round dropout probability by network profile name")
+    inject: list[FaultInjection] = Field(default_factory=list, description="explicit failures at given rounds/clients")
+
+    @field_validator("dropout_by_device", "dropout_by_network")
+    @classmethod
+    def _probabilities(cls, v: dict[str, float], info) -> dict[str, float]:
+        for name, p in v.items():
+            if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
+                raise ValueError(f"{name}: dropout probability must be in [0, 1], got {p!r}")
+        return v
 
 
 class MetricsConfig(_Strict):
@@ -118,6 +169,7 @@ class ExperimentConfig(_Strict):
     train: TrainSection = Field(default_factory=TrainSection)
     system: SystemConfig = Field(default_factory=SystemConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    faults: FaultsConfig = Field(default_factory=FaultsConfig)
     method_options: dict[str, Any] = Field(default_factory=dict)
     eval_every: int = Field(1, ge=1, description="evaluate the global model every k rounds (and at the last)")
     checkpoint_every: int = Field(1, ge=0, description="checkpoint every k rounds; 0 = never")
@@ -129,6 +181,16 @@ class ExperimentConfig(_Strict):
             raise ValueError(
                 f"clients_per_round (U = {self.clients_per_round}) must be <= data.num_clients (N = {self.data.num_clients})"
             )
+        for i, inj in enumerate(self.faults.inject):
+            bad_rounds = [r for r in inj.round_set() or [] if not 1 <= r <= self.rounds]
+            if bad_rounds:
+                raise ValueError(f"faults.inject[{i}].rounds: {bad_rounds} outside the rounds 1..{self.rounds} of this run")
+            bad_clients = [k for k in inj.client_set() or [] if not 0 <= k < self.data.num_clients]
+            if bad_clients:
+                raise ValueError(f"faults.inject[{i}].clients: {bad_clients} are not client ids 0..{self.data.num_clients - 1}")
+            if inj.kind == "timeout" and self.system.round_deadline_s is None:
+                raise ValueError(f"faults.inject[{i}].kind 'timeout' needs system.round_deadline_s (a deadline in seconds); "
+                                 f"without one the server waits for every client")
         from fedselect.methods import METHODS, import_methods
 
         import_methods()
@@ -140,11 +202,11 @@ class ExperimentConfig(_Strict):
 def _format_errors(e: ValidationError, source: str) -> str:
     lines = [f"invalid config {source}:"]
     for err in e.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        loc = ".".join(str(p) for p in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key (not allowed here)"
-        lines.append(f"  {loc}: {msg}")
+        lines.append(f"  {loc}: {msg}" if loc else f"  {msg}")  # model-level messages name their keys
     return "\n".join(lines)
 
 
