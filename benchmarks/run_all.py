@@ -1,0 +1,47 @@
+"""Run every benchmark in this folder: `python benchmarks/run_all.py [--quick] [--only NAME]`.
+
+Each benchmark is a script `bench_*.py` (or a named script listed below) exposing
+``main(quick: bool) -> dict``; results are printed and written to
+``benchmarks/results/<name>.json``. Figures go into the issue notes, not into tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def discover() -> list[Path]:
+    return sorted(p for p in HERE.glob("bench_*.py"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="small sizes (minutes, not hours)")
+    ap.add_argument("--only", help="run only benchmarks whose file name contains this")
+    args = ap.parse_args()
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    for path in discover():
+        if args.only and args.only not in path.name:
+            continue
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        t0 = time.perf_counter()
+        print(f"== {path.stem}", flush=True)
+        res = mod.main(quick=args.quick)
+        res["bench_wall_s"] = time.perf_counter() - t0
+        (out / f"{path.stem}.json").write_text(json.dumps(res, indent=2, default=str))
+        print(json.dumps(res, indent=2, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
