@@ -17,7 +17,7 @@ Learning", Algorithm 1:
 
 Options (``method_options``):
 
-* ``r1``, ``r2`` (secretary only): the record window of BO-eq 6/7 (default 1, 2).
+* ``r1``, ``r2``: the record window of BO-eq 6/7 (default 1, 2); ignored by the baselines.
 * ``eval_epochs``: E for the candidate evaluation (default ``train.local_epochs``).
 * ``rerun_every`` (delta, in rounds; 0 = one selection before round 1): the whole heuristic is
   repeated every delta rounds over a *stream*: client ``k`` is available during
@@ -69,9 +69,13 @@ _EVAL_CACHE: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary(
 
 
 class OnlineOptions(BaseModel):
-    """Options shared by the three budgeted-online methods (see the module docstring)."""
+    """Options shared by the three budgeted-online methods (see the module docstring).
+    ``r1``/``r2`` only matter to ``budgeted_online``; the baselines accept and ignore them so
+    that one config can be compared across the three methods."""
 
     model_config = ConfigDict(extra="forbid")
+    r1: int = Field(1, ge=1, description="lower end of the record window (BO-eq 6, 7)")
+    r2: int = Field(2, ge=1, description="upper end of the record window (BO-eq 6, 7)")
     eval_epochs: int | None = Field(None, ge=1, description="E for candidate evaluation (default train.local_epochs)")
     rerun_every: int = Field(0, ge=0, description="delta in rounds between re-runs over the stream; 0 = one run")
     keep_global: bool = Field(False, description="re-runs continue the current global model instead of a fresh one")
@@ -79,13 +83,8 @@ class OnlineOptions(BaseModel):
     mean_stay: float | None = Field(None, gt=0, description="mean availability in rounds (exponential); None = forever")
     arrival_rate: float | None = Field(None, gt=0, description="candidates per second inside a run (arrival times)")
 
-
-class SecretaryOptions(OnlineOptions):
-    r1: int = Field(1, ge=1, description="lower end of the record window (BO-eq 6, 7)")
-    r2: int = Field(2, ge=1, description="upper end of the record window (BO-eq 6, 7)")
-
     @model_validator(mode="after")
-    def _order(self) -> "SecretaryOptions":
+    def _order(self) -> "OnlineOptions":
         if self.r1 > self.r2:
             raise ValueError(f"need r1 <= r2, got r1={self.r1}, r2={self.r2}")
         return self
@@ -189,7 +188,7 @@ class OnlineSelection(Method):
                 up, down, latency = up + u.upload_bytes, down + u.download_bytes, latency + u.latency_s
             accepted = [order[i] for i in sel.accepted]
             run.update(
-                accepted_clients=sorted(accepted),
+                accepted_clients=accepted,  # arrival order, aligned with accepted_scores
                 accepted_scores=[all_scores[i] for i in sel.accepted],
                 candidates_evaluated=int(sel.evaluated),
                 competitive_ratio=competitive_ratio(all_scores, sel.accepted, budget),
@@ -203,9 +202,8 @@ class OnlineSelection(Method):
                 lat = self.make_update(0, order[last], self.initial_state, math.nan, self.eval_epochs, draws).latency_s
                 run["selection_time_s"] = float(t_arr[last] + lat)
             self.runs.append(run)
-        info = {"upload_bytes": up, "download_bytes": down, "latency_s": latency}
-        info.update(self._totals())
-        return info
+        return {"upload_bytes": up, "download_bytes": down, "latency_s": latency,
+                "candidates_evaluated": int(sum(r["candidates_evaluated"] for r in self.runs))}
 
     def _run_at(self, t: int) -> dict[str, Any] | None:
         current = None
@@ -220,7 +218,7 @@ class OnlineSelection(Method):
             return []
         if t == run["start_round"] and run["run"] > 0 and not self.options.keep_global:
             self.global_model.load_state_dict(self.initial_state)  # Algorithm 1 re-initialises
-        return [k for k in run["accepted_clients"] if self.leave[k] > t - 1]
+        return sorted(k for k in run["accepted_clients"] if self.leave[k] > t - 1)
 
     def observe(self, t, updates, before, after):
         run = self._run_at(t)
@@ -268,7 +266,6 @@ class BudgetedOnline(OnlineSelection):
     threshold = their best accuracy, accept strictly better candidates, tail-fill (SPEC 3)."""
 
     name = "budgeted_online"
-    Options = SecretaryOptions
 
     def choose(self, scores, budget):
         a = alpha_star(len(scores), self.options.r1, self.options.r2, budget=budget)

@@ -1,0 +1,130 @@
+"""Budgeted online selection on the round loop: the three methods on one shared federation
+(small synthetic IoT data), re-runs over a stream, determinism and resume (SPEC 3)."""
+
+import numpy as np
+import pytest
+
+from fedselect.config import ConfigError, parse_config
+from fedselect.federation import build_federation
+from fedselect.fl.metrics import read_csv_rows
+from fedselect.methods.secretary import alpha_star, offline_best_rule, secretary_rule
+from fedselect.runner import resume_experiment, run_experiment
+
+METHODS = ("budgeted_online", "online_random", "offline_best")
+
+
+def doc(**kw):
+    d = {
+        "name": "bo-tiny", "seed": 1, "method": "budgeted_online", "rounds": 2, "clients_per_round": 3,
+        "data": {"dataset": "iot-synthetic", "options": {"windows": 120, "min_records": 50}, "num_clients": 12,
+                 "partition": {"scheme": "fat_thin"}, "holdout_fraction": 0.0},
+        "model": {"name": "mlp"},
+        "train": {"local_epochs": 1, "batch_size": 8, "optimizer": "adam", "lr": 0.003},
+        "method_options": {"r2": 2},
+        "checkpoint_every": 0,
+    }
+    d.update(kw)
+    return d
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """The three methods on one federation."""
+    cfg = parse_config(doc())
+    fed = build_federation(cfg)
+    out = {}
+    for m in METHODS:
+        d = tmp_path_factory.mktemp(m)
+        out[m] = (run_experiment(parse_config(doc(method=m)), d, federation=fed), d)
+    return out
+
+
+def test_three_methods_share_arrivals_and_evaluations(shared):
+    sums = {m: s for m, (s, _) in shared.items()}
+    runs = {m: s["selection_runs"][0] for m, s in sums.items()}
+    # the same candidate accuracies for everyone (all 12 computed for the competitive ratio)
+    acc = sums["offline_best"]["candidate_accuracy"]
+    assert len(acc) == 12 and all(sums[m]["candidate_accuracy"] == acc for m in METHODS)
+    # offline best: the top 3 by accuracy, ratio 1, everyone contacted
+    scores = np.array([acc[str(k)] for k in range(12)])
+    top = set(np.argsort(-scores, kind="stable")[:3].tolist())
+    assert set(sums["offline_best"]["accepted_clients"]) == top
+    assert sums["offline_best"]["competitive_ratio"] == pytest.approx(1.0)
+    assert sums["offline_best"]["candidates_evaluated"] == 12
+    for m in METHODS:
+        assert len(sums[m]["accepted_clients"]) == 3
+        assert 0 < sums[m]["competitive_ratio"] <= 1.0 + 1e-12
+        assert sums[m]["accepted_scores"] == [acc[str(k)] for k in sums[m]["accepted_clients"]]
+    # the secretary rule replayed on the arrival order gives the same choice
+    sec = sums["budgeted_online"]
+    assert sec["alpha"] == alpha_star(12, 1, 2, budget=3) == 2
+    summary_run = runs["budgeted_online"]
+    assert summary_run["available"] == 12
+
+
+def test_rounds_use_the_accepted_clients(shared):
+    for m, (s, d) in shared.items():
+        rows = read_csv_rows(d / "metrics.csv")
+        assert [r["round"] for r in rows] == ["0", "1", "2"]
+        for r in rows[1:]:
+            assert sorted(int(x) for x in r["selected"].split(";")) == sorted(s["accepted_clients"])
+            assert float(r["competitive_ratio"]) == pytest.approx(s["competitive_ratio"])
+        # evaluation traffic before round 1: every contacted candidate downloads and uploads the model
+        model_bytes = 4 * (10 * 25 + 25 + 25 * 25 + 25 + 25 * 10 + 10)
+        assert int(rows[0]["upload_bytes"]) == s["candidates_evaluated"] * model_bytes
+        assert int(rows[0]["download_bytes"]) == s["candidates_evaluated"] * model_bytes
+
+
+def test_arrival_order_replays_with_the_pure_rules(tmp_path):
+    cfg = parse_config(doc(rounds=1))
+    fed = build_federation(cfg)
+    from fedselect.runner import make_method
+
+    m = make_method(cfg, fed)
+    m.prepare()
+    run = m.runs[0]
+    order = run["arrival_order"]
+    assert sorted(order) == list(range(12)) and order != list(range(12))  # a seeded shuffle
+    scores = [m.candidate_accuracy(k) for k in order]
+    sel = secretary_rule(scores, 3, 2)
+    assert run["accepted_clients"] == [order[i] for i in sel.accepted]
+    assert run["candidates_evaluated"] == sel.evaluated
+    ob = make_method(parse_config(doc(rounds=1, method="offline_best")), fed)
+    ob.prepare()
+    assert ob.runs[0]["arrival_order"] == order
+    assert ob.runs[0]["accepted_clients"] == [order[i] for i in offline_best_rule(scores, 3).accepted]
+
+
+def test_same_seed_identical_and_resume_matches(tmp_path):
+    cfg = parse_config(doc(rounds=3, checkpoint_every=1, method_options={"r2": 1, "rerun_every": 2}))
+    run_experiment(cfg, tmp_path / "a")
+    run_experiment(cfg, tmp_path / "b", stop_after=1)
+    resume_experiment(tmp_path / "b")
+    a, b = (tmp_path / "a" / "metrics.csv").read_bytes(), (tmp_path / "b" / "metrics.csv").read_bytes()
+    assert a == b
+
+
+def test_stream_reruns_follow_availability(tmp_path):
+    opts = {"r2": 2, "rerun_every": 2, "initial_available": 0.5, "mean_stay": 3.0, "arrival_rate": 0.5}
+    s = run_experiment(parse_config(doc(rounds=6, data={**doc()["data"], "num_clients": 20}, method_options=opts)), tmp_path / "s")
+    runs = s["selection_runs"]
+    assert [r["start_round"] for r in runs] == [1, 3, 5] and s["selection_runs_count"] == 3
+    assert s["candidates_evaluated"] == sum(r["candidates_evaluated"] for r in runs)
+    assert s["selection_time_s"] > 0
+    pools = [r["available"] for r in runs]
+    assert pools[0] < 20  # only about half are there at time 0
+    rows = read_csv_rows(tmp_path / "s" / "metrics.csv")
+    for r in rows[1:]:
+        t = int(r["round"])
+        run = runs[(t - 1) // 2]
+        chosen = [int(x) for x in r["selected"].split(";")] if r["selected"] else []
+        assert set(chosen) <= set(run["accepted_clients"])  # accepted clients still available
+        assert int(r["selection_run"]) == run["run"]
+
+
+def test_bad_options_are_reported():
+    with pytest.raises(ConfigError, match="r1"):
+        from fedselect.runner import make_method
+
+        cfg = parse_config(doc(method_options={"r1": 3, "r2": 2}))
+        make_method(cfg, build_federation(cfg))
