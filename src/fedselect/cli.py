@@ -83,7 +83,7 @@ def print_summary(summary: dict, run_dir: Path) -> None:
 
 
 def _fail(e: Exception) -> None:
-    console.print(f"[red]error:[/red] {e}", highlight=False)
+    console.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -94,16 +94,24 @@ def run(
     seed: Optional[int] = typer.Option(None, "--seed", "-s", help="override the experiment seed"),
     method: Optional[str] = typer.Option(None, "--method", "-m", help="override the method (fedavg, full, flashrl, favor, cefl, ...)"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="run directory (default runs/<name>-<method>-s<seed>-<time>)"),
-    resume: Optional[Path] = typer.Option(None, "--resume", help="continue the run in this directory from its last checkpoint"),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="continue the run in this directory from its last checkpoint (with its saved config; only --rounds may extend the budget)"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace a run already in --out (its config, metrics, checkpoints and summary are deleted)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
 ) -> None:
-    """Run one experiment and write metrics.csv, summary.json, config.yaml and run.log."""
-    from fedselect.runner import resume_experiment, run_experiment
+    """Run one experiment and write metrics.csv, summary.json, model.pt, config.yaml and run.log.
+
+    An --out directory that already holds a run is refused unless --resume or --overwrite.
+    """
+    from fedselect.runner import check_run_dir, resume_experiment, run_experiment
 
     try:
         if resume is not None:
-            if not (resume / "config.yaml").is_file():
-                _fail(FileNotFoundError(f"--resume {resume}: no config.yaml there (not a run directory)"))
+            given = [n for n, v in (("CONFIG", config), ("--seed", seed), ("--method", method), ("--out", out)) if v is not None]
+            if overwrite:
+                given.append("--overwrite")
+            if given:
+                raise ValueError(f"--resume continues the run with the config saved in {resume}; it cannot be combined with "
+                                 f"{', '.join(given)} (only --rounds, to extend the budget)")
             run_dir, summary = resume, None
             with _progress() as prog:
                 task = prog.add_task("resume", total=None, status="")
@@ -111,11 +119,12 @@ def run(
         else:
             cfg = _load(config, _overrides(rounds, seed, method))
             run_dir = out or Path("runs") / f"{cfg.name}-{cfg.method}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+            check_run_dir(run_dir, overwrite)
             console.print(f"[bold]{cfg.name}[/bold]: {cfg.method} on {cfg.data.dataset}, N={cfg.data.num_clients}, U={cfg.clients_per_round}, T={cfg.rounds}, seed {cfg.seed}")
             with _progress() as prog:
                 task = prog.add_task(cfg.method, total=cfg.rounds, status="preparing")
-                summary = run_experiment(cfg, run_dir, on_round=_advance(prog, task, quiet))
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
+                summary = run_experiment(cfg, run_dir, on_round=_advance(prog, task, quiet), overwrite=overwrite)
+    except (OSError, ValueError, RuntimeError) as e:
         _fail(e)
     print_summary(summary, run_dir)
 
@@ -224,6 +233,8 @@ def print_table(rep: dict) -> None:
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for h in logging.getLogger().handlers:  # the console shows warnings; run.log gets everything
+        h.setLevel(logging.WARNING)
     try:
         app()
     except KeyboardInterrupt:
