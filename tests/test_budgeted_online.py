@@ -128,3 +128,42 @@ def test_bad_options_are_reported():
 
         cfg = parse_config(doc(method_options={"r1": 3, "r2": 2}))
         make_method(cfg, build_federation(cfg))
+
+
+def test_sweep_grid_table_and_continuation(tmp_path):
+    from fedselect.sweep import build_sweep_table, parse_sweep, run_sweep
+
+    base = doc(rounds=1)
+    for k in ("name", "method", "seed"):
+        base.pop(k)
+    sc = parse_sweep({
+        "name": "tiny-grid", "base": base, "seeds": [0],
+        "methods": [
+            {"label": "secretary", "method": "budgeted_online"},
+            {"label": "online random", "method": "online_random", "grid_keys": ["clients_per_round"]},
+            {"label": "offline best", "method": "offline_best", "grid_keys": ["clients_per_round"]},
+        ],
+        "grid": {"clients_per_round": [2, 3], "method_options.r2": [1, 2]},
+    })
+    calls = []
+    rep = run_sweep(sc, tmp_path / "sw", on_run=lambda i, n, d: calls.append(d))
+    assert len(calls) == 8 and len(list((tmp_path / "sw" / "runs").iterdir())) == 8
+    rows = rep["rows"]
+    assert [(r["clients_per_round"], r["method_options.r2"], r["method"]) for r in rows] == [
+        (2, 1, "secretary"), (2, "-", "online random"), (2, "-", "offline best"), (2, 2, "secretary"),
+        (3, 1, "secretary"), (3, "-", "online random"), (3, "-", "offline best"), (3, 2, "secretary"),
+    ]
+    assert all(r["seeds"] == 1 for r in rows)
+    assert all(r["competitive_ratio"] == pytest.approx(1.0) for r in rows if r["method"] == "offline best")
+    assert all(r["candidates_evaluated"] == 12 for r in rows if r["method"] == "offline best")
+    # alpha* differs with r2 (N = 12: r2 = 1 -> 4, r2 = 2 -> 2), so the secretary runs differ
+    table = (tmp_path / "sw" / "table.csv").read_text().splitlines()
+    assert table[0].startswith("clients_per_round,method_options.r2,method,seeds,final_accuracy,final_accuracy_std")
+    assert len(table) == 9
+    # a second call finds every summary and runs nothing; the table is rebuilt identically
+    calls.clear()
+    run_sweep(sc, tmp_path / "sw", on_run=lambda i, n, d: calls.append(d))
+    assert calls == []
+    assert build_sweep_table(tmp_path / "sw")["rows"] == rows
+    with pytest.raises(ConfigError, match="grid_keys"):
+        parse_sweep({"base": base, "methods": [{"method": "online_random", "grid_keys": ["rounds"]}], "grid": {"clients_per_round": [2]}})

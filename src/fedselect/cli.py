@@ -1,4 +1,4 @@
-"""Command-line interface: ``fedselect run | compare | report``.
+"""Command-line interface: ``fedselect run | compare | report | sweep``.
 
 Every command documents its options in ``--help``.
 """
@@ -229,6 +229,40 @@ def print_table(rep: dict) -> None:
     for line in rep["markdown"].splitlines():
         if line.startswith("Incomplete runs"):
             console.print(f"[yellow]{line}[/yellow]")
+
+
+@app.command()
+def sweep(
+    config: Path = typer.Argument(..., help="sweep YAML: base experiment, methods, grid of dotted keys, seeds (e.g. configs/budgeted-sweep.yaml)"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="sweep directory (default runs/<name>-<time>); an existing one is continued, finished runs are kept"),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="comma-separated seeds, e.g. 0,1,2 (overrides the config)"),
+    table_only: bool = typer.Option(False, "--table-only", help="only rebuild table.md / table.csv from the runs in --out"),
+) -> None:
+    """Run a grid of experiments (every method x grid point x seed) and write one table.
+
+    Output: <out>/table.md and table.csv (mean and std over seeds per grid point and method:
+    final accuracy, candidates evaluated, competitive ratio, wall time by default) and
+    runs/<label>-<point>-s<seed>/ per run. Runs sharing data, model and seed share one federation.
+    """
+    from fedselect.sweep import build_sweep_table, load_sweep, run_sweep
+
+    try:
+        sc = load_sweep(config)
+        if seeds:
+            try:
+                sc.seeds = [int(x) for x in seeds.split(",") if x.strip()]
+            except ValueError:
+                _fail(ValueError(f"--seeds {seeds!r}: expected comma-separated integers like 0,1,2"))
+        out_dir = out or Path("runs") / f"{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        if table_only:
+            rep = build_sweep_table(out_dir, sc)
+        else:
+            console.print(f"[bold]{sc.name}[/bold]: {', '.join(m.label for m in sc.methods)}; grid {sc.grid or '-'}; seeds {sc.seeds}; output {out_dir}")
+            rep = run_sweep(sc, out_dir, on_run=lambda i, n, d: console.print(f"[{i}/{n}] {d}", highlight=False))
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        _fail(e)
+    console.print(rep["markdown"], highlight=False, markup=False)
+    console.print(f"sweep directory: {out_dir} (table.md, table.csv, runs/)")
 
 
 def main() -> None:

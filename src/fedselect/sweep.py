@@ -1,0 +1,258 @@
+"""Parameter sweeps: a base experiment, several methods, a grid of dotted keys, seeds -> one table.
+
+Written for the budgeted-online paper's grid (N x R x r2, SPEC 3; ``configs/budgeted-sweep*.yaml``)
+but generic. A sweep YAML::
+
+    name: budgeted-paper-grid
+    base: {...}                       # an experiment (as for `fedselect run`)
+    methods:
+      - {label: secretary, method: budgeted_online}
+      - {label: online random, method: online_random, grid_keys: [data.num_clients, clients_per_round]}
+    grid:                             # dotted key -> values; the product is swept
+      data.num_clients: [100, 200]
+      clients_per_round: [10, 20]
+      method_options.r2: [1, 2, 3]
+    seeds: [0, 1]
+    columns: [final_accuracy, candidates_evaluated, competitive_ratio, wall_s]
+
+``grid_keys`` lists the grid keys a method depends on (default: all): a baseline that ignores
+``r2`` runs once per (N, R) and its row shows ``-`` for r2. Runs sharing data, model, system
+and seed share one federation (built once; so the budgeted-online candidate evaluations are
+computed once and reused by every method and every R, r2 on it). Each run writes
+``<out>/runs/<label>-<point>-s<seed>/``; a run whose ``summary.json`` exists is not run again,
+so an interrupted sweep continues where it stopped. The table (``table.csv``, ``table.md``)
+gives, per grid point and method, the mean and sample standard deviation over seeds of each
+column (a column missing from a method's summary is left empty).
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+import itertools
+import json
+import math
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from fedselect.config import ConfigError, ExperimentConfig, _format_errors, apply_overrides, parse_config
+from fedselect.federation import build_federation
+from fedselect.fl.metrics import atomic_write, write_json_atomic
+from fedselect.runner import run_experiment
+
+DEFAULT_COLUMNS = ["final_accuracy", "candidates_evaluated", "competitive_ratio", "wall_s"]
+
+
+class SweepMethod(BaseModel):
+    """One method of the sweep: label, method name, options, other overrides (dotted keys) and
+    the grid keys it depends on (None = all)."""
+
+    model_config = ConfigDict(extra="forbid")
+    label: str | None = None
+    method: str
+    method_options: dict[str, Any] = Field(default_factory=dict)
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    grid_keys: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _label(self) -> "SweepMethod":
+        self.label = self.label or self.method
+        if not re.fullmatch(r"[A-Za-z0-9_.+\- ()]+", self.label):
+            raise ValueError(f"label {self.label!r}: use letters, digits, space and _ . + - ( ) only")
+        return self
+
+
+class SweepConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = "sweep"
+    base: dict[str, Any] = Field(default_factory=dict)
+    methods: list[SweepMethod] = Field(min_length=1)
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    columns: list[str] = Field(default_factory=lambda: list(DEFAULT_COLUMNS), min_length=1)
+    comment: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "SweepConfig":
+        labels = [m.label for m in self.methods]
+        dup = sorted({x for x in labels if labels.count(x) > 1})
+        if dup:
+            raise ValueError(f"methods: duplicate labels {dup}; give each a distinct `label`")
+        for k, vals in self.grid.items():
+            if not vals:
+                raise ValueError(f"grid.{k}: needs at least one value")
+        for m in self.methods:
+            unknown = sorted(set(m.grid_keys or []) - set(self.grid))
+            if unknown:
+                raise ValueError(f"methods[{m.label}].grid_keys {unknown} are not grid keys {sorted(self.grid)}")
+        if len(set(self.seeds)) != len(self.seeds) or any(s < 0 for s in self.seeds):
+            raise ValueError(f"seeds must be distinct and >= 0, got {self.seeds}")
+        return self
+
+    def points(self) -> list[dict[str, Any]]:
+        """Every grid point (dotted key -> value), in the product order of ``grid``."""
+        keys = list(self.grid)
+        return [dict(zip(keys, vals)) for vals in itertools.product(*(self.grid[k] for k in keys))]
+
+    def experiment(self, m: SweepMethod, point: dict[str, Any], seed: int) -> ExperimentConfig:
+        doc = copy.deepcopy(self.base)
+        doc.update(method=m.method, seed=seed, name=f"{self.name}/{m.label}")
+        if m.method_options:
+            doc["method_options"] = {**doc.get("method_options", {}), **m.method_options}
+        doc = apply_overrides(doc, m.overrides)
+        doc = apply_overrides(doc, point)
+        return parse_config(doc, f"{self.name}: {m.label} at {point or 'base'}, seed {seed}")
+
+
+def parse_sweep(doc: Any, source: str = "<dict>") -> SweepConfig:
+    """Validate a sweep mapping and every experiment in it (before anything runs).
+
+    Raises:
+        ConfigError: naming the key and what is allowed.
+    """
+    if not isinstance(doc, dict):
+        raise ConfigError(f"invalid sweep {source}: the top level must be a mapping")
+    try:
+        sc = SweepConfig.model_validate(doc)
+    except ValidationError as e:
+        raise ConfigError(_format_errors(e, source)) from None
+    for m in sc.methods:
+        for p in sc.points():
+            sc.experiment(m, _restrict(p, m), sc.seeds[0])
+    return sc
+
+
+def load_sweep(path: str | Path) -> SweepConfig:
+    """Read and validate a sweep YAML. Raises FileNotFoundError, ConfigError."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"sweep file not found: {p}")
+    try:
+        doc = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"invalid YAML in {p}: {e}") from None
+    return parse_sweep(doc, str(p))
+
+
+def _restrict(point: dict[str, Any], m: SweepMethod) -> dict[str, Any]:
+    return {k: v for k, v in point.items() if m.grid_keys is None or k in m.grid_keys}
+
+
+def _slug(point: dict[str, Any]) -> str:
+    if not point:
+        return "base"
+    parts = [f"{k.split('.')[-1]}={v}" for k, v in point.items()]
+    return re.sub(r"[^A-Za-z0-9_.=+-]", "_", ",".join(parts))
+
+
+def _fed_key(cfg: ExperimentConfig) -> str:
+    d = cfg.model_dump(mode="json")
+    return json.dumps({k: d[k] for k in ("data", "model", "system", "seed")}, sort_keys=True)
+
+
+def run_sweep(
+    sc: SweepConfig, out_dir: str | Path, on_run: Callable[[int, int, str], None] | None = None,
+) -> dict[str, Any]:
+    """Run every (method, restricted grid point, seed) once, sharing federations; write the
+    table. ``on_run(i, total, description)`` is called before each run. Returns the table
+    (see :func:`build_sweep_table`)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    jobs: dict[tuple, tuple[SweepMethod, dict[str, Any], int]] = {}
+    for seed in sc.seeds:
+        for p in sc.points():
+            for m in sc.methods:
+                rp = _restrict(p, m)
+                jobs.setdefault((m.label, json.dumps(rp, sort_keys=True), seed), (m, rp, seed))
+    groups: dict[str, list] = {}
+    for key, (m, rp, seed) in jobs.items():
+        cfg = sc.experiment(m, rp, seed)
+        groups.setdefault(_fed_key(cfg), []).append((key, m, rp, seed, cfg))
+    write_json_atomic(out / "sweep.json", {**sc.model_dump(mode="json"), "runs": len(jobs)})
+    i = 0
+    for members in groups.values():
+        fed = None
+        for key, m, rp, seed, cfg in members:
+            i += 1
+            run_dir = out / "runs" / f"{m.label.replace(' ', '_')}-{_slug(rp)}-s{seed}"
+            if (run_dir / "summary.json").exists():
+                continue
+            if on_run:
+                on_run(i, len(jobs), f"{m.label} {rp or ''} seed {seed}")
+            if fed is None:
+                fed = build_federation(cfg)
+            run_experiment(cfg, run_dir, federation=fed)
+        del fed
+    return build_sweep_table(out, sc)
+
+
+def _mean_std(xs: list[Any]) -> tuple[float | None, float | None, int]:
+    v = [float(x) for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(float(x))]
+    if not v:
+        return None, None, 0
+    return float(np.mean(v)), (float(np.std(v, ddof=1)) if len(v) > 1 else 0.0), len(v)
+
+
+def build_sweep_table(out_dir: str | Path, sc: SweepConfig | None = None) -> dict[str, Any]:
+    """Rebuild ``table.csv`` / ``table.md`` from the run directories' ``summary.json``.
+
+    One row per (restricted grid point, method): the grid values (``-`` where the method does
+    not depend on a key), the method label, ``seeds`` (runs found) and per column its mean
+    and sample std over seeds.
+    """
+    out = Path(out_dir)
+    if sc is None:
+        if not (out / "sweep.json").is_file():
+            raise FileNotFoundError(f"{out}: no sweep.json (not a sweep directory)")
+        saved = json.loads((out / "sweep.json").read_text())
+        saved.pop("runs", None)
+        sc = parse_sweep(saved, str(out / "sweep.json"))
+    keys = list(sc.grid)
+    rows, seen = [], set()
+    for p in sc.points():
+        for m in sc.methods:
+            rp = _restrict(p, m)
+            ident = (m.label, json.dumps(rp, sort_keys=True))
+            if ident in seen:
+                continue
+            seen.add(ident)
+            summaries = []
+            for seed in sc.seeds:
+                f = out / "runs" / f"{m.label.replace(' ', '_')}-{_slug(rp)}-s{seed}" / "summary.json"
+                if f.exists():
+                    summaries.append(json.loads(f.read_text()))
+            row: dict[str, Any] = {k: rp.get(k, "-") for k in keys}
+            row.update(method=m.label, seeds=len(summaries))
+            for c in sc.columns:
+                mean, std, _ = _mean_std([s.get(c) for s in summaries])
+                row[c], row[c + "_std"] = mean, std
+            rows.append(row)
+    header = keys + ["method", "seeds"] + [x for c in sc.columns for x in (c, c + "_std")]
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(header)
+    for r in rows:
+        w.writerow(["" if r[h] is None else r[h] for h in header])
+    atomic_write(out / "table.csv", lambda fh: fh.write(buf.getvalue()))
+
+    def cell(r, c):
+        m, s = r[c], r[c + "_std"]
+        if m is None:
+            return "-"
+        d = 1 if c in ("candidates_evaluated", "wall_s") else 4
+        return f"{m:.{d}f} ± {s:.{d}f}" if r["seeds"] > 1 else f"{m:.{d}f}"
+    heads = [k.split(".")[-1] for k in keys] + ["method", "seeds"] + sc.columns
+    lines = [f"# {sc.name}", "", f"mean ± sample std over seeds {sc.seeds}", "",
+             "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for r in rows:
+        lines.append("| " + " | ".join([str(r[k]) for k in keys] + [r["method"], str(r["seeds"])] + [cell(r, c) for c in sc.columns]) + " |")
+    md = "\n".join(lines) + "\n"
+    atomic_write(out / "table.md", lambda fh: fh.write(md))
+    return {"rows": rows, "markdown": md, "columns": header, "written": time.strftime("%Y-%m-%d %H:%M:%S")}
