@@ -188,7 +188,8 @@ def run_sweep(
                 on_run(i, len(jobs), f"{m.label} {rp or ''} seed {seed}")
             if fed is None:
                 fed = build_federation(cfg)
-            run_experiment(cfg, run_dir, federation=fed)
+            # a directory without summary.json is an interrupted run: start it again
+            run_experiment(cfg, run_dir, federation=fed, overwrite=run_dir.exists())
         del fed
     return build_sweep_table(out, sc)
 
