@@ -25,6 +25,32 @@ def _accepts_bool(annotation: Any) -> bool:
     return any(_accepts_bool(a) for a in typing.get_args(annotation))
 
 
+def option_names(fn: Any, skip: tuple[str, ...] = ()) -> tuple[list[str], bool]:
+    """Keyword options ``fn`` accepts, and whether it forwards extra keywords (a ``**kwargs``
+    that the body uses; one it never reads, like ``**_``, swallows typos silently, so keys
+    outside the named ones are then errors)."""
+    import dis
+    import inspect
+
+    if not inspect.isfunction(fn):  # e.g. object.__init__ of a class without its own: takes nothing
+        return [], False
+    params = inspect.signature(fn).parameters.values()
+    named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in skip]
+    var = [p.name for p in params if p.kind == p.VAR_KEYWORD]
+    forwards = bool(var) and any(i.argval == var[0] and i.opname.startswith("LOAD") for i in dis.get_instructions(fn))
+    return named, forwards
+
+
+def _check_options(label: str, what: str, fn: Any, options: dict[str, Any], skip: tuple[str, ...]) -> None:
+    named, forwards = option_names(fn, skip)
+    reserved = sorted(set(options) & set(skip))
+    if reserved:
+        raise ValueError(f"{label}: {reserved} cannot be set here (the runner passes them)")
+    unknown = sorted(set(options) - set(named))
+    if unknown and not forwards:
+        raise ValueError(f"{label}: unknown option(s) {unknown} for {what}; allowed: {sorted(named)}")
+
+
 class _Strict(BaseModel):
     # no NaN/inf numbers anywhere; booleans are not numbers (YAML `rounds: yes` is an error)
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
@@ -46,7 +72,13 @@ class PartitionConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_params(self) -> "PartitionConfig":
+        from fedselect.data.partition import PARTITIONERS, _import_extra
+
+        _import_extra()
+        if self.scheme not in PARTITIONERS:
+            raise ValueError(f"data.partition.scheme: unknown scheme {self.scheme!r}; allowed: {sorted(PARTITIONERS)}")
         params = self.params()
+        _check_options("data.partition", f"scheme {self.scheme!r}", PARTITIONERS[self.scheme].__init__, params, ("self",))
         if "alpha" in params and not (isinstance(params["alpha"], (int, float)) and params["alpha"] > 0):
             raise ValueError(f"data.partition.alpha must be a number > 0, got {params['alpha']!r}")
         return self
@@ -72,6 +104,16 @@ class DataConfig(_Strict):
             raise ValueError(f"unknown dataset {v!r}; allowed: {sorted(DATASETS)}")
         return v
 
+    @model_validator(mode="after")
+    def _known_options(self) -> "DataConfig":
+        from fedselect.data.datasets import DATASETS, _import_loaders
+
+        _import_loaders()
+        if self.dataset not in DATASETS:  # reported by the field validator
+            return self
+        _check_options("data.options", f"dataset {self.dataset!r}", DATASETS[self.dataset], self.options, ("seed",))
+        return self
+
 
 class ModelConfig(_Strict):
     name: str = Field("mnist_cnn", description="registered model name")
@@ -85,6 +127,13 @@ class ModelConfig(_Strict):
         if v not in MODELS:
             raise ValueError(f"unknown model {v!r}; allowed: {sorted(MODELS)}")
         return v
+
+    @model_validator(mode="after")
+    def _known_options(self) -> "ModelConfig":
+        from fedselect.models import MODELS
+
+        _check_options("model.options", f"model {self.name!r}", MODELS[self.name], self.options, ("input_shape", "num_classes"))
+        return self
 
 
 class TrainSection(_Strict):
@@ -116,6 +165,21 @@ class SystemConfig(_Strict):
     round_deadline_s: float | None = Field(
         None, gt=0, description="round deadline in seconds of simulated latency: later updates are discarded (code timeout) "
         "and the round lasts the deadline; null = wait for every participant")
+
+    @model_validator(mode="after")
+    def _complete_rows(self) -> "SystemConfig":
+        need = {"devices": ("mean_mhz", "std_mhz", "cores"), "networks": ("mean_mbps", "std_mbps")}
+        for table, fields in need.items():
+            other = [f for f in ("mean_mhz", "std_mhz", "cores", "mean_mbps", "std_mbps") if f not in fields]
+            for i, row in enumerate(getattr(self, table) or []):
+                missing = [f for f in fields if getattr(row, f) is None]
+                wrong = [f for f in other if getattr(row, f) is not None]
+                if missing or wrong:
+                    raise ValueError(
+                        f"system.{table}[{i}] ({row.name!r}): " + "; ".join(
+                            ([f"missing {missing}"] if missing else []) + ([f"{wrong} do not belong in a {table[:-1]} row"] if wrong else []))
+                        + f"; a {table[:-1]} row has exactly name, {', '.join(fields)}")
+        return self
 
 
 class FaultInjection(_Strict):
@@ -206,7 +270,10 @@ def _format_errors(e: ValidationError, source: str) -> str:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key (not allowed here)"
-        lines.append(f"  {loc}: {msg}" if loc else f"  {msg}")  # model-level messages name their keys
+        if not loc or msg.startswith((f"{loc}.", f"{loc}:", f"{loc}[")):
+            lines.append(f"  {msg}")  # model-level messages name their keys themselves
+        else:
+            lines.append(f"  {loc}: {msg}")
     return "\n".join(lines)
 
 
@@ -233,13 +300,21 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ex
         FileNotFoundError: no such file. ConfigError: bad YAML or invalid values.
     """
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"config {p} is a directory; give a YAML file (to continue a run directory use --resume)")
     if not p.is_file():
         raise FileNotFoundError(f"config file not found: {p}")
     try:
         doc = yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
         raise ConfigError(f"invalid YAML in {p}: {e}") from None
-    doc = doc or {}
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config {p} is not a UTF-8 text file ({e.reason} at byte {e.start}); give a YAML file") from None
+    if doc is None:
+        raise ConfigError(f"config file {p} is empty (no settings); write at least one key (e.g. `name: my-run`), "
+                          f"or omit CONFIG to run the embedded default")
+    if not isinstance(doc, dict):
+        raise ConfigError(f"invalid config {p}: the top level must be a mapping of keys to values, got {type(doc).__name__}")
     if overrides:
         doc = apply_overrides(doc, overrides)
     return parse_config(doc, str(p))

@@ -84,6 +84,28 @@ def make_fault_model(cfg: ExperimentConfig, fed: Federation) -> FaultModel:
                             f.dropout_by_device, f.dropout_by_network, injections, cfg.system.round_deadline_s)
 
 
+def check_model(cfg: ExperimentConfig, fed: Federation) -> None:
+    """Build the model once to catch options the model rejects (wrong types, shapes).
+
+    Raises:
+        ConfigError: names the model, its options, the data's input shape and what it accepts.
+    """
+    import inspect
+
+    from fedselect.models import MODELS
+
+    try:
+        fed.new_model()
+    except (TypeError, ValueError) as e:
+        params = inspect.signature(MODELS[cfg.model.name]).parameters.values()
+        accepted = [f"{p.name}={p.default!r}" for p in params if p.default is not p.empty]
+        raise ConfigError(
+            f"model.options: model {cfg.model.name!r} cannot be built with options {cfg.model.options} for inputs of shape "
+            f"{tuple(fed.input_shape)} and {fed.num_classes} classes ({type(e).__name__}: {e}); its options (defaults): "
+            f"{', '.join(accepted) or 'none'}"
+        ) from None
+
+
 @dataclass
 class RoundEvent:
     """Passed to progress callbacks after each round."""
@@ -158,6 +180,7 @@ def run_experiment(
     elif not run_dir.is_dir():
         raise FileNotFoundError(f"--resume {run_dir}: no such run directory")
     fed = federation or build_federation(cfg)
+    check_model(cfg, fed)
     method = make_method(cfg, fed)
     faults = make_fault_model(cfg, fed)
     columns = _columns(method)
