@@ -44,7 +44,7 @@ def _load(config: Optional[Path], overrides: dict):
     from fedselect.config import apply_overrides, load_config, parse_config
 
     if config is None:
-        return parse_config(apply_overrides({"name": "default"}, overrides), "<embedded default>")
+        return parse_config(apply_overrides({"name": "default", "metrics": {"target": 0.9}}, overrides), "<embedded default>")
     return load_config(config, overrides)
 
 
