@@ -218,3 +218,121 @@ def test_communication_parts_tiny_model_by_hand():
     assert fedper_communication(base, 5, 10) == pytest.approx(2 * 5 * 10 * 80 / 1e6)
     with pytest.raises(ValueError, match="sum to 4"):
         cefl_communication(full, base, 5, [2, 2], 10)
+
+
+# ---------------------------------------------------------------- the methods on the core loop
+from fedselect.config import parse_config  # noqa: E402
+from fedselect.data.datasets import ArrayDataset, register_dataset  # noqa: E402
+from fedselect.federation import build_federation  # noqa: E402
+from fedselect.methods.cefl import fine_tune  # noqa: E402
+from fedselect.runner import make_method, run_experiment  # noqa: E402
+
+
+@register_dataset("cefl-test-synthetic")
+def _synthetic_two_populations(seed=0, **_):
+    """Synthetic 4-class blobs in 12 dimensions for 8 clients of 60 samples (test only).
+    Clients 0-4 use one label mapping, clients 5-7 the reversed one, so their models differ
+    strongly: two clear clusters. ``groups`` = client id (volunteer division)."""
+    rng = np.random.default_rng(0)
+    centres = rng.normal(0, 3, (4, 12))
+    xs, ys, gs = [], [], []
+    for k in range(8):
+        c = rng.integers(0, 4, 60)
+        xs.append(centres[c] + rng.normal(0, 1, (60, 12)))
+        ys.append(c if k < 5 else 3 - c)
+        gs.append(np.full(60, k))
+    x, y, g = np.concatenate(xs), np.concatenate(ys), np.concatenate(gs)
+    return (ArrayDataset(x, y, 4, "cefl-test-synthetic", groups=g),
+            ArrayDataset(x[:40], y[:40], 4, "cefl-test-synthetic", groups=g[:40]))
+
+
+def _cfg(method, rounds=2, **opts):
+    return parse_config({
+        "name": "t", "method": method, "rounds": rounds, "clients_per_round": 2, "seed": 1,
+        "data": {"dataset": "cefl-test-synthetic", "num_clients": 8, "partition": {"scheme": "volunteer"},
+                 "holdout_fraction": 0.25},
+        "model": {"name": "mlp", "options": {"hidden": [16]}},
+        "train": {"local_epochs": 1, "batch_size": 16, "lr": 0.01, "optimizer": "adam"},
+        "checkpoint_every": 0,
+        "method_options": opts,
+    })
+
+
+@pytest.fixture(scope="module")
+def fed():
+    return build_federation(_cfg("fedper", base_layers=1))
+
+
+# MLP 12 -> 16 -> 4: layer net.1 (base) 12*16+16 = 208 values, layer net.3 16*4+4 = 68 values
+FULL, BASE = 276 * 4, 208 * 4
+
+
+def test_fedper_round_shares_base_keeps_heads(fed):
+    m = make_method(_cfg("fedper", base_layers=1), fed)
+    draws = fed.fleet.draw(1)
+    assert m.select(1, draws) == list(range(8))
+    ups = [m.local_update(1, k, draws) for k in range(8)]
+    assert all(u.upload_bytes == u.download_bytes == BASE for u in ups)
+    m.aggregate(1, ups)
+    s0 = m.client_states[0]
+    for k, u in enumerate(ups):
+        s = m.client_states[k]
+        assert torch.equal(s["net.1.weight"], s0["net.1.weight"])  # one shared base
+        assert torch.equal(s["net.3.weight"], u.state["net.3.weight"])  # own head, bit-identical
+    assert not torch.equal(m.client_states[1]["net.3.weight"], s0["net.3.weight"])
+    # the next round starts from own head + shared base
+    st = m.start_state(2)
+    assert torch.equal(st["net.3.weight"], ups[2].state["net.3.weight"])
+    assert torch.equal(st["net.1.bias"], m.global_model.state_dict()["net.1.bias"])
+
+
+def test_individual_sends_nothing_and_regular_fl_scores_clients(fed):
+    ind = make_method(_cfg("individual"), fed)
+    draws = fed.fleet.draw(1)
+    ups = [ind.local_update(1, k, draws) for k in ind.select(1, draws)]
+    assert all(u.upload_bytes == 0 and u.download_bytes == 0 for u in ups)
+    ind.aggregate(1, ups)
+    assert all(torch.equal(ind.client_states[k]["net.3.bias"], ups[k].state["net.3.bias"]) for k in range(8))
+    reg = make_method(_cfg("regular_fl"), fed)
+    ev = reg.evaluate(0)
+    from fedselect.fl.evaluate import evaluate
+
+    accs = [evaluate(reg.global_model, c.holdout)["accuracy"] for c in fed.clients]
+    assert ev["client_accuracy"] == pytest.approx(accs) and ev["accuracy"] == pytest.approx(np.mean(accs))
+    assert ev["accuracy_std"] == pytest.approx(np.std(accs))
+
+
+def test_cefl_end_to_end(tmp_path, fed):
+    cfg = _cfg("cefl", rounds=3, clusters=2, base_layers=1, warmup_epochs=3, transfer_epochs=4)
+    s = run_experiment(cfg, tmp_path / "run", federation=fed)
+    # warm-up separates the two populations; leaders are one per population
+    assert s["clusters"] == [[0, 1, 2, 3, 4], [5, 6, 7]]
+    assert s["leaders"][0] in range(5) and s["leaders"][1] in range(5, 8)
+    rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
+    assert all(r.split(",")[1] == ";".join(map(str, sorted(s["leaders"]))) for r in rows[2:])
+    from fedselect.methods.cefl import cefl_communication
+
+    assert s["communication_parts_mb"] == pytest.approx(cefl_communication(FULL, BASE, 8, [5, 3], 3))
+    assert s["communication_mb"] == pytest.approx((8 * FULL + 2 * 3 * 2 * BASE + 6 * FULL) / 1e6)
+    assert len(s["client_accuracy"]) == 8 and s["final_accuracy"] == pytest.approx(np.mean(s["client_accuracy"]))
+    assert set(s["transfer_epochs"]) == {str(k) for k in range(8) if k not in s["leaders"]}
+    assert all(1 <= e <= 4 for e in s["transfer_epochs"].values())
+
+
+def test_cefl_too_many_clusters_and_empty_base(fed):
+    with pytest.raises(ValueError, match=r"clusters \(K = 9\) exceeds the number of clients N = 8"):
+        make_method(_cfg("cefl", clusters=9, base_layers=1), fed)
+    with pytest.raises(ValueError, match="empty base layer set"):
+        make_method(_cfg("cefl", clusters=2), fed)  # MLP: no layer before the first Linear
+
+
+def test_fine_tune_keeps_best_state_and_stops(fed):
+    from fedselect.fl.train import TrainConfig
+
+    model = fed.new_model()
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    client = fed.clients[0]
+    # a huge SGD step makes every epoch worse than epoch 0: stop after `patience` epochs, keep epoch 0
+    res = fine_tune(model, client.train, client.holdout, TrainConfig(1, 8, 1e4, 0.0, "sgd"), 20, 2, torch.Generator().manual_seed(0))
+    assert res["epochs"] == 2 and res["best_epoch"] == 0
+    assert all(torch.equal(model.state_dict()[k], start[k]) for k in start)

@@ -1,16 +1,62 @@
-"""Communication accounting of CEFL and its baselines (SPEC 2 item 7), in MB (10^6 bytes).
+"""CEFL — communication-efficient FL for health monitoring (Chu, Jaafar, Yanikomeroglu; SPEC 2).
 
-Sizes are bytes of float32 tensors (:func:`fedselect.fl.state_bytes` of a float32 model).
-A broadcast is counted once per receiver.
+The pipeline on the core's round loop (``fedselect.runner``), through the Method hooks:
+
+* ``prepare()``: warm-up — every client trains ``warmup_epochs`` (2) local epochs from the
+  common initialisation and uploads its whole model (communication part 1); similarity
+  factors d_ij (CE-eq 3) and edge weights S_ij (CE-eq 4); Louvain into exactly K
+  communities (:func:`fedselect.methods.similarity.louvain_k`); one leader per community
+  (CE-eq 5).
+* rounds 1..T: ``select()`` = the K leaders. Each leader trains ``train.local_epochs`` epochs
+  from its own model, uploads its base layers (part 2); the server averages them with
+  ``a_k = 1/K`` (``leader_weights: uniform``, the paper's choice) or by sample count (CE-eq 6)
+  and broadcasts the result, which overwrites every leader's base layers (CE-eq 7, part 3).
+  Personalised layers never leave the leaders.
+* ``finish()``: transfer learning — each leader sends its whole model to every member of its
+  cluster (part 4); a member starts from it and trains on its own data for at most
+  ``transfer_epochs`` (eta) epochs, stopping when the loss on a local validation split
+  (``validation_fraction`` of its training data) has not improved for ``patience`` (3)
+  epochs; the state with the lowest validation loss (epoch 0 = the leader's model included)
+  is kept. No further communication.
+
+Evaluation (SPEC 2): every client on its own held-out split with its own model; during the
+rounds a member is scored with its leader's current model (what it would receive), after the
+transfer with its fine-tuned model. ``accuracy`` is the mean over clients; ``accuracy_std``
+and ``client_accuracy`` give the spread and the per-client values.
+
+Communication (SPEC 2 item 7) in MB (10^6 bytes, float32): parts 1-4 and the total are in the
+summary (``communication_parts_mb``, ``communication_mb``); parts 2 and 3 are the bytes the
+loop recorded, :func:`cefl_communication` gives the same numbers from the formula.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+import time
 from collections.abc import Sequence
+from typing import Any, Literal
 
-from fedselect.system import to_mb
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["cefl_communication", "regular_fl_communication", "fedper_communication"]
+from fedselect.data.datasets import ArrayDataset
+from fedselect.data.partition import local_holdout
+from fedselect.fl.aggregate import State, state_bytes
+from fedselect.fl.evaluate import evaluate
+from fedselect.fl.train import TrainConfig, iterate_minibatches, local_train, make_optimizer
+from fedselect.methods import register_method
+from fedselect.methods.base import ClientUpdate, clone_state
+from fedselect.methods.fedper import base_layer_names
+from fedselect.methods.personalised import PersonalisedMethod
+from fedselect.methods.similarity import edge_weights, louvain_k, select_leaders, similarity_factors
+from fedselect.seeding import np_rng
+from fedselect.system import compute_time, to_mb, transmit_time
+
+log = logging.getLogger(__name__)
+
+__all__ = ["CEFL", "CEFLOptions", "fine_tune", "cefl_communication", "regular_fl_communication", "fedper_communication"]
 
 
 def _check(full_bytes: int, base_bytes: int, rounds: int) -> None:
@@ -22,6 +68,7 @@ def _check(full_bytes: int, base_bytes: int, rounds: int) -> None:
         raise ValueError(f"rounds must be >= 0, got {rounds}")
 
 
+# ------------------------------------------------------------------------ accounting
 def cefl_communication(
     full_bytes: int, base_bytes: int, num_clients: int, cluster_sizes: Sequence[int], rounds: int
 ) -> dict[str, float]:
@@ -89,3 +136,226 @@ def _counts(per_round: Sequence[int] | int, rounds: int | None) -> list[int]:
             raise ValueError(f"rounds must be given and >= 0 with a single participant count, got {rounds}")
         return [per_round] * rounds
     return [int(c) for c in per_round]
+
+
+# ------------------------------------------------------------------------ transfer learning
+def fine_tune(
+    model: torch.nn.Module, train: ArrayDataset, val: ArrayDataset, cfg: TrainConfig, max_epochs: int, patience: int,
+    generator: torch.Generator, holdout: ArrayDataset | None = None,
+) -> dict[str, Any]:
+    """Train ``model`` in place for at most ``max_epochs`` epochs with early stopping on the
+    validation loss, then load the best state (CEFL transfer step; SPEC 2 item 6).
+
+    One optimizer (``cfg``) for all epochs. The validation loss is measured before training
+    (epoch 0) and after every epoch; training stops after ``patience`` epochs in a row
+    without a strictly lower loss; the state with the lowest loss is kept (the earliest on
+    ties). With an empty ``val`` every epoch runs and the last state is kept.
+
+    Args:
+        holdout: optional set scored after every epoch for the convergence curve only (it
+            never influences training or the choice of state).
+
+    Returns:
+        ``{"epochs": epochs run, "best_epoch": e, "val_loss": best loss (nan without val),
+        "curve": holdout accuracy after epochs 0..epochs (empty without holdout)}``.
+
+    Raises:
+        ValueError: ``max_epochs < 0`` or ``patience < 1``.
+    """
+    if max_epochs < 0 or patience < 1:
+        raise ValueError(f"need max_epochs >= 0 and patience >= 1, got {max_epochs}, {patience}")
+    curve = [evaluate(model, holdout)["accuracy"]] if holdout is not None and len(holdout) else []
+    use_val = len(val) > 0
+    best_loss = evaluate(model, val)["loss"] if use_val else math.nan
+    best_state, best_epoch, bad, epochs = clone_state(model.state_dict()), 0, 0, 0
+    if len(train) == 0 or max_epochs == 0:
+        return {"epochs": 0, "best_epoch": 0, "val_loss": best_loss, "curve": curve}
+    x, y = torch.from_numpy(train.x), torch.from_numpy(train.y)
+    opt = make_optimizer(model, cfg)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for epoch in range(1, max_epochs + 1):
+        model.train()
+        for idx in iterate_minibatches(len(train), cfg.batch_size, generator):
+            opt.zero_grad(set_to_none=True)
+            loss_fn(model(x[idx]), y[idx]).backward()
+            opt.step()
+        epochs = epoch
+        if curve:
+            curve.append(evaluate(model, holdout)["accuracy"])
+        if not use_val:
+            continue
+        v = evaluate(model, val)["loss"]
+        if v < best_loss:
+            best_loss, best_state, best_epoch, bad = v, clone_state(model.state_dict()), epoch, 0
+        else:
+            bad += 1
+            if bad >= patience:
+                break
+    if use_val:
+        model.load_state_dict(best_state)
+    else:
+        best_epoch = epochs
+    return {"epochs": epochs, "best_epoch": best_epoch, "val_loss": best_loss, "curve": curve}
+
+
+# ------------------------------------------------------------------------ the method
+class CEFLOptions(BaseModel):
+    """``method_options`` of CEFL (defaults: SPEC 2 and the paper)."""
+
+    model_config = ConfigDict(extra="forbid")
+    clusters: int = Field(2, ge=1, description="K, the number of clusters (= leaders); must be <= N")
+    warmup_epochs: int = Field(2, ge=1, description="local epochs of every client's warm-up")
+    base_layers: int | list[str] | None = Field(None, description="base layers: null (layers before the first fully connected one), a count B, or names")
+    leader_weights: Literal["uniform", "samples"] = Field("uniform", description="a_k of CE-eq 6: 1/K or n_k / sum n")
+    transfer_epochs: int = Field(50, ge=0, description="eta, most local epochs of a member after the transfer")
+    patience: int = Field(3, ge=1, description="early-stopping patience (epochs) of the transfer")
+    validation_fraction: float = Field(0.2, ge=0.0, lt=1.0, description="share of a member's training data used for early stopping")
+    count_warmup: bool = Field(True, description="count the warm-up's straggler latency in the end-to-end latency")
+
+
+@register_method
+class CEFL(PersonalisedMethod):
+    """CEFL (module docstring). ``clients_per_round`` is ignored: the K leaders take part.
+
+    Raises:
+        ValueError: ``clusters`` > N (at construction, before anything runs); an empty or
+            unknown base layer set; a client without held-out data.
+    """
+
+    name = "cefl"
+    Options = CEFLOptions
+    extra_columns = ["accuracy_std", "client_accuracy"]
+
+    def __init__(self, cfg, fed):
+        super().__init__(cfg, fed)
+        o = self.options
+        if o.clusters > fed.num_clients:
+            raise ValueError(f"method_options.clusters (K = {o.clusters}) exceeds the number of clients N = {fed.num_clients}")
+        self.base_names = base_layer_names(self.global_model, o.base_layers)
+        self.full_bytes = state_bytes(self.global_model.state_dict())
+        self.base_bytes = state_bytes(self.global_model.state_dict(), self.base_names)
+        self.clusters: list[list[int]] = []
+        self.leaders: list[int] = []
+        self.leader_of: dict[int, int] = {}
+        self.transferred = False
+        self.round_bytes = {"up": 0, "down": 0}
+
+    # ------------------------------------------------------------ prepare: steps 1-3
+    def shared_keys(self) -> list[str]:
+        return list(self.base_names)
+
+    def prepare(self) -> dict[str, Any]:
+        """Warm-up (part 1), similarity (CE-eq 3, 4), Louvain into K, leaders (CE-eq 5)."""
+        fed, o = self.fed, self.options
+        init = clone_state(self.global_model.state_dict())
+        draws = fed.fleet.draw(0)
+        lat = []
+        for k in range(fed.num_clients):
+            self.worker.load_state_dict(init)
+            local_train(self.worker, fed.clients[k].train, self.train_cfg, fed.train_generator(0, k, tag="cefl-warmup"),
+                        epochs=o.warmup_epochs)
+            self.client_states[k] = clone_state(self.worker.state_dict())
+            comp = compute_time(o.warmup_epochs, fed.client_bits(k), self.cfg.system.cycles_per_bit, fed.fleet.cores[k],
+                                draws.freq_mhz[k])
+            lat.append(comp + transmit_time(self.full_bytes * 8, draws.bandwidth_mbps[k]))
+        names = [n for n, _ in self.global_model.named_parameters()]
+        d = similarity_factors(self.client_states, names)
+        s = edge_weights(d)
+        self.clusters, info = louvain_k(s, o.clusters, self.rng)
+        sizes = [c.num_samples for c in fed.clients]
+        self.leaders = select_leaders(s, self.clusters, sizes)
+        self.leader_of = {m: lead for c, lead in zip(self.clusters, self.leaders) for m in c}
+        part1 = fed.num_clients * self.full_bytes
+        log.info("cefl: %d clusters %s, leaders %s (Louvain resolution %s, %d calls%s)", len(self.clusters), self.clusters,
+                 self.leaders, info["resolution"], info["calls"], ", merge/split fallback" if info["fallback"] else "")
+        return {
+            "upload_bytes": part1, "download_bytes": 0,
+            "latency_s": max(lat) if o.count_warmup else 0.0, "warmup_latency_s": max(lat),
+            "clusters": self.clusters, "leaders": self.leaders, "louvain": info,
+            "similarity_d": np.round(d, 6).tolist(), "edge_weights_s": np.round(s, 6).tolist(),
+            "base_layers": self.base_names,
+        }
+
+    # ------------------------------------------------------------ rounds: step 4
+    def select(self, t, draws):
+        if not self.leaders:
+            raise RuntimeError("cefl: select() before prepare()")
+        return sorted(self.leaders)
+
+    def aggregation_weights(self, updates: list[ClientUpdate]) -> list[float]:
+        if self.options.leader_weights == "uniform":
+            return [1.0] * len(updates)
+        return [float(u.num_samples) for u in updates]
+
+    def eval_state(self, k: int) -> State:
+        if self.transferred or not self.leader_of:
+            return self.client_states[k]
+        return self.client_states[self.leader_of[k]]
+
+    def observe(self, t, updates, before, after):
+        self.round_bytes["up"] += sum(u.upload_bytes for u in updates)
+        self.round_bytes["down"] += sum(u.download_bytes for u in updates)
+        return super().observe(t, updates, before, after)
+
+    # ------------------------------------------------------------ finish: transfer
+    def finish(self) -> dict[str, Any]:
+        """Transfer learning to members (part 4), then the final per-client evaluation and
+        the communication parts."""
+        fed, o = self.fed, self.options
+        t0 = time.perf_counter()
+        epochs, curves = {}, {}
+        for cluster, lead in zip(self.clusters, self.leaders):
+            for m in cluster:
+                if m == lead:
+                    continue
+                client = fed.clients[m]
+                tr, va = local_holdout(np.arange(client.num_samples), o.validation_fraction, np_rng(self.cfg.seed, f"cefl/validation/{m}"))
+                self.worker.load_state_dict(self.client_states[lead])
+                res = fine_tune(self.worker, client.train.subset(tr), client.train.subset(va), self.train_cfg, o.transfer_epochs,
+                                o.patience, fed.train_generator(0, m, tag="cefl-transfer"), holdout=client.holdout)
+                self.client_states[m] = clone_state(self.worker.state_dict())
+                epochs[m], curves[m] = res["epochs"], res["curve"]
+        self.transferred = True
+        final = self.evaluate_clients()
+        sizes = [len(c) for c in self.clusters]
+        part4 = sum(c - 1 for c in sizes) * self.full_bytes
+        part1 = fed.num_clients * self.full_bytes
+        parts = {
+            "part1_mb": to_mb(part1), "part2_mb": to_mb(self.round_bytes["up"]), "part3_mb": to_mb(self.round_bytes["down"]),
+            "part4_mb": to_mb(part4),
+        }
+        total = part1 + self.round_bytes["up"] + self.round_bytes["down"] + part4
+        parts["total_mb"] = to_mb(total)
+        # convergence of the transfer: mean over all clients, members at epoch e (or their last), leaders fixed
+        horizon = max((len(c) for c in curves.values()), default=0)
+        lead_acc = {k: final["client_accuracy"][k] for k in self.leaders}
+        curve = []
+        for e in range(horizon):
+            vals = [c[min(e, len(c) - 1)] for c in curves.values() if c] + list(lead_acc.values())
+            curve.append(float(np.mean(vals)))
+        log.info("cefl transfer: member epochs %s; mean client accuracy %.4f +- %.4f; communication %.3f MB", epochs,
+                 final["accuracy"], final["accuracy_std"], parts["total_mb"])
+        return {
+            **final,
+            "communication_parts_mb": parts, "communication_mb": parts["total_mb"],
+            "upload_mb": to_mb(part1 + self.round_bytes["up"]), "download_mb": to_mb(self.round_bytes["down"] + part4),
+            "clusters": self.clusters, "leaders": self.leaders,
+            "transfer_epochs": {str(k): v for k, v in epochs.items()}, "transfer_curve": curve,
+            "transfer_wall_s": time.perf_counter() - t0,
+            "episodes": fed.num_clients * o.warmup_epochs + self.cfg.rounds * len(self.leaders) * self.train_cfg.epochs
+            + sum(epochs.values()),
+        }
+
+    # ------------------------------------------------------------ checkpointing
+    def state_dict(self) -> dict[str, Any]:
+        out = super().state_dict()
+        out.update(clusters=self.clusters, leaders=self.leaders, transferred=self.transferred, round_bytes=dict(self.round_bytes))
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.clusters = [list(c) for c in state["clusters"]]
+        self.leaders = list(state["leaders"])
+        self.leader_of = {m: lead for c, lead in zip(self.clusters, self.leaders) for m in c}
+        self.transferred = bool(state["transferred"])
+        self.round_bytes = dict(state["round_bytes"])

@@ -17,11 +17,14 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
+from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
+from fedselect.methods import register_method
+from fedselect.methods.personalised import PersonalisedMethod
 from fedselect.methods.similarity import layer_groups
 
-__all__ = ["model_layers", "base_layer_names", "apply_base"]
+__all__ = ["model_layers", "base_layer_names", "apply_base", "BaseLayerOptions", "FedPer"]
 
 
 def model_layers(model: nn.Module) -> dict[str, list[str]]:
@@ -103,3 +106,40 @@ def apply_base(model: nn.Module, base_state: Mapping[str, torch.Tensor]) -> None
         raise ValueError(f"base state has entries the model lacks: {unknown}")
     for n, t in base_state.items():
         own[n].copy_(t)
+
+
+# ------------------------------------------------------------------------ the method
+class BaseLayerOptions(BaseModel):
+    """``base_layers``: None (layers before the first fully connected one), a count B, or
+    layer / entry names (see :func:`base_layer_names`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    base_layers: int | list[str] | None = Field(None, description="base layers: null (conv layers), count B, or names")
+
+
+@register_method
+class FedPer(PersonalisedMethod):
+    """FedPer (CEFL's baseline; SPEC 2): every client takes part in every round, uploads and
+    downloads only the base layers (averaged with weights n_k, SPEC 0.5), and keeps its
+    personalised layers (the rest) local. Each client is scored with its own model (shared
+    base + own head) on its own held-out split.
+
+    Options: ``base_layers`` (see :func:`base_layer_names`; default the layers before the
+    first fully connected one). ``clients_per_round`` is ignored: all N clients take part.
+
+    Raises:
+        ValueError: an empty or unknown base layer set; a client without held-out data.
+    """
+
+    name = "fedper"
+    Options = BaseLayerOptions
+
+    def __init__(self, cfg, fed):
+        super().__init__(cfg, fed)
+        self.base_names = base_layer_names(self.global_model, self.options.base_layers)
+
+    def shared_keys(self) -> list[str]:
+        return list(self.base_names)
+
+    def select(self, t, draws):
+        return list(range(self.fed.num_clients))
