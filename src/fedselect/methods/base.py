@@ -55,7 +55,12 @@ class ClientUpdate:
             counts in the latency only when ``system.count_download`` is true.
         latency_s: l_t^k = compute_s + upload_s (+ download_s), seconds.
         upload_bytes, download_bytes: bytes sent by / to this client this round.
-        failed: None, or why the client failed (its update is then not aggregated).
+        failed: None, or why the client failed (its update is then not aggregated): one of
+            ``dropout``, ``error``, ``nan``, ``inf``, ``timeout`` (:mod:`fedselect.fl.faults`,
+            docs/reliability.md). A failed update has ``state`` None, ``latency_s`` the
+            failure's latency (the deadline for dropout/timeout when one is set, the compute
+            time for an error, the full latency for a rejected NaN/inf upload) and the bytes
+            actually transferred.
     """
 
     client_id: int
@@ -161,7 +166,16 @@ class Method(ABC):
         return evaluate(self.global_model, self.fed.test_set)
 
     def observe(self, t: int, updates: list[ClientUpdate], before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
-        """Learn from round ``t`` (rewards, reputations ...); return extra metrics for the row."""
+        """Learn from round ``t`` (rewards, reputations ...); return extra metrics for the row.
+
+        ``updates`` holds every selected client in selection order, failed ones included
+        (``u.failed`` set, ``u.state`` None): a selector should charge a failed client the
+        failure's latency ``u.latency_s`` and give it no utility. ``aggregate`` only ever sees
+        the survivors; when none survived it is not called and the global model is unchanged.
+        ``local_update`` may raise :class:`fedselect.fl.faults.ClientFailure` to report a
+        client-side failure (any other exception stops the run), and should keep no state of
+        its own: commit per-client state in ``aggregate``/``observe`` from surviving updates.
+        """
         return {}
 
     def finish(self) -> dict[str, Any] | None:
