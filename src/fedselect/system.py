@@ -76,8 +76,17 @@ def load_profiles(path: str | Path) -> tuple[list[DeviceProfile], list[NetworkPr
     if p.suffix in (".yaml", ".yml"):
         import yaml
 
-        doc = yaml.safe_load(p.read_text()) or {}
-        dev_rows, net_rows = doc.get("devices", []), doc.get("networks", [])
+        try:
+            doc = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ValueError(f"{p}: invalid YAML: {e}") from None
+        if not isinstance(doc, dict) or not set(doc) <= {"devices", "networks"}:
+            raise ValueError(f"{p}: a YAML profile file is a mapping with keys 'devices' and/or 'networks' (lists of rows), "
+                             f"got {type(doc).__name__}{' with keys ' + str(sorted(doc)) if isinstance(doc, dict) else ''}")
+        dev_rows, net_rows = doc.get("devices") or [], doc.get("networks") or []
+        if not isinstance(dev_rows, list) or not isinstance(net_rows, list) or not all(isinstance(r, dict) for r in dev_rows + net_rows):
+            raise ValueError(f"{p}: 'devices' and 'networks' must be lists of mappings (name, mean_mhz, std_mhz, cores / "
+                             f"name, mean_mbps, std_mbps)")
     elif p.suffix == ".csv":
         import pandas as pd
 

@@ -153,7 +153,10 @@ def _load_mnist_csv(d: Path) -> tuple[ArrayDataset, ArrayDataset]:
 
     out = []
     for part in ("train", "test"):
-        arr = pd.read_csv(d / f"mnist_{part}.csv", dtype=np.uint8, engine="c").to_numpy()
+        try:
+            arr = pd.read_csv(d / f"mnist_{part}.csv", dtype=np.uint8, engine="c").to_numpy()
+        except ValueError as e:  # empty file, non-numeric cells, ragged rows
+            raise ValueError(f"{d / f'mnist_{part}.csv'}: cannot read as an MNIST CSV (uint8 label + 784 pixels per row): {e}") from None
         if arr.shape[1] != 785:
             raise ValueError(f"{d / f'mnist_{part}.csv'}: expected 785 columns (label + 784 pixels), got {arr.shape[1]}")
         x = (arr[:, 1:].reshape(-1, 1, 28, 28) / 255.0).astype(np.float32)
