@@ -316,7 +316,7 @@ def run_clients(method: Method, t: int, chosen: list[int], draws: RoundDraws, fa
         if kind == "drop":
             lat = deadline if deadline is not None else 0.0
             u = ClientUpdate(k, t, None, method.fed.clients[k].num_samples, math.nan, 0, 0.0, 0.0, 0.0, lat, 0, 0, failed="dropout")
-            log.warning("round %d: client %d dropped out (%s); failure latency %.4g s", t, k,
+            log.info("round %d: client %d dropped out (%s); failure latency %.4g s", t, k,
                         "injected" if faults.injected(t, k) else f"p={faults.dropout[k]:.3g}", lat)
             out.append(u)
             continue
@@ -338,7 +338,7 @@ def run_clients(method: Method, t: int, chosen: list[int], draws: RoundDraws, fa
             u = replace(u, state=corrupt_state(u.state, kind, method.upload_keys()))
         if kind == "timeout" or (deadline is not None and u.latency_s > deadline):
             why = "injected timeout" if kind == "timeout" else f"latency {u.latency_s:.4g} s"
-            log.warning("round %d: client %d missed the deadline of %.4g s (%s); update discarded", t, k, deadline, why)
+            log.info("round %d: client %d missed the deadline of %.4g s (%s); update discarded", t, k, deadline, why)
             u = replace(u, state=None, upload_bytes=0, latency_s=float(deadline), failed="timeout")
         else:
             bad = non_finite_entries(u.state, method.upload_keys())
