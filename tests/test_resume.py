@@ -356,3 +356,30 @@ def test_every_generator_of_a_method_is_found(fed):
     gens = find_generators(m)
     assert "rng" in gens and "agent.rng" in gens
     assert all(isinstance(g, (np.random.Generator, torch.Generator)) for g in gens.values())
+
+
+@pytest.mark.slow
+def test_real_process_killed_at_an_arbitrary_moment_then_resumed_in_a_fresh_process(tmp_path, fed):
+    """`python -m fedselect.cli run` in its own interpreter, SIGKILLed as soon as round 2's row
+    is on disk (wherever it then is), and resumed by a second fresh interpreter (two interpreter
+    start-ups: ~10-25 s; deselect with -m "not slow")."""
+    import subprocess
+    import sys
+
+    doc = tiny_doc("fedavg", clients_per_round=4, train={"local_epochs": 3, "batch_size": 32, "lr": 0.05})
+    run_experiment(parse_config(doc), tmp_path / "ref", federation=fed)
+    cfg, d = write_cfg(tmp_path, doc), tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads()), "MKL_NUM_THREADS": str(torch.get_num_threads())}
+    cmd = [sys.executable, "-m", "fedselect.cli", "run"]
+    proc = subprocess.Popen(cmd + [str(cfg), "-o", str(d), "-q"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    metrics, deadline = d / "metrics.csv", time.monotonic() + 120
+    while not (metrics.exists() and "\n2," in metrics.read_text()):
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline, "round 2 never finished"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+    assert not (d / "summary.json").exists()
+    res = subprocess.run(cmd + ["--resume", str(d), "-q"], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert_same_run(tmp_path / "ref", d)
