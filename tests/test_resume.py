@@ -5,14 +5,18 @@ for every registered method; checkpoint damage is detected and the previous one 
 The killed runs are forked children running the real CLI command (``fedselect run CONFIG -o
 DIR``); the parent sends SIGKILL at a chosen point (the child parks there and signals the parent
 through a marker file), so no cleanup code of the child runs. Resumes go through the CLI too.
+The reference, killed and resumed runs each see different states of the *global* Python/numpy/
+torch generators, so equality also shows that no RNG of the loop is a global one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
 import os
+import random
 import signal
 import time
 from pathlib import Path
@@ -267,13 +271,42 @@ def test_resume_with_faults_and_sparse_checkpoints_is_identical(tmp_path, fed):
     assert_same_run(tmp_path / "ref", tmp_path / "run")
 
 
+@contextlib.contextmanager
+def global_rngs(seed: int):
+    """Put Python's, numpy's and torch's *global* generators in a state given by ``seed`` for
+    the duration (restored afterwards). fedselect must not depend on them: each run below sees
+    a different global state, so equal results show that every RNG in the loop is its own."""
+    saved = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(saved[0])
+        np.random.set_state(saved[1])
+        torch.set_rng_state(saved[2])
+
+
+def _scramble_then(park):
+    def f(marker):
+        random.seed(222)
+        np.random.seed(222)
+        torch.manual_seed(222)
+        park(marker)
+
+    return f
+
+
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_every_method_sigkill_after_round_2_of_5_then_resume(tmp_path, fed, method):
     doc = tiny_doc(method)
-    run_experiment(parse_config(doc), tmp_path / "ref", federation=fed)
-    killed_cli_run(write_cfg(tmp_path, doc), tmp_path / "run", park_after_round(2))
+    with global_rngs(111):
+        run_experiment(parse_config(doc), tmp_path / "ref", federation=fed)
+    killed_cli_run(write_cfg(tmp_path, doc), tmp_path / "run", _scramble_then(park_after_round(2)))
     assert load_checkpoint(tmp_path / "run")["round"] == 2
-    cli("run", "--resume", str(tmp_path / "run"), "-q")
+    with global_rngs(333):
+        cli("run", "--resume", str(tmp_path / "run"), "-q")
     assert_same_run(tmp_path / "ref", tmp_path / "run")
 
 
