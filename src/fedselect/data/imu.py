@@ -50,7 +50,7 @@ from fedselect.data.datasets import ArrayDataset, register_dataset
 from fedselect.data.mobiact import ACTIVITIES, DOWNLOAD_HINT, FALLS, frame_to_recording, read_mobiact, synthetic_mobiact_frames
 from fedselect.data.partition import Partitioner, register_partitioner
 from fedselect.data.windows import (
-    CHANNELS, Recording, activity_durations, activity_stride, majority_label, sliding_windows,
+    CHANNELS, Recording, activity_durations, activity_stride, majority_label, resample_uniform, sliding_windows,
 )
 from fedselect.seeding import np_rng
 
@@ -72,14 +72,16 @@ MOBIACT_TEST_FRACTION = 17 / 67
 WATCH_CLASSES = ("PEN", "ABD", "FEL", "IR", "ER", "TRAP", "ROW")  # seglearn's y_labels order
 
 
-def watch_recordings() -> list[Recording]:
+def watch_recordings(rate_hz: float = WATCH_RATE_HZ) -> list[Recording]:
     """The 140 recordings of ``seglearn.datasets.load_watch()`` as :class:`Recording` objects.
 
     Units (undocumented upstream; SPEC 4): ``ax, ay, az`` are taken to be in g and multiplied
     by 9.81 to give m/s^2; ``wx, wy, wz`` are taken to be rad/s and kept. Rate 50 Hz. Activity
     codes are seglearn's ``y_labels`` (PEN, ABD, FEL, IR, ER, TRAP, ROW); ``trial`` counts a
     subject's recordings of one exercise (1-based, in file order); ``meta["side"]`` is 1 for
-    the right arm, 0 for the left.
+    the right arm, 0 for the left. ``rate_hz`` other than 50 resamples every recording by
+    linear interpolation (:func:`fedselect.data.windows.resample_uniform`; the exercises'
+    movements are slow, so 25 Hz keeps them while halving the GRU's sequence length).
     """
     from seglearn.datasets import load_watch
 
@@ -91,9 +93,11 @@ def watch_recordings() -> list[Recording]:
     for x, y, subj, side in zip(d["X"], d["y"], d["subject"], d["side"]):
         x = np.asarray(x, dtype=np.float64)
         data = np.concatenate([x[:, :3] * G, x[:, 3:]], axis=1)
+        if rate_hz != WATCH_RATE_HZ:
+            data, _ = resample_uniform(np.arange(len(data)) / WATCH_RATE_HZ, data, rate_hz)
         key = (int(subj), names[int(y)])
         seen[key] = seen.get(key, 0) + 1
-        recs.append(Recording(int(subj), names[int(y)], seen[key], WATCH_RATE_HZ, data, None,
+        recs.append(Recording(int(subj), names[int(y)], seen[key], float(rate_hz), data, None,
                               {"side": int(side), "source": "seglearn.datasets.load_watch"}))
     return recs
 
@@ -347,11 +351,12 @@ def _check_options(dataset: str, options: dict, extra: set[str] = frozenset()) -
 
 
 @register_dataset("imu-watch")
-def load_imu_watch(seed: int = 0, **options: Any) -> tuple[ArrayDataset, ArrayDataset]:
+def load_imu_watch(seed: int = 0, rate_hz: float = WATCH_RATE_HZ, **options: Any) -> tuple[ArrayDataset, ArrayDataset]:
     """Real smartwatch IMU data embedded in seglearn (10 subjects, 7 exercises, no falls).
 
-    Options: see :func:`build_imu_datasets` (default ``task="activity"``, 2 of the 10 subjects
-    held out). Acceleration assumed in g and converted to m/s^2 (module docstring).
+    Options: ``rate_hz`` (default 50, the native rate; other values resample) and those of
+    :func:`build_imu_datasets` (default ``task="activity"``, 2 of the 10 subjects held out).
+    Acceleration assumed in g and converted to m/s^2 (module docstring).
 
     Raises:
         ValueError: unknown options; ``task`` fall/cefl8 (no falls in this data).
@@ -362,7 +367,7 @@ def load_imu_watch(seed: int = 0, **options: Any) -> tuple[ArrayDataset, ArrayDa
     if options.get("window_label", "recording") != "recording":
         raise ValueError("imu-watch has no per-sample labels: window_label must be 'recording'")
     return build_imu_datasets(
-        watch_recordings(), name="imu-watch", seed=seed, class_order=WATCH_CLASSES,
+        watch_recordings(rate_hz), name="imu-watch", seed=seed, class_order=WATCH_CLASSES,
         info={"source": "seglearn.datasets.load_watch (real)", "acc_unit_assumption": "g, converted x 9.81 to m/s^2",
               "gyro_unit_assumption": "rad/s"},
         **options,
