@@ -416,3 +416,13 @@ def test_real_process_killed_at_an_arbitrary_moment_then_resumed_in_a_fresh_proc
     res = subprocess.run(cmd + ["--resume", str(d), "-q"], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     assert_same_run(tmp_path / "ref", d)
+
+
+def test_stale_temp_files_of_a_killed_writer_are_removed_and_nothing_else(tmp_path):
+    from fedselect.fl.checkpoint import remove_stale_temp_files
+
+    for n in ("..checkpoint.new.abc123.tmp", ".metrics.csv.x9.tmp", ".mine.tmp", "keep.tmp"):  # names as atomic_write makes them
+        (tmp_path / n).write_text("x")
+    gone = remove_stale_temp_files(tmp_path, ("metrics.csv", ".checkpoint.new"))
+    assert sorted(p.name for p in gone) == ["..checkpoint.new.abc123.tmp", ".metrics.csv.x9.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".mine.tmp", "keep.tmp"]

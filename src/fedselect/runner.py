@@ -188,9 +188,10 @@ def run_experiment(
     # ---- validation done: from here on files are written
     if ck is None and (overwrite or resume):
         for name in RUN_FILES:
-            (run_dir / name).unlink(missing_ok=True)
+            if not (resume and name == "run.log"):  # a restarted resume appends to its log
+                (run_dir / name).unlink(missing_ok=True)
     run_dir.mkdir(parents=True, exist_ok=True)
-    remove_stale_temp_files(run_dir)
+    remove_stale_temp_files(run_dir, RUN_FILES)
     handler = _setup_logging(run_dir)
     try:
         return _loop(cfg, fed, method, faults, columns, run_dir, on_round, ck, stop_after)
