@@ -336,3 +336,15 @@ def test_fine_tune_keeps_best_state_and_stops(fed):
     res = fine_tune(model, client.train, client.holdout, TrainConfig(1, 8, 1e4, 0.0, "sgd"), 20, 2, torch.Generator().manual_seed(0))
     assert res["epochs"] == 2 and res["best_epoch"] == 0
     assert all(torch.equal(model.state_dict()[k], start[k]) for k in start)
+
+
+def test_cefl_resume_is_exact(tmp_path, fed):
+    from fedselect.runner import resume_experiment
+
+    doc = dict(method_options={"clusters": 2, "base_layers": 1, "transfer_epochs": 2})
+    cfg = _cfg("cefl", rounds=3, **doc["method_options"]).model_copy(update={"checkpoint_every": 1})
+    ref = run_experiment(cfg, tmp_path / "ref", federation=fed)
+    run_experiment(cfg, tmp_path / "run", federation=fed, stop_after=2)
+    res = resume_experiment(tmp_path / "run")
+    assert (tmp_path / "ref" / "metrics.csv").read_bytes() == (tmp_path / "run" / "metrics.csv").read_bytes()
+    assert res["client_accuracy"] == ref["client_accuracy"] and res["clusters"] == ref["clusters"]
