@@ -281,7 +281,7 @@ def build_imu_datasets(
 
     durations = activity_durations(recs)
     strides = {a: activity_stride(d, i0, t0_s) for a, d in durations.items()} if stride == "activity" else None
-    stride_fn = (lambda r: strides[r.activity]) if strides is not None else int(stride)
+    stride_fn = (lambda r: strides[r.activity]) if strides is not None else stride  # validated by sliding_windows
     win = sliding_windows(recs, W, stride_fn, name=name)
     dropped = [f"{recs[i].activity}_{recs[i].subject}_{recs[i].trial}" for i in win.dropped]
 
