@@ -134,3 +134,15 @@ def test_state_round_trip_gives_identical_next_selections():
     assert any(loss is not None for _, loss in ra)
     with pytest.raises(ValueError, match="num_actions"):
         _agent(n=5).load_state_dict(a.state_dict())
+
+
+def test_learn_steps_per_round():
+    a = _agent(state_dim=2, n=3, hidden=2, batch_size=1, memory_capacity=4, learn_steps=3)
+    _set_tiny(a)
+    a.remember([1., 0.], [0, 1], [0.5, -0.2], [1., 2.], False)
+    loss = a.learn()
+    assert a.learn_steps == 3
+    # the first of the three steps has the hand-computed loss 1.0225; later ones are smaller
+    assert loss < (0.85 ** 2 + 1.15 ** 2) / 2
+    with pytest.raises(ValueError, match="learn_steps"):
+        _agent(learn_steps=0)

@@ -69,6 +69,8 @@ class DDQNConfig:
         eps_init, eps_end: exploration rate at round 1 and at ``eps_decay_rounds``.
         eps_decay_rounds: rounds of linear decay; ``None`` = all rounds of the run.
         uniform_first_round: round 1 picks U clients uniformly at random (SPEC 1.3).
+        learn_steps: Adam steps per round (SPEC 1.3: 1); each on a fresh minibatch. A tuning
+            knob (replay ratio), not in the paper.
     """
 
     hidden: int = 512
@@ -81,10 +83,11 @@ class DDQNConfig:
     eps_end: float = 0.2
     eps_decay_rounds: int | None = None
     uniform_first_round: bool = True
+    learn_steps: int = 1
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad field."""
-        for name in ("hidden", "memory_capacity", "batch_size", "target_sync"):
+        for name in ("hidden", "memory_capacity", "batch_size", "target_sync", "learn_steps"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"DDQN config: {name} must be >= 1, got {getattr(self, name)}")
         if self.batch_size > self.memory_capacity:
@@ -321,14 +324,20 @@ class DDQNAgent:
         self.memory.push(s, a, r, s2, done)
 
     def learn(self) -> float | None:
-        """One Adam step on a minibatch if the memory holds >= batch_size transitions.
+        """``learn_steps`` (default 1) Adam steps, each on a fresh minibatch, if the memory holds
+        >= batch_size transitions.
 
         Returns:
-            The TD loss (mean over samples and taken actions of the squared error), or None
-            when the memory is still too small.
+            The TD loss (mean over samples and taken actions of the squared error; averaged over
+            the steps), or None when the memory is still too small.
         """
         if len(self.memory) < self.config.batch_size:
             return None
+        losses = [self._learn_step() for _ in range(self.config.learn_steps)]
+        self.last_loss = float(np.mean(losses))
+        return self.last_loss
+
+    def _learn_step(self) -> float:
         s, a, r, s2, done = self.memory.sample(self.config.batch_size, self.rng)
         y = double_q_targets(self.main, self.target, r, s2, done, self.config.gamma)
         q_taken = self.main(s).gather(1, a)                      # (B, U)
@@ -337,8 +346,7 @@ class DDQNAgent:
         loss.backward()
         self.optimizer.step()
         self.learn_steps += 1
-        self.last_loss = float(loss.detach())
-        return self.last_loss
+        return float(loss.detach())
 
     def sync_target(self) -> None:
         """Hard copy main -> target."""

@@ -64,6 +64,7 @@ class DDQNOptions(BaseModel):
     memory_capacity: int = Field(1000, ge=1)
     rl_batch_size: int = Field(50, ge=1, description="minibatch size; learning starts once the memory holds this many")
     target_sync: int = Field(10, ge=1, description="P, rounds between target-network copies")
+    rl_learn_steps: int = Field(1, ge=1, description="Adam steps per round (paper: 1; a tuning knob)")
     eps_init: float = Field(0.9, ge=0, le=1)
     eps_end: float = Field(0.2, ge=0, le=1, description="0.35 for MNIST in the paper")
     eps_decay_rounds: int | None = Field(None, ge=1, description="rounds of linear decay; null = all rounds")
@@ -72,7 +73,8 @@ class DDQNOptions(BaseModel):
     def agent_config(self) -> DDQNConfig:
         return DDQNConfig(hidden=self.hidden, lr=self.rl_lr, gamma=self.gamma, memory_capacity=self.memory_capacity,
                           batch_size=self.rl_batch_size, target_sync=self.target_sync, eps_init=self.eps_init,
-                          eps_end=self.eps_end, eps_decay_rounds=self.eps_decay_rounds)
+                          eps_end=self.eps_end, eps_decay_rounds=self.eps_decay_rounds,
+                          learn_steps=self.rl_learn_steps)
 
 
 class FlashRLOptions(DDQNOptions):
