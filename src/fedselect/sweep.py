@@ -14,6 +14,9 @@ but generic. A sweep YAML::
       method_options.r2: [1, 2, 3]
     seeds: [0, 1]
     columns: [final_accuracy, candidates_evaluated, competitive_ratio, wall_s]
+    paper_source: "..."               # optional: the paper's figures, printed beside ours
+    paper:                            # (point keys left out match any value)
+      - {method: secretary, point: {method_options.r2: 1}, figures: {alpha: 367}}
 
 ``grid_keys`` lists the grid keys a method depends on (default: all): a baseline that ignores
 ``r2`` runs once per (N, R) and its row shows ``-`` for r2. Runs sharing data, model, system
@@ -69,6 +72,17 @@ class SweepMethod(BaseModel):
         return self
 
 
+class SweepPaperFigure(BaseModel):
+    """A figure the paper reports for one method at one grid point, printed beside ours in
+    ``table.md``: ``point`` (dotted grid key -> value; keys left out match any value) and
+    ``figures`` (column -> the paper's value, e.g. ``{alpha: 367}``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    method: str
+    point: dict[str, Any] = Field(default_factory=dict)
+    figures: dict[str, Any] = Field(min_length=1)
+
+
 class SweepConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = "sweep"
@@ -78,6 +92,8 @@ class SweepConfig(BaseModel):
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     columns: list[str] = Field(default_factory=lambda: list(DEFAULT_COLUMNS), min_length=1)
     comment: str | None = None
+    paper: list[SweepPaperFigure] | None = Field(None, description="the paper's figures, printed beside ours in table.md")
+    paper_source: str | None = None
 
     @model_validator(mode="after")
     def _check(self) -> "SweepConfig":
@@ -94,6 +110,15 @@ class SweepConfig(BaseModel):
                 raise ValueError(f"methods[{m.label}].grid_keys {unknown} are not grid keys {sorted(self.grid)}")
         if len(set(self.seeds)) != len(self.seeds) or any(s < 0 for s in self.seeds):
             raise ValueError(f"seeds must be distinct and >= 0, got {self.seeds}")
+        for i, f in enumerate(self.paper or []):
+            if f.method not in labels:
+                raise ValueError(f"paper[{i}].method {f.method!r} is not one of the method labels {labels}")
+            bad = sorted(set(f.point) - set(self.grid))
+            if bad:
+                raise ValueError(f"paper[{i}].point keys {bad} are not grid keys {sorted(self.grid)}")
+            bad = sorted(set(f.figures) - set(self.columns))
+            if bad:
+                raise ValueError(f"paper[{i}].figures {bad} are not table columns {self.columns}")
         return self
 
     def points(self) -> list[dict[str, Any]]:
@@ -247,13 +272,23 @@ def build_sweep_table(out_dir: str | Path, sc: SweepConfig | None = None) -> dic
         m, s = r[c], r[c + "_std"]
         if m is None:
             return "-"
-        d = 1 if c in ("candidates_evaluated", "wall_s") else 4
+        d = 1 if c in ("candidates_evaluated", "wall_s", "alpha") else 4
         return f"{m:.{d}f} ± {s:.{d}f}" if r["seeds"] > 1 else f"{m:.{d}f}"
     heads = [k.split(".")[-1] for k in keys] + ["method", "seeds"] + sc.columns
     lines = [f"# {sc.name}", "", f"mean ± sample std over seeds {sc.seeds}", "",
              "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for r in rows:
         lines.append("| " + " | ".join([str(r[k]) for k in keys] + [r["method"], str(r["seeds"])] + [cell(r, c) for c in sc.columns]) + " |")
+    if sc.paper:
+        lines += ["", "## Ours vs the paper" + (f" ({sc.paper_source})" if sc.paper_source else ""), "",
+                  "| method | point | figure | ours | paper |", "|---|---|---|---|---|"]
+        for f in sc.paper:
+            match = [r for r in rows if r["method"] == f.method
+                     and all(r[k] == v or r[k] == "-" for k, v in f.point.items())]
+            where = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in f.point.items()) or "all"
+            for c, val in f.figures.items():
+                ours = "; ".join(cell(r, c) for r in match) if match else "- (point not in this sweep)"
+                lines.append(f"| {f.method} | {where} | {c} | {ours} | {val} |")
     md = "\n".join(lines) + "\n"
     atomic_write(out / "table.md", lambda fh: fh.write(md))
     return {"rows": rows, "markdown": md, "columns": header, "written": time.strftime("%Y-%m-%d %H:%M:%S")}
