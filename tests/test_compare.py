@@ -127,3 +127,10 @@ def test_compare_config_errors(tiny_cfg_doc, tmp_path):
         parse_compare(bad)
     with pytest.raises(FileNotFoundError):
         load_compare(tmp_path / "missing.yaml")
+
+
+def test_compare_checks_method_options_before_running(tiny_cfg_doc):
+    bad = _doc(tiny_cfg_doc)
+    bad["methods"][0]["method_options"] = {"warp": 9}
+    with pytest.raises(ConfigError, match="method 'FedAvg', method_options:\n  warp: unknown key"):
+        parse_compare(bad)

@@ -117,8 +117,14 @@ def parse_compare(doc: dict[str, Any], source: str = "<dict>") -> CompareConfig:
         cc = CompareConfig.model_validate(doc)
     except ValidationError as e:
         raise ConfigError(_format_errors(e, source)) from None
+    from fedselect.methods import METHODS
+
     for entry in cc.methods:  # fail before anything runs
-        cc.experiment(entry, cc.seeds[0])
+        cfg = cc.experiment(entry, cc.seeds[0])
+        try:
+            METHODS[cfg.method].Options.model_validate(cfg.method_options)
+        except ValidationError as e:
+            raise ConfigError(_format_errors(e, f"{source}: method {entry.label!r}, method_options")) from None
     return cc
 
 
