@@ -134,3 +134,16 @@ def test_compare_checks_method_options_before_running(tiny_cfg_doc):
     bad["methods"][0]["method_options"] = {"warp": 9}
     with pytest.raises(ConfigError, match="method 'FedAvg', method_options:\n  warp: unknown key"):
         parse_compare(bad)
+
+
+def test_optional_columns_appear_only_when_reported(tmp_path):
+    c = _fabricated(tmp_path)
+    assert "competitive ratio" not in build_report(c, plots=False)["markdown"]
+    for lab, ratio in (("A", 1.0), ("B", 0.5)):
+        for s in (0, 1):
+            (c / f"runs/{lab}-s{s}/summary.json").write_text(json.dumps({"competitive_ratio": ratio, "candidates_evaluated": 100}))
+    rep = build_report(c, plots=False)
+    b = rep["table"][1]
+    assert b["competitive_ratio"] == 0.5 and b["competitive_ratio_vs"] == pytest.approx(-50.0)
+    assert "| competitive ratio |" in rep["markdown"].replace("candidates evaluated | competitive ratio", "| competitive ratio")
+    assert "competitive_ratio_vs_baseline" in (c / "table.csv").read_text()

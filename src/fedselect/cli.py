@@ -211,14 +211,14 @@ def report(
 
 
 def print_table(rep: dict) -> None:
-    from fedselect.report import COLUMNS, _cell, relative_phrases
+    from fedselect.report import _cell, relative_phrases
 
     table = Table(title=rep["title"])
     table.add_column("method")
-    for _, head, _, _ in COLUMNS:
+    for _, head, _, _ in rep["columns"]:
         table.add_column(head, justify="right")
     for e in rep["table"]:
-        table.add_row(e["label"], *[_cell(e, k, d) for k, _, d, _ in COLUMNS])
+        table.add_row(e["label"], *[_cell(e, k, d) for k, _, d, _ in rep["columns"]])
     console.print(table)
     base = next((ln for ln in rep["markdown"].splitlines() if ln.startswith("Relative to ")), None)
     if base:

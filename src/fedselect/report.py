@@ -32,6 +32,12 @@ COLUMNS = [
     ("communication_mb", "comm (MB)", 1, False),
     ("wall_s", "wall (s)", 1, False),
 ]
+#: method-specific summary figures, shown only when some run in the report has them
+OPTIONAL_COLUMNS = [
+    ("client_accuracy_std", "client acc std", 4, False),
+    ("candidates_evaluated", "candidates evaluated", 1, False),
+    ("competitive_ratio", "competitive ratio", 3, True),
+]
 #: keys whose change vs the baseline is reported in points (x100), not percent
 POINT_KEYS = {"final_accuracy", "best_accuracy", "final_f1_macro"}
 
@@ -82,20 +88,31 @@ def _mean_std(values: list[float | None]) -> tuple[float | None, float | None, i
     return float(np.mean(xs)), float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0, len(xs)
 
 
-def aggregate_table(results: list[RunResult], labels: list[str], baseline: str | None) -> list[dict[str, Any]]:
+def _value(r: RunResult, key: str):
+    v = r.summary.get(key, r.extra.get(key))
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def columns_for(results: list[RunResult]) -> list[tuple[str, str, int, bool]]:
+    """The standard columns plus the optional ones some run reports."""
+    return COLUMNS + [c for c in OPTIONAL_COLUMNS if any(_value(r, c[0]) is not None for r in results)]
+
+
+def aggregate_table(results: list[RunResult], labels: list[str], baseline: str | None, columns=None) -> list[dict[str, Any]]:
     """Per label: mean and spread (sample std) over seeds of every column, the runs reaching
     the target, and the change vs ``baseline`` (percent; accuracy/F1 in points)."""
+    columns = columns or columns_for(results)
     table = []
     for lab in labels:
         rs = [r for r in results if r.label == lab]
         entry: dict[str, Any] = {"label": lab, "seeds": len(rs), "incomplete": [f"{r.dir.name} ({r.summary.get('rounds', 0)} of {r.rounds_planned} rounds)" for r in rs if not r.complete]}
-        for key, *_ in COLUMNS:
-            mean, std, n = _mean_std([r.summary.get(key) for r in rs])
+        for key, *_ in columns:
+            mean, std, n = _mean_std([_value(r, key) for r in rs])
             entry[key], entry[key + "_std"], entry[key + "_n"] = mean, std, n
         table.append(entry)
     base = next((e for e in table if e["label"] == baseline), None)
     for e in table:
-        for key, *_ in COLUMNS:
+        for key, *_ in columns:
             e[key + "_vs"] = None
             if base is None or e is base or e[key] is None or base[key] is None:
                 continue
@@ -130,11 +147,11 @@ def relative_phrases(e: dict[str, Any], baseline: str) -> list[str]:
     return out
 
 
-def render_markdown(title: str, table: list[dict[str, Any]], baseline: str | None, paper: dict | None = None, paper_source: str | None = None) -> str:
-    heads = ["method"] + [h for _, h, _, _ in COLUMNS]
+def render_markdown(title: str, table: list[dict[str, Any]], baseline: str | None, paper: dict | None = None, paper_source: str | None = None, columns=COLUMNS) -> str:
+    heads = ["method"] + [h for _, h, _, _ in columns]
     lines = [f"# {title}", "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for e in table:
-        lines.append("| " + " | ".join([e["label"]] + [_cell(e, k, d) for k, _, d, _ in COLUMNS]) + " |")
+        lines.append("| " + " | ".join([e["label"]] + [_cell(e, k, d) for k, _, d, _ in columns]) + " |")
     lines.append("")
     seeds = max((e["seeds"] for e in table), default=0)
     lines.append(f"Mean over {seeds} seed(s)" + (" ± sample standard deviation." if seeds > 1 else "."))
@@ -156,10 +173,10 @@ def render_markdown(title: str, table: list[dict[str, Any]], baseline: str | Non
     return "\n".join(lines) + "\n"
 
 
-def render_csv(table: list[dict[str, Any]]) -> str:
+def render_csv(table: list[dict[str, Any]], columns=COLUMNS) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    keys = [k for k, *_ in COLUMNS]
+    keys = [k for k, *_ in columns]
     w.writerow(["method", "seeds"] + [x for k in keys for x in (k, k + "_std", k + "_vs_baseline")])
     fmt = lambda v: "" if v is None else repr(float(v))  # noqa: E731
     for e in table:
@@ -193,13 +210,14 @@ def build_report(directory: str | Path, plots: bool = True) -> dict[str, Any]:
     """
     directory = Path(directory)
     title, results, labels, baseline, paper, paper_source, feds = collect(directory)
-    table = aggregate_table(results, labels, baseline)
-    md = render_markdown(title, table, baseline, paper, paper_source)
+    columns = columns_for(results)
+    table = aggregate_table(results, labels, baseline, columns)
+    md = render_markdown(title, table, baseline, paper, paper_source, columns)
     atomic_write(directory / "table.md", lambda fh: fh.write(md))
-    atomic_write(directory / "table.csv", lambda fh: fh.write(render_csv(table)), newline="")
+    atomic_write(directory / "table.csv", lambda fh: fh.write(render_csv(table, columns)), newline="")
     files = []
     if plots:
         from fedselect.plots import make_plots
 
         files = make_plots(directory / "plots", results, labels, feds)
-    return {"title": title, "table": table, "markdown": md, "plots": files}
+    return {"title": title, "table": table, "markdown": md, "plots": files, "columns": columns}
