@@ -29,8 +29,37 @@ def _root() -> None:
     """fedselect: client selection for federated learning over heterogeneous fleets."""
 
 
-def _overrides(rounds, seed, method) -> dict:
+def _parse_sets(sets: list[str] | None) -> dict:
+    """``["train.lr=0.1", "data.options.path=/data/x"]`` -> dotted overrides (values parsed as YAML)."""
+    import yaml
+
     out = {}
+    for item in sets or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE with a dotted key, e.g. --set train.lr=0.1")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as e:
+            raise ValueError(f"--set {item!r}: the value is not valid YAML ({e})") from None
+    return out
+
+
+def _threads(n: int | None) -> None:
+    if n is not None:
+        if n < 1:
+            raise ValueError(f"--threads must be >= 1, got {n}")
+        import torch
+
+        torch.set_num_threads(n)
+
+
+SET_HELP = "override a config key, e.g. --set train.lr=0.1 --set data.options.path=/data/MobiAct (repeatable; values are YAML)"
+THREADS_HELP = "torch CPU threads (results are bit-identical only for the same thread count; 1 is fastest when other jobs share the cores)"
+
+
+def _overrides(rounds, seed, method, sets=None) -> dict:
+    out = _parse_sets(sets)
     if rounds is not None:
         out["rounds"] = rounds
     if seed is not None:
@@ -96,6 +125,8 @@ def run(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="run directory (default runs/<name>-<method>-s<seed>-<time>)"),
     resume: Optional[Path] = typer.Option(None, "--resume", help="continue the run in this directory from its last checkpoint (with its saved config; only --rounds may extend the budget)"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace a run already in --out (its config, metrics, checkpoints and summary are deleted)"),
+    sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+    threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
 ) -> None:
     """Run one experiment and write metrics.csv, summary.json, model.pt, config.yaml and run.log.
@@ -105,8 +136,9 @@ def run(
     from fedselect.runner import check_run_dir, resume_experiment, run_experiment
 
     try:
+        _threads(threads)
         if resume is not None:
-            given = [n for n, v in (("CONFIG", config), ("--seed", seed), ("--method", method), ("--out", out)) if v is not None]
+            given = [n for n, v in (("CONFIG", config), ("--seed", seed), ("--method", method), ("--out", out), ("--set", sets)) if v]
             if overwrite:
                 given.append("--overwrite")
             if given:
@@ -117,7 +149,7 @@ def run(
                 task = prog.add_task("resume", total=None, status="")
                 summary = resume_experiment(resume, on_round=_advance(prog, task, quiet), rounds=rounds)
         else:
-            cfg = _load(config, _overrides(rounds, seed, method))
+            cfg = _load(config, _overrides(rounds, seed, method, sets))
             run_dir = out or Path("runs") / f"{cfg.name}-{cfg.method}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
             check_run_dir(run_dir, overwrite)
             console.print(f"[bold]{cfg.name}[/bold]: {cfg.method} on {cfg.data.dataset}, N={cfg.data.num_clients}, U={cfg.clients_per_round}, T={cfg.rounds}, seed {cfg.seed}")
@@ -143,6 +175,8 @@ def compare(
     rounds: Optional[int] = typer.Option(None, "--rounds", "-r", help="override the rounds of every run"),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="comma-separated seeds, e.g. 0,1,2 (overrides the config)"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="comparison directory (default runs/<name>-<time>)"),
+    sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP + "; applies to the base experiment"),
+    threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
 ) -> None:
     """Run several methods (and seeds) on one shared federation; write table and plots.
@@ -154,13 +188,12 @@ def compare(
     from fedselect.report import build_report
 
     try:
-        over = {"rounds": rounds} if rounds is not None else None
+        _threads(threads)
+        over = _overrides(rounds, None, None, sets) or None
         if config is None:
-            import copy
+            from fedselect.config import apply_overrides
 
-            doc = copy.deepcopy(DEFAULT_COMPARE)
-            if over:
-                doc["base"].update(over)
+            doc = {**DEFAULT_COMPARE, "base": apply_overrides(DEFAULT_COMPARE["base"], over or {})}
             cc = parse_compare(doc, "<embedded default comparison>")
         else:
             cc = load_compare(config, over)

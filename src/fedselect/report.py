@@ -73,6 +73,8 @@ def load_run(run_dir: Path, label: str, seed: int, target: float | None = None, 
     extra = {}
     if complete:
         saved = json.loads(summary_path.read_text())
+        if isinstance(saved.get("wall_s"), (int, float)):  # includes the method's finish()
+            s["wall_s"] = saved["wall_s"]
         # communication: a method may add bytes after the last round (CEFL's transfer to members)
         for key in ("final_accuracy", "final_f1_macro", "communication_mb", "upload_mb", "download_mb"):
             if key in saved:

@@ -484,9 +484,13 @@ def _loop(cfg, fed, method: Method, faults: FaultModel, columns, run_dir: Path, 
     finally:
         metrics.close()
         timing.close()
+    t_finish = time.perf_counter()
     final = method.finish() or {}
+    finish_wall = time.perf_counter() - t_finish
     _save_model(run_dir, method)
-    return write_summary(run_dir, cfg, fed, method, final, prep_info, cum["wall"])
+    if finish_wall > 0.5:
+        log.info("finish() took %.1f s (counted in the summary's wall_s)", finish_wall)
+    return write_summary(run_dir, cfg, fed, method, final, prep_info, cum["wall"] + finish_wall)
 
 
 def failure_counts(rows: list[dict[str, str]]) -> dict[str, Any]:
