@@ -210,13 +210,13 @@ def table(res: dict) -> str:
 
 
 def main(quick: bool = True) -> dict:
-    """Entry point of ``benchmarks/run_all.py``: quick = the latency simulation (3 seeds x 100
-    rounds) plus a 10-round training run of FedAvg and tuned FLASH-RL (seed 0); not quick = the
-    issue's full benchmark (hours on CPU)."""
+    """Entry point of ``benchmarks/run_all.py``: quick = the latency simulation (seed 0, 100
+    rounds, ~4 min) plus a 5-round training run of FedAvg and tuned FLASH-RL (seed 0, ~5 min);
+    not quick = the issue's full benchmark (hours on CPU)."""
     out = ROOT / "runs" / "bench-flashrl"
     if quick:
-        sim = run("sim", ["fedavg", "flashrl", "flashrl-tuned"], 100, [0, 1, 2], out / "sim", True)
-        tr = run("train", ["fedavg", "flashrl-tuned"], 10, [0], out / "train", True)
+        sim = run("sim", ["fedavg", "flashrl", "flashrl-tuned"], 100, [0], out / "sim", True)
+        tr = run("train", ["fedavg", "flashrl-tuned"], 5, [0], out / "train", True)
         print(table(sim)), print(table(tr))
         return {"sim": sim, "train": tr}
     full = run("train", list(CONFIGS), 100, [0, 1, 2], out / "train-full", True)

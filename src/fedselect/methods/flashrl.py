@@ -43,7 +43,7 @@ from fedselect.fl.train import local_train
 from fedselect.methods import register_method
 from fedselect.methods.base import ClientUpdate, Method, flat_parameters
 from fedselect.methods.ddqn import DDQNAgent, DDQNConfig
-from fedselect.methods.rewards import (REWARD_KINDS, normalise_latency, normalised_divergence, update_reputations,
+from fedselect.methods.rewards import (normalise_latency, normalised_divergence, update_reputations,
                                        utility)
 from fedselect.seeding import np_rng, torch_rng
 from fedselect.system import RoundDraws, latency_bounds
@@ -278,7 +278,6 @@ class FlashRL(DDQNSelector):
         down_bytes = state_bytes(self.global_model.state_dict(), self.download_keys()) if sysc.count_download else 0
         self.l_min, self.l_max = latency_bounds(fed.fleet, [fed.client_bits(k) for k in range(n)], cfg.train.local_epochs,
                                                 sysc.cycles_per_bit, 8 * model_bytes, 8 * down_bytes)
-        assert self.options.reward in REWARD_KINDS
 
     def state_dim(self) -> int:
         return self.fed.num_clients * (self.n_components + 4)
