@@ -147,3 +147,12 @@ def test_optional_columns_appear_only_when_reported(tmp_path):
     assert b["competitive_ratio"] == 0.5 and b["competitive_ratio_vs"] == pytest.approx(-50.0)
     assert "| competitive ratio |" in rep["markdown"].replace("candidates evaluated | competitive ratio", "| competitive ratio")
     assert "competitive_ratio_vs_baseline" in (c / "table.csv").read_text()
+
+
+def test_default_comparison_matches_its_config_file():
+    from pathlib import Path
+
+    from fedselect.compare import DEFAULT_COMPARE
+
+    shipped = load_compare(Path(__file__).parent.parent / "configs" / "compare-default.yaml")
+    assert shipped == parse_compare(DEFAULT_COMPARE)

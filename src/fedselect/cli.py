@@ -246,13 +246,14 @@ def report(
 def print_table(rep: dict) -> None:
     from fedselect.report import _cell, relative_phrases
 
+    wide = Console(width=max(console.width, 160))
     table = Table(title=rep["title"])
     table.add_column("method")
     for _, head, _, _ in rep["columns"]:
         table.add_column(head, justify="right")
     for e in rep["table"]:
         table.add_row(e["label"], *[_cell(e, k, d) for k, _, d, _ in rep["columns"]])
-    console.print(table)
+    wide.print(table)
     base = next((ln for ln in rep["markdown"].splitlines() if ln.startswith("Relative to ")), None)
     if base:
         name = base.removeprefix("Relative to ").rstrip(":")

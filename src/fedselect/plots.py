@@ -139,6 +139,7 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
             ax.bar(np.arange(n), counts[:, j], bottom=bottom, color=cmap(j % cmap.N), width=0.85, label=str(names[j]))
             bottom += counts[:, j]
         ax.set_xlabel("client id")
+        ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
         ax.set_ylabel("training samples")
         part = fed.get("partition", {})
         ax.set_title(f"label distribution: {fed.get('dataset')}, {part.get('scheme')} " + ", ".join(f"{k}={v}" for k, v in part.items() if k != "scheme"))
