@@ -14,7 +14,28 @@ import torch
 from torch import nn
 
 
-class MnistCNN(nn.Module):
+class TwoConvNet(nn.Module):
+    """The shape shared by the papers' CNNs: conv1 -> ReLU -> maxpool2 -> conv2 -> ReLU ->
+    maxpool2 -> flatten -> fc1 -> ReLU -> fc2 (logits). Subclasses only set the layer sizes;
+    the parameter names ``conv1``, ``conv2``, ``fc1``, ``fc2`` are what base-layer selection
+    (CEFL / FedPer) and checkpoints refer to."""
+
+    def __init__(self, in_channels: int, channels: tuple[int, int], flat: int, hidden: int, num_classes: int, padding: int = 0):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, channels[0], 5, padding=padding)
+        self.conv2 = nn.Conv2d(channels[0], channels[1], 5, padding=padding)
+        self.fc1 = nn.Linear(flat, hidden)
+        self.fc2 = nn.Linear(hidden, num_classes)
+        self.pool = nn.MaxPool2d(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(torch.relu(self.conv1(x)))
+        x = self.pool(torch.relu(self.conv2(x)))
+        x = torch.flatten(x, 1)
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class MnistCNN(TwoConvNet):
     """FLASH-RL's MNIST CNN (SPEC 1.4).
 
     conv5x5(1->20) -> ReLU -> maxpool2 -> conv5x5(20->50) -> ReLU -> maxpool2 ->
@@ -24,21 +45,10 @@ class MnistCNN(nn.Module):
     """
 
     def __init__(self, num_classes: int = 10, in_channels: int = 1):
-        super().__init__()
-        self.conv1 = nn.Conv2d(in_channels, 20, 5)
-        self.conv2 = nn.Conv2d(20, 50, 5)
-        self.fc1 = nn.Linear(800, 500)
-        self.fc2 = nn.Linear(500, num_classes)
-        self.pool = nn.MaxPool2d(2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.pool(torch.relu(self.conv1(x)))
-        x = self.pool(torch.relu(self.conv2(x)))
-        x = torch.flatten(x, 1)
-        return self.fc2(torch.relu(self.fc1(x)))
+        super().__init__(in_channels, (20, 50), 800, 500, num_classes)
 
 
-class CifarCNN(nn.Module):
+class CifarCNN(TwoConvNet):
     """FLASH-RL's CIFAR-10 CNN (SPEC 1.4).
 
     conv5x5(3->6) -> ReLU -> maxpool2 -> conv5x5(6->16) -> ReLU -> maxpool2 ->
@@ -48,18 +58,7 @@ class CifarCNN(nn.Module):
     """
 
     def __init__(self, num_classes: int = 10, in_channels: int = 3):
-        super().__init__()
-        self.conv1 = nn.Conv2d(in_channels, 6, 5)
-        self.conv2 = nn.Conv2d(6, 16, 5)
-        self.fc1 = nn.Linear(400, 256)
-        self.fc2 = nn.Linear(256, num_classes)
-        self.pool = nn.MaxPool2d(2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.pool(torch.relu(self.conv1(x)))
-        x = self.pool(torch.relu(self.conv2(x)))
-        x = torch.flatten(x, 1)
-        return self.fc2(torch.relu(self.fc1(x)))
+        super().__init__(in_channels, (6, 16), 400, 256, num_classes)
 
 
 class MLP(nn.Module):
@@ -188,7 +187,7 @@ class GRUClassifier(nn.Module):
         return self.fc(out[:, -1])
 
 
-class FDCNN(nn.Module):
+class FDCNN(TwoConvNet):
     """CEFL's FD-CNN (SPEC 2; CEFL Section IV after He et al.): input ``(batch, 3, 20, 20)``
     RGB bitmaps; conv5x5 'same' 3->32, ReLU, maxpool2; conv5x5 'same' 32->64, ReLU, maxpool2;
     fc 1600->512, ReLU; fc 512->num_classes (logits; the softmax is in the loss).
@@ -199,18 +198,7 @@ class FDCNN(nn.Module):
     """
 
     def __init__(self, num_classes: int = 8, in_channels: int = 3):
-        super().__init__()
-        self.conv1 = nn.Conv2d(in_channels, 32, 5, padding=2)
-        self.conv2 = nn.Conv2d(32, 64, 5, padding=2)
-        self.fc1 = nn.Linear(1600, 512)
-        self.fc2 = nn.Linear(512, num_classes)
-        self.pool = nn.MaxPool2d(2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.pool(torch.relu(self.conv1(x)))
-        x = self.pool(torch.relu(self.conv2(x)))
-        x = torch.flatten(x, 1)
-        return self.fc2(torch.relu(self.fc1(x)))
+        super().__init__(in_channels, (32, 64), 1600, 512, num_classes, padding=2)
 
 
 @register_model("gru")

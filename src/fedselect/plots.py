@@ -5,7 +5,6 @@ Each figure has labelled axes with units and one colour per method, consistent a
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -146,13 +145,12 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
         ax.legend(title="label", ncol=2 if c > 5 else 1, fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")
         save(fig, "label_distribution.png")
 
-    # 6. CEFL: similarity matrix with clusters and leaders (from the run's cefl.json)
+    # 6. CEFL: similarity matrix with clusters and leaders (from the run's summary: prepare info)
     for r in results:
-        p = r.dir / "cefl.json"
-        if not p.exists():
+        info = r.extra.get("prepare") or {}
+        if not all(k in info for k in ("edge_weights_s", "clusters", "leaders")):
             continue
-        info = json.loads(p.read_text())
-        S = np.asarray(info["similarity"], dtype=float)
+        S = np.asarray(info["edge_weights_s"], dtype=float)
         clusters = [list(map(int, c)) for c in info["clusters"]]
         leaders = set(int(x) for x in info["leaders"])
         order = [k for c in clusters for k in sorted(c)]

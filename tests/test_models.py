@@ -1,0 +1,34 @@
+import pytest
+import torch
+
+from fedselect.models import build_model, count_parameters
+from fedselect.seeding import torch_rng
+
+
+@pytest.mark.parametrize("name,shape,params", [
+    # conv 1*20*25+20, conv 20*50*25+50, fc 800*500+500, fc 500*10+10
+    ("mnist_cnn", (1, 28, 28), 520 + 25_050 + 400_500 + 5_010),
+    # conv 3*6*25+6, conv 6*16*25+16, fc 400*256+256, fc 256*10+10
+    ("cifar_cnn", (3, 32, 32), 456 + 2_416 + 102_656 + 2_570),
+    # 784*25+25, 25*25+25, 25*10+10
+    ("mlp", (1, 28, 28), 19_625 + 650 + 260),
+])
+def test_paper_models_shapes_and_sizes(name, shape, params):
+    m = build_model(name, shape, 10)
+    assert count_parameters(m) == params
+    assert m(torch.zeros(4, *shape)).shape == (4, 10)
+
+
+def test_seeded_init_is_reproducible():
+    a = build_model("mnist_cnn", (1, 28, 28), 10, generator=torch_rng(1, "model-init"))
+    b = build_model("mnist_cnn", (1, 28, 28), 10, generator=torch_rng(1, "model-init"))
+    c = build_model("mnist_cnn", (1, 28, 28), 10, generator=torch_rng(2, "model-init"))
+    assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())
+    assert not torch.equal(a.state_dict()["conv1.weight"], c.state_dict()["conv1.weight"])
+
+
+def test_wrong_input_shape_is_a_clear_error():
+    with pytest.raises(ValueError, match="needs 28x28 inputs"):
+        build_model("mnist_cnn", (3, 32, 32), 10)
+    with pytest.raises(ValueError, match="unknown model 'resnet'"):
+        build_model("resnet", (3, 32, 32), 10)
