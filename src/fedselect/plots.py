@@ -72,21 +72,30 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
         plt.close(fig)
         written.append(name)
 
-    # 1. metric vs round, 2. e2e latency vs round
+    # 1. metric vs round (whole run + a zoom on the second half, where methods differ),
+    # 2. e2e latency vs round
     for key, ylabel, name in ((metric, metric_name, "metric_vs_round.png"), ("e2e_latency_s", "end-to-end latency (s)", "latency_vs_round.png")):
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        for lab in labels:
-            mb = _mean_band(by_label[lab], key)
-            if mb is None:
-                continue
-            x, m, lo, hi = mb
-            ax.plot(x, m, label=lab, color=colors[lab], lw=1.8)
-            if nseeds > 1:
-                ax.fill_between(x, lo, hi, color=colors[lab], alpha=0.15)
-        ax.set_xlabel("communication round")
-        ax.set_ylabel(ylabel)
-        ax.set_title(f"{ylabel} per round{band_note}")
-        ax.legend()
+        zoom = key == metric
+        fig, axes = plt.subplots(1, 2 if zoom else 1, figsize=(11 if zoom else 7, 4.2), squeeze=False)
+        for ax in axes[0]:
+            for lab in labels:
+                mb = _mean_band(by_label[lab], key)
+                if mb is None:
+                    continue
+                x, m, lo, hi = mb
+                if ax is not axes[0][0]:
+                    keep = x >= max(1, x.max() // 2)
+                    x, m, lo, hi = x[keep], m[keep], lo[keep], hi[keep]
+                ax.plot(x, m, label=lab, color=colors[lab], lw=1.8)
+                if nseeds > 1:
+                    ax.fill_between(x, lo, hi, color=colors[lab], alpha=0.15)
+            ax.set_xlabel("communication round")
+            ax.set_ylabel(ylabel)
+            ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
+        axes[0][0].set_title(f"{ylabel} per round{band_note}")
+        axes[0][0].legend()
+        if zoom:
+            axes[0][1].set_title("second half of the run (zoom)")
         save(fig, name)
 
     # 3. metric vs end-to-end latency (time-to-accuracy), one line per run
@@ -123,6 +132,7 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
         ax.set_xscale("log")
         ax.set_xlabel("client's expected latency per round (s, log scale; mean frequency and bandwidth)")
         ax.set_ylabel("times selected")
+        ax.yaxis.set_major_locator(plt.MaxNLocator(integer=True))
         ax.set_title(f"selection vs client latency (seed {seed0}): stragglers are on the right")
         ax.legend()
         save(fig, "selection_vs_latency.png")
