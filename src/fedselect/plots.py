@@ -165,7 +165,10 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
         leaders = set(int(x) for x in info["leaders"])
         order = [k for c in clusters for k in sorted(c)]
         fig, ax = plt.subplots(figsize=(6.4, 5.4))
-        im = ax.imshow(S[np.ix_(order, order)], cmap="viridis")
+        shown = S[np.ix_(order, order)].copy()
+        np.fill_diagonal(shown, np.nan)  # S_ii is undefined (CE-eq 4 is over i != j)
+        im = ax.imshow(shown, cmap="viridis")
+        ax.grid(False)
         fig.colorbar(im, ax=ax, label="similarity S_ij (CE-eq 4)")
         ticks = [f"{k}*" if k in leaders else str(k) for k in order]
         ax.set_xticks(range(len(order)), ticks, rotation=90, fontsize=7)
