@@ -156,3 +156,31 @@ def test_default_comparison_matches_its_config_file():
 
     shipped = load_compare(Path(__file__).parent.parent / "configs" / "compare-default.yaml")
     assert shipped == parse_compare(DEFAULT_COMPARE)
+
+
+def test_interrupted_comparison_is_finished_by_resume(tmp_path, tiny_cfg_doc):
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from fedselect.cli import app
+
+    cc = parse_compare(_doc(tiny_cfg_doc))
+    d = tmp_path / "c"
+    run_comparison(cc, d)
+    before = {p.name: (p / "metrics.csv").read_bytes() for p in (d / "runs").iterdir()}
+    keys = ("final_accuracy", "e2e_latency_s", "communication_mb", "rounds_to_target")
+    table = [[e[k] for k in keys] for e in build_report(d, plots=False)["table"]]
+    # FedAvg stopped after its last checkpoint but before its summary; Full never started
+    (d / "runs/FedAvg-s0/summary.json").unlink()
+    shutil.rmtree(d / "runs/Full-s0")
+    assert "incomplete" in build_report(d, plots=False)["markdown"].lower()
+    res = CliRunner().invoke(app, ["compare", "--resume", str(d), "-q"])
+    assert res.exit_code == 0, res.output
+    assert {p.name: (p / "metrics.csv").read_bytes() for p in (d / "runs").iterdir()} == before
+    assert [[e[k] for k in keys] for e in build_report(d, plots=False)["table"]] == table  # wall time differs
+    # refused combinations and targets name the problem
+    res = CliRunner().invoke(app, ["compare", "--resume", str(d), "--seeds", "1"])
+    assert res.exit_code == 2 and "cannot be combined with --seeds" in res.output
+    res = CliRunner().invoke(app, ["compare", "--resume", str(tmp_path)])
+    assert res.exit_code == 2 and "no compare.json there" in res.output

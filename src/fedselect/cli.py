@@ -112,8 +112,15 @@ def print_summary(summary: dict, run_dir: Path) -> None:
 
 
 def _fail(e: Exception) -> None:
-    console.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
+    from rich.markup import escape
+
+    console.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
+    raise SystemExit(2)
+
+
+def _interrupted(where: Path | None, how: str) -> None:
+    console.print(f"interrupted: results written so far are kept in {where}; {how}" if where else "interrupted before anything was written")
+    raise SystemExit(130)
 
 
 @app.command()
@@ -156,6 +163,9 @@ def run(
             with _progress() as prog:
                 task = prog.add_task(cfg.method, total=cfg.rounds, status="preparing")
                 summary = run_experiment(cfg, run_dir, on_round=_advance(prog, task, quiet), overwrite=overwrite)
+    except KeyboardInterrupt:
+        d = resume if resume is not None else locals().get("run_dir")
+        _interrupted(d, f"continue with: fedselect run --resume {d}")
     except (OSError, ValueError, RuntimeError) as e:
         _fail(e)
     print_summary(summary, run_dir)
@@ -176,6 +186,7 @@ def compare(
     seeds: Optional[str] = typer.Option(None, "--seeds", help="comma-separated seeds, e.g. 0,1,2 (overrides the config)"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="comparison directory (default runs/<name>-<time>)"),
     sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP + "; applies to the base experiment"),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="finish an interrupted comparison in this directory: finished runs are kept, interrupted ones continue from their checkpoints, missing ones run"),
     threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
 ) -> None:
@@ -190,21 +201,33 @@ def compare(
     try:
         _threads(threads)
         over = _overrides(rounds, None, None, sets) or None
-        if config is None:
+        if resume is not None:
+            given = [n for n, v in (("CONFIG", config), ("--rounds", rounds), ("--seeds", seeds), ("--out", out), ("--set", sets)) if v]
+            if given:
+                raise ValueError(f"--resume finishes the comparison saved in {resume}; it cannot be combined with {', '.join(given)}")
+            if not (resume / "compare.json").is_file():
+                raise FileNotFoundError(f"--resume {resume}: no compare.json there (not a comparison directory)")
+            import json
+
+            spec = json.loads((resume / "compare.json").read_text())
+            cc = parse_compare({k: v for k, v in spec.items() if k != "runs"}, str(resume / "compare.json"))
+        elif config is None:
             from fedselect.config import apply_overrides
 
             doc = {**DEFAULT_COMPARE, "base": apply_overrides(DEFAULT_COMPARE["base"], over or {})}
             cc = parse_compare(doc, "<embedded default comparison>")
         else:
             cc = load_compare(config, over)
-        if seeds:
+        if seeds is not None:
             try:
                 cc.seeds = [int(x) for x in seeds.split(",") if x.strip()]
             except ValueError:
-                _fail(ValueError(f"--seeds {seeds!r}: expected comma-separated integers like 0,1,2"))
-        out_dir = out or Path("runs") / f"{cc.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        if (out_dir / "compare.json").exists():
-            _fail(FileExistsError(f"{out_dir} already holds a comparison; choose another --out (results there are kept)"))
+                cc.seeds = []
+            if not cc.seeds or len(set(cc.seeds)) != len(cc.seeds) or min(cc.seeds) < 0:
+                raise ValueError(f"--seeds {seeds!r}: expected distinct comma-separated integers >= 0, like 0,1,2")
+        out_dir = resume or out or Path("runs") / f"{cc.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        if resume is None and (out_dir / "compare.json").exists():
+            raise FileExistsError(f"{out_dir} already holds a comparison; finish it with --resume {out_dir} or choose another --out (results there are kept)")
         console.print(f"[bold]{cc.name}[/bold]: {', '.join(m.label for m in cc.methods)}; seeds {cc.seeds}; output {out_dir}")
         with _progress() as prog:
             tasks = {}
@@ -216,9 +239,12 @@ def compare(
                 acc, e2e = ev.row.get("accuracy"), ev.row.get("e2e_latency_s")
                 prog.update(tasks[(label, seed)], completed=ev.round, status=f"round {ev.round}  acc {acc:.4f}  e2e {e2e:.1f} s")
 
-            run_comparison(cc, out_dir, on_start=on_start, on_round=on_round)
+            run_comparison(cc, out_dir, on_start=on_start, on_round=on_round, resume=resume is not None)
         rep = build_report(out_dir, plots=False)
-    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as e:
+    except KeyboardInterrupt:
+        d = locals().get("out_dir")
+        _interrupted(d, f"finish it with: fedselect compare --resume {d}")
+    except (OSError, ValueError, RuntimeError) as e:
         _fail(e)
     print_table(rep)
     console.print(f"comparison directory: {out_dir} (table.md, table.csv, plots/)")
@@ -259,7 +285,7 @@ def print_table(rep: dict) -> None:
         name = base.removeprefix("Relative to ").rstrip(":")
         for e in rep["table"]:
             if e["label"] != name:
-                console.print(f"  {e['label']}: " + ", ".join(relative_phrases(e, name)))
+                console.print(f"  {e['label']}: " + (", ".join(relative_phrases(e, name)) or "no comparable figures"), markup=False, highlight=False)
     for line in rep["markdown"].splitlines():
         if line.startswith("Incomplete runs"):
             console.print(f"[yellow]{line}[/yellow]")

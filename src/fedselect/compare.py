@@ -147,6 +147,10 @@ def load_compare(path: str | Path, overrides: dict[str, Any] | None = None) -> C
         doc = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"invalid YAML in {p}: {e}") from None
+    from fedselect.config import config_kind
+
+    if config_kind(doc) == "sweep":
+        raise ConfigError(f"{p} is a sweep config (it has a grid): run it with `fedselect sweep {p}`")
     if isinstance(doc, dict) and "methods" not in doc:
         doc = {"name": doc.get("name", p.stem), "base": doc, "methods": [{"method": doc.get("method", "fedavg")}], "seeds": [doc.get("seed", 0)]}
     if overrides:
@@ -190,31 +194,40 @@ def federation_info(fed: Federation) -> dict[str, Any]:
     }
 
 
+def run_dir_name(label: str, seed: int) -> str:
+    """A run's directory inside a comparison directory."""
+    return f"runs/{label.replace(' ', '_')}-s{seed}"
+
+
 def run_comparison(
     cc: CompareConfig, out_dir: str | Path, on_start: Callable[[str, int, int], None] | None = None,
-    on_round: Callable[[str, int, RoundEvent], None] | None = None,
+    on_round: Callable[[str, int, RoundEvent], None] | None = None, resume: bool = False,
 ) -> Path:
     """Run every method for every seed on the shared federation; then write the report.
 
-    Returns the comparison directory.
+    With ``resume=True`` (an interrupted comparison in ``out_dir``): finished runs (those with a
+    ``summary.json``) are kept, interrupted ones continue from their checkpoint, and runs that
+    never started are run. Returns the comparison directory.
     """
     from fedselect.report import build_report
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    runs = []
+    runs = [{"label": e.label, "method": e.method, "seed": s, "dir": run_dir_name(e.label, s)} for s in cc.seeds for e in cc.methods]
+    write_json_atomic(out / "compare.json", {**cc.model_dump(mode="json"), "runs": runs})
     for seed in cc.seeds:
-        first = cc.experiment(cc.methods[0], seed)
-        fed = build_federation(first)
+        todo = [e for e in cc.methods if not (resume and (out / run_dir_name(e.label, seed) / "summary.json").exists())]
+        if not todo:
+            continue
+        fed = build_federation(cc.experiment(cc.methods[0], seed))
         write_json_atomic(out / f"federation-s{seed}.json", federation_info(fed))
-        for entry in cc.methods:
-            runs.append({"label": entry.label, "method": entry.method, "seed": seed, "dir": f"runs/{entry.label.replace(' ', '_')}-s{seed}"})
-        write_json_atomic(out / "compare.json", {**cc.model_dump(mode="json"), "runs": runs})
-        for entry in cc.methods:
+        for entry in todo:
             cfg = cc.experiment(entry, seed)
+            run_dir = out / run_dir_name(entry.label, seed)
             if on_start:
                 on_start(entry.label, seed, cfg.rounds)
             cb = (lambda ev, lab=entry.label: on_round(lab, seed, ev)) if on_round else None
-            run_experiment(cfg, out / f"runs/{entry.label.replace(' ', '_')}-s{seed}", on_round=cb, federation=fed)
+            started = resume and (run_dir / "config.yaml").exists()
+            run_experiment(cfg, run_dir, on_round=cb, federation=fed, resume=started)
     build_report(out)
     return out

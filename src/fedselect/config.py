@@ -317,7 +317,21 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ex
         raise ConfigError(f"invalid config {p}: the top level must be a mapping of keys to values, got {type(doc).__name__}")
     if overrides:
         doc = apply_overrides(doc, overrides)
+    kind = config_kind(doc)
+    if kind != "experiment":
+        raise ConfigError(f"{p} is a {kind} config, not a single experiment: run it with `fedselect {kind} {p}`")
     return parse_config(doc, str(p))
+
+
+def config_kind(doc: Any) -> str:
+    """``"compare"`` (base + methods), ``"sweep"`` (grid) or ``"experiment"``: lets each command
+    point a user who passed the wrong kind of file to the right command."""
+    if isinstance(doc, dict):
+        if "grid" in doc or "grid_keys" in doc:
+            return "sweep"
+        if "methods" in doc and "base" in doc:
+            return "compare"
+    return "experiment"
 
 
 def apply_overrides(doc: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

