@@ -297,6 +297,7 @@ def sweep(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="sweep directory (default runs/<name>-<time>); an existing one is continued, finished runs are kept"),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="comma-separated seeds, e.g. 0,1,2 (overrides the config)"),
     table_only: bool = typer.Option(False, "--table-only", help="only rebuild table.md / table.csv from the runs in --out"),
+    threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
 ) -> None:
     """Run a grid of experiments (every method x grid point x seed) and write one table.
 
@@ -307,6 +308,7 @@ def sweep(
     from fedselect.sweep import build_sweep_table, load_sweep, run_sweep
 
     try:
+        _threads(threads)
         sc = load_sweep(config)
         if seeds:
             try:
@@ -318,8 +320,11 @@ def sweep(
             rep = build_sweep_table(out_dir, sc)
         else:
             console.print(f"[bold]{sc.name}[/bold]: {', '.join(m.label for m in sc.methods)}; grid {sc.grid or '-'}; seeds {sc.seeds}; output {out_dir}")
-            rep = run_sweep(sc, out_dir, on_run=lambda i, n, d: console.print(f"[{i}/{n}] {d}", highlight=False))
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
+            rep = run_sweep(sc, out_dir, on_run=lambda i, n, d: console.print(f"[{i}/{n}] {d}", highlight=False, markup=False))
+    except KeyboardInterrupt:
+        d = locals().get("out_dir")
+        _interrupted(d, f"continue with: fedselect sweep {config} --out {d}")
+    except (OSError, ValueError, RuntimeError) as e:
         _fail(e)
     console.print(rep["markdown"], highlight=False, markup=False)
     console.print(f"sweep directory: {out_dir} (table.md, table.csv, runs/)")
