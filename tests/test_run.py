@@ -1,7 +1,6 @@
 """End-to-end runs on small real data (embedded MNIST): determinism, files, summaries."""
 
 import json
-import math
 
 import pytest
 

@@ -26,7 +26,6 @@ import copy
 import csv
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,7 +38,7 @@ import yaml
 from fedselect.config import ConfigError, ExperimentConfig, dump_config, parse_config
 from fedselect.federation import Federation, build_federation
 from fedselect.fl.checkpoint import NoCheckpointError, load_checkpoint, remove_stale_temp_files, save_checkpoint
-from fedselect.fl.faults import INJECT_KINDS, ClientFailure, FaultModel, Injection, corrupt_state, non_finite_entries, survivor_weights
+from fedselect.fl.faults import ClientFailure, FaultModel, Injection, corrupt_state, non_finite_entries, survivor_weights
 from fedselect.fl.metrics import CORE_COLUMNS, TIMING_COLUMNS, CsvLog, _fmt, atomic_write, read_csv_rows, summarize, write_json_atomic
 from fedselect.methods import METHODS, import_methods
 from fedselect.methods.base import ClientUpdate, Method
