@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from fedselect.config import ConfigError, ExperimentConfig, _format_errors, apply_overrides, parse_config
+from fedselect.config import ConfigError, ExperimentConfig, _format_errors, apply_overrides, parse_config, validate_model
 from fedselect.federation import Federation, build_federation
 from fedselect.fl.metrics import write_json_atomic
 from fedselect.runner import RoundEvent, run_experiment
@@ -116,12 +115,7 @@ def parse_compare(doc: dict[str, Any], source: str = "<dict>") -> CompareConfig:
     Raises:
         ConfigError: naming the key and what is allowed.
     """
-    if not isinstance(doc, dict):
-        raise ConfigError(f"invalid comparison {source}: the top level must be a mapping")
-    try:
-        cc = CompareConfig.model_validate(doc)
-    except ValidationError as e:
-        raise ConfigError(_format_errors(e, source)) from None
+    cc = validate_model(CompareConfig, doc, source, "comparison")
     from fedselect.methods import METHODS
 
     for entry in cc.methods:  # fail before anything runs
@@ -140,14 +134,10 @@ def load_compare(path: str | Path, overrides: dict[str, Any] | None = None) -> C
     Raises:
         FileNotFoundError, ConfigError.
     """
+    from fedselect.config import config_kind, read_yaml_file
+
     p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"comparison file not found: {p}")
-    try:
-        doc = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"invalid YAML in {p}: {e}") from None
-    from fedselect.config import config_kind
+    doc = read_yaml_file(p, "comparison") or {}
 
     if config_kind(doc) == "sweep":
         raise ConfigError(f"{p} is a sweep config (it has a grid): run it with `fedselect sweep {p}`")

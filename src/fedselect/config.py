@@ -285,12 +285,40 @@ def parse_config(doc: dict[str, Any] | None, source: str = "<dict>") -> Experime
     """
     if doc is None:
         doc = {}
+    return validate_model(ExperimentConfig, doc, source, "config")
+
+
+def validate_model(model: type[BaseModel], doc: Any, source: str, what: str = "config") -> Any:
+    """``model.model_validate(doc)`` with errors as one :class:`ConfigError` naming each key.
+
+    Raises:
+        ConfigError: ``doc`` is not a mapping, or a key is unknown / has a bad value.
+    """
     if not isinstance(doc, dict):
-        raise ConfigError(f"invalid config {source}: the top level must be a mapping, got {type(doc).__name__}")
+        raise ConfigError(f"invalid {what} {source}: the top level must be a mapping, got {type(doc).__name__}")
     try:
-        return ExperimentConfig.model_validate(doc)
+        return model.model_validate(doc)
     except ValidationError as e:
         raise ConfigError(_format_errors(e, source)) from None
+
+
+def read_yaml_file(path: str | Path, what: str = "config") -> Any:
+    """The parsed YAML of a file (None when empty).
+
+    Raises:
+        FileNotFoundError: no such file. ConfigError: a directory, invalid YAML or not UTF-8 text.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{what} {p} is a directory; give a YAML file (to continue a run directory use --resume)")
+    if not p.is_file():
+        raise FileNotFoundError(f"{what} file not found: {p}")
+    try:
+        return yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"invalid YAML in {p}: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{what} {p} is not a UTF-8 text file ({e.reason} at byte {e.start}); give a YAML file") from None
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> ExperimentConfig:
@@ -300,16 +328,7 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ex
         FileNotFoundError: no such file. ConfigError: bad YAML or invalid values.
     """
     p = Path(path)
-    if p.is_dir():
-        raise ConfigError(f"config {p} is a directory; give a YAML file (to continue a run directory use --resume)")
-    if not p.is_file():
-        raise FileNotFoundError(f"config file not found: {p}")
-    try:
-        doc = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        raise ConfigError(f"invalid YAML in {p}: {e}") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"config {p} is not a UTF-8 text file ({e.reason} at byte {e.start}); give a YAML file") from None
+    doc = read_yaml_file(p)
     if doc is None:
         raise ConfigError(f"config file {p} is empty (no settings); write at least one key (e.g. `name: my-run`), "
                           f"or omit CONFIG to run the embedded default")

@@ -33,9 +33,8 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-import yaml
 
-from fedselect.config import ConfigError, ExperimentConfig, dump_config, parse_config
+from fedselect.config import ConfigError, ExperimentConfig, dump_config, parse_config, read_yaml_file
 from fedselect.federation import Federation, build_federation
 from fedselect.fl.checkpoint import NoCheckpointError, load_checkpoint, remove_stale_temp_files, save_checkpoint
 from fedselect.fl.faults import ClientFailure, FaultModel, Injection, corrupt_state, non_finite_entries, survivor_weights
@@ -540,10 +539,7 @@ def resume_experiment(run_dir: str | Path, on_round=None, rounds: int | None = N
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.is_file():
         raise FileNotFoundError(f"--resume {run_dir}: no config.yaml there (not a run directory)")
-    try:
-        doc = yaml.safe_load(cfg_path.read_text())
-    except yaml.YAMLError as e:
-        raise ConfigError(f"invalid YAML in {cfg_path}: {e}") from None
+    doc = read_yaml_file(cfg_path)
     if isinstance(doc, dict) and rounds is not None:
         doc["rounds"] = rounds
     cfg = parse_config(doc, str(cfg_path) + (f" (with rounds={rounds})" if rounds is not None else ""))

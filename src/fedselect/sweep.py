@@ -42,10 +42,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fedselect.config import ConfigError, ExperimentConfig, _format_errors, apply_overrides, parse_config
+from fedselect.config import ExperimentConfig, apply_overrides, parse_config, read_yaml_file, validate_model
 from fedselect.federation import build_federation
 from fedselect.fl.metrics import atomic_write, write_json_atomic
 from fedselect.runner import run_experiment
@@ -142,12 +141,7 @@ def parse_sweep(doc: Any, source: str = "<dict>") -> SweepConfig:
     Raises:
         ConfigError: naming the key and what is allowed.
     """
-    if not isinstance(doc, dict):
-        raise ConfigError(f"invalid sweep {source}: the top level must be a mapping")
-    try:
-        sc = SweepConfig.model_validate(doc)
-    except ValidationError as e:
-        raise ConfigError(_format_errors(e, source)) from None
+    sc = validate_model(SweepConfig, doc, source, "sweep")
     for m in sc.methods:
         for p in sc.points():
             sc.experiment(m, _restrict(p, m), sc.seeds[0])
@@ -156,14 +150,7 @@ def parse_sweep(doc: Any, source: str = "<dict>") -> SweepConfig:
 
 def load_sweep(path: str | Path) -> SweepConfig:
     """Read and validate a sweep YAML. Raises FileNotFoundError, ConfigError."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"sweep file not found: {p}")
-    try:
-        doc = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        raise ConfigError(f"invalid YAML in {p}: {e}") from None
-    return parse_sweep(doc, str(p))
+    return parse_sweep(read_yaml_file(path, "sweep"), str(path))
 
 
 def _restrict(point: dict[str, Any], m: SweepMethod) -> dict[str, Any]:
