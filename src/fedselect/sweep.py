@@ -44,7 +44,7 @@ from typing import Any, Callable
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fedselect.config import ExperimentConfig, apply_overrides, parse_config, read_yaml_file, validate_model
+from fedselect.config import ConfigError, config_kind, ExperimentConfig, apply_overrides, parse_config, read_yaml_file, validate_model
 from fedselect.federation import build_federation
 from fedselect.fl.metrics import atomic_write, write_json_atomic
 from fedselect.runner import run_experiment
@@ -150,7 +150,10 @@ def parse_sweep(doc: Any, source: str = "<dict>") -> SweepConfig:
 
 def load_sweep(path: str | Path) -> SweepConfig:
     """Read and validate a sweep YAML. Raises FileNotFoundError, ConfigError."""
-    return parse_sweep(read_yaml_file(path, "sweep"), str(path))
+    doc = read_yaml_file(path, "sweep")
+    if "grid" not in (doc if isinstance(doc, dict) else {}) and config_kind(doc) == "compare":
+        raise ConfigError(f"{path} is a comparison config (no grid): run it with `fedselect compare {path}`")
+    return parse_sweep(doc, str(path))
 
 
 def _restrict(point: dict[str, Any], m: SweepMethod) -> dict[str, Any]:
