@@ -45,6 +45,21 @@ def _parse_sets(sets: list[str] | None) -> dict:
     return out
 
 
+def _parse_seeds(text: str) -> list[int]:
+    """``"0,1,2"`` -> ``[0, 1, 2]`` for --seeds.
+
+    Raises:
+        ValueError: not distinct comma-separated integers >= 0 (or nothing given).
+    """
+    try:
+        seeds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise ValueError(f"--seeds {text!r}: expected distinct comma-separated integers >= 0, like 0,1,2")
+    return seeds
+
+
 def _threads(n: int | None) -> None:
     if n is not None:
         if n < 1:
@@ -219,12 +234,7 @@ def compare(
         else:
             cc = load_compare(config, over)
         if seeds is not None:
-            try:
-                cc.seeds = [int(x) for x in seeds.split(",") if x.strip()]
-            except ValueError:
-                cc.seeds = []
-            if not cc.seeds or len(set(cc.seeds)) != len(cc.seeds) or min(cc.seeds) < 0:
-                raise ValueError(f"--seeds {seeds!r}: expected distinct comma-separated integers >= 0, like 0,1,2")
+            cc.seeds = _parse_seeds(seeds)
         out_dir = resume or out or Path("runs") / f"{cc.name}-{time.strftime('%Y%m%d-%H%M%S')}"
         if resume is None and (out_dir / "compare.json").exists():
             raise FileExistsError(f"{out_dir} already holds a comparison; finish it with --resume {out_dir} or choose another --out (results there are kept)")
@@ -310,11 +320,8 @@ def sweep(
     try:
         _threads(threads)
         sc = load_sweep(config)
-        if seeds:
-            try:
-                sc.seeds = [int(x) for x in seeds.split(",") if x.strip()]
-            except ValueError:
-                _fail(ValueError(f"--seeds {seeds!r}: expected comma-separated integers like 0,1,2"))
+        if seeds is not None:
+            sc.seeds = _parse_seeds(seeds)
         out_dir = out or Path("runs") / f"{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}"
         if table_only:
             rep = build_sweep_table(out_dir, sc)

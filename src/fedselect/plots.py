@@ -43,14 +43,8 @@ def _mean_band(runs, key):
 
 
 def _metric_key(results) -> tuple[str, str]:
-    import yaml
-
-    for r in results:
-        p = r.dir / "config.yaml"
-        if p.exists():
-            m = (yaml.safe_load(p.read_text()) or {}).get("metrics", {}).get("metric", "accuracy")
-            return m, "macro-F1" if m == "f1_macro" else "test accuracy"
-    return "accuracy", "test accuracy"
+    m = results[0].metric if results else "accuracy"
+    return m, "macro-F1" if m == "f1_macro" else "test accuracy"
 
 
 def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]) -> list[str]:

@@ -52,6 +52,7 @@ class RunResult:
     complete: bool
     rounds_planned: int | None
     extra: dict[str, Any] = field(default_factory=dict)
+    metric: str = "accuracy"  # the config's metrics.metric: "accuracy" or "f1_macro"
 
 
 def load_run(run_dir: Path, label: str, seed: int, target: float | None = None, metric: str = "accuracy") -> RunResult:
@@ -67,7 +68,8 @@ def load_run(run_dir: Path, label: str, seed: int, target: float | None = None, 
         metric = cfg.get("metrics", {}).get("metric", metric)
     s = summarize(rows, target, metric) if rows else {"rounds": 0}
     timing = run_dir / "timing.csv"
-    s["wall_s"] = float(read_csv_rows(timing)[-1]["cum_wall_s"]) if timing.exists() and read_csv_rows(timing) else None
+    trows = read_csv_rows(timing) if timing.exists() else []
+    s["wall_s"] = float(trows[-1]["cum_wall_s"]) if trows else None
     summary_path = run_dir / "summary.json"
     complete = summary_path.exists()
     extra = {}
@@ -80,7 +82,7 @@ def load_run(run_dir: Path, label: str, seed: int, target: float | None = None, 
             if key in saved:
                 s[key] = saved[key]
         extra = {k: v for k, v in saved.items() if k not in s}
-    return RunResult(label, seed, run_dir, rows, s, complete, planned, extra)
+    return RunResult(label, seed, run_dir, rows, s, complete, planned, extra, metric)
 
 
 def _mean_std(values: list[float | None]) -> tuple[float | None, float | None, int]:

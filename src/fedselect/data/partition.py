@@ -62,14 +62,10 @@ def make_partitioner(scheme: str, **params: Any) -> Partitioner:
 
 
 def _import_extra() -> None:
-    import importlib
+    """Import the modules registering partitioners outside this file (the sensor divisions)."""
+    from fedselect.data.datasets import _import_loaders
 
-    for mod in ("fedselect.data.imu",):
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name != mod:
-                raise
+    _import_loaders()
 
 
 def _check_clients(num_clients: int, n: int) -> None:
