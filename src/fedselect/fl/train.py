@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -50,7 +51,7 @@ def iterate_minibatches(n: int, batch_size: int, generator: torch.Generator):
 
 def local_train(
     model: nn.Module, data: ArrayDataset, cfg: TrainConfig, generator: torch.Generator, epochs: int | None = None,
-    trainable: set[str] | None = None,
+    trainable: set[str] | None = None, stats: dict | None = None,
 ) -> float:
     """Train ``model`` in place on ``data`` for ``epochs`` (default ``cfg.epochs``) epochs.
 
@@ -59,15 +60,46 @@ def local_train(
         data: the client's training set, inputs ``(n, *input_shape)``.
         generator: seeded torch generator for the mini-batch order.
         trainable: optional names of parameters to update (the rest are frozen).
+        stats: optional dict that receives ``sum_sq_sample_loss`` (float, sum over every
+            sample of every local mini-batch of its squared cross-entropy, from the detached
+            logits) and ``num_sample_losses`` (int, how many were summed), e.g. for Oort's
+            statistical utility ``|B_k| * sqrt(sum_sq / count)``. Computing them does not touch
+            the gradients: the trained weights are bit-identical with or without ``stats``.
 
     Returns:
         Mean cross-entropy over all mini-batches seen (``nan`` when no batch was run).
     """
+    return train_steps(model, torch.from_numpy(data.x), torch.from_numpy(data.y), None, cfg, generator,
+                       epochs=epochs, trainable=trainable, stats=stats)
+
+
+def train_steps(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, rows: torch.Tensor | None, cfg: TrainConfig,
+    generator: torch.Generator, epochs: int | None = None, trainable: set[str] | frozenset[str] | None = None,
+    stats: dict | None = None, after_batch: Callable[[int], None] | None = None,
+) -> float:
+    """The body of :func:`local_train` on tensors: the client's samples are ``x[rows]``,
+    ``y[rows]`` (``rows`` None: all of ``x``, ``y``).
+
+    Mini-batch ``b`` of an epoch is ``x[rows[perm[b]]]`` with ``perm`` drawn from ``generator``
+    exactly as :func:`iterate_minibatches` does for a client's own copy of its data, so a
+    client trained from rows of a shared array (:mod:`fedselect.fl.pool`) sees the very same
+    batches, and ends bit-identical, as one trained on its own :class:`ArrayDataset`.
+
+    Args:
+        x: inputs ``(M, *input_shape)``; y: int64 labels ``(M,)``; rows: int64 ``(n,)`` or None.
+        after_batch: called with the number of mini-batches done after each optimiser step.
+        Others: see :func:`local_train`.
+
+    Returns:
+        Mean cross-entropy over all mini-batches (``nan`` when none was run).
+    """
     epochs = cfg.epochs if epochs is None else epochs
-    n = len(data)
+    n = len(rows) if rows is not None else len(y)
+    if stats is not None:
+        stats["sum_sq_sample_loss"], stats["num_sample_losses"] = 0.0, 0
     if epochs <= 0 or n == 0:
         return math.nan
-    x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
     if trainable is not None:
         for name, p in model.named_parameters():
             p.requires_grad_(name in trainable)
@@ -75,17 +107,33 @@ def local_train(
     loss_fn = nn.CrossEntropyLoss()
     model.train()
     total, batches = 0.0, 0
-    for _ in range(epochs):
-        for idx in iterate_minibatches(n, cfg.batch_size, generator):
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x[idx]), y[idx])
-            loss.backward()
-            opt.step()
-            total += float(loss.detach())
-            batches += 1
-    if trainable is not None:
-        for p in model.parameters():
-            p.requires_grad_(True)
+    sq_sum, count = 0.0, 0
+    try:
+        for _ in range(epochs):
+            for idx in iterate_minibatches(n, cfg.batch_size, generator):
+                if rows is not None:
+                    idx = rows[idx]
+                yb = y[idx]
+                opt.zero_grad(set_to_none=True)
+                logits = model(x[idx])
+                loss = loss_fn(logits, yb)
+                loss.backward()
+                opt.step()
+                total += float(loss.detach())
+                batches += 1
+                if stats is not None:
+                    with torch.no_grad():
+                        per = nn.functional.cross_entropy(logits.detach(), yb, reduction="none")
+                        sq_sum += float((per * per).sum())
+                        count += int(per.numel())
+                if after_batch is not None:
+                    after_batch(batches)
+    finally:
+        if trainable is not None:
+            for p in model.parameters():
+                p.requires_grad_(True)
+    if stats is not None:
+        stats["sum_sq_sample_loss"], stats["num_sample_losses"] = sq_sum, count
     return total / batches if batches else math.nan
 
 

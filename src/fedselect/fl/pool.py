@@ -1,0 +1,827 @@
+"""Parallel local training and evaluation in a pool of worker processes (issue 13).
+
+:class:`ClientTrainer` trains the clients of a round side by side, one worker process per
+usable core, each running PyTorch with exactly **one** intra-op thread. Every client trains
+from its own seeded generator (``fedselect.seeding.torch_rng(seed, stream)``) on one thread, so
+a client's result depends only on its job -- never on the number of workers, on which worker
+ran it, or on the main process's ``torch.get_num_threads()``: results are bit-identical for
+``workers = 0`` (in the calling process), 1, 2, ...
+
+Design:
+
+* **Data shared, not copied.** The federation's training inputs and labels are copied once
+  into shared-memory tensors (``Tensor.share_memory_()``); a client is a range of one shared
+  int64 row-index tensor. Workers receive the handles at start-up (``torch.multiprocessing``
+  passes them as file descriptors) and gather each mini-batch ``x[rows[perm[b]]]`` from them,
+  exactly the batches :func:`fedselect.fl.train.local_train` forms from a client's own copy
+  (:func:`fedselect.fl.train.train_steps`). Evaluation sets are shared the same way.
+* **No per-client model construction.** Each worker builds its model once and keeps it; a job
+  copies its start state into the worker's shared input buffer (one ``copy_`` per entry), the
+  worker loads it, trains and writes the trained state into its shared output buffer, which the
+  main process copies out. Only small messages go through the pipes.
+* **Channels-last** (``channels_last``, default: the model's preference,
+  :func:`fedselect.models.prefers_channels_last`): the workers' CNN runs in
+  ``torch.channels_last`` memory format, 1.5-2x faster per client epoch on CPU
+  (docs/performance.md). States come back contiguous (standard layout). It changes float
+  results in the last bits compared with the standard layout (other convolution kernels);
+  ``channels_last=False`` trains bit-identically to ``local_train`` on a standard model.
+* **A dying worker never hangs the run.** The main process waits on the workers' pipes and
+  process sentinels together; a worker that dies (killed by a signal, out of memory, a crash in
+  native code) is reported as a :class:`TrainResult` with ``error`` set for the client it was
+  training, and a fresh worker takes its place for the following jobs. ``job_timeout_s`` (off
+  by default) also bounds a job's wall time: a worker past it is killed and its job reported.
+* **Start method** ``forkserver`` (default; ``spawn`` also works): never ``fork``, which is
+  unsafe once PyTorch has started threads. The fork server preloads torch and this module, so
+  starting (or restarting) a worker takes a fraction of a second after the first.
+
+Usage (one round of FedAvg)::
+
+    with ClientTrainer.from_federation(fed, train_cfg, workers=2) as trainer:
+        jobs = [TrainJob(k, global_state, epochs=5, seed=seed, stream=f"train/{t}/{k}") for k in chosen]
+        results = trainer.train(jobs)                      # in job order
+        metrics = trainer.evaluate(new_global_state, "test")   # {"accuracy", "f1_macro", "loss"}
+
+``workers=0`` trains in the calling process (with one torch thread while it trains) and
+starts no process. On ``device="cuda"`` everything runs in the calling process on the GPU
+(sequentially, or stacked with ``torch.func`` when ``batched``; :mod:`fedselect.fl.batched`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import threading
+import time
+import traceback
+import weakref
+from collections import deque
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait as mp_wait
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedselect.data.datasets import ArrayDataset
+from fedselect.fl.train import TrainConfig, train_steps
+from fedselect.models import build_model, prefers_channels_last
+from fedselect.seeding import torch_rng
+
+State = dict[str, torch.Tensor]
+
+#: rows of an evaluation set whose cross-entropy is summed as one float32 sum before being
+#: added (in float64, in order) to the total: the chunking of :func:`fedselect.fl.evaluate.predict`
+#: with its default ``batch_size``, so that both give the same loss
+EVAL_CHUNK = 1000
+#: inputs per forward pass inside an evaluation chunk (smaller batches stay in cache: measured
+#: 1.5-2x faster than 1000 for the CNNs on CPU, docs/performance.md)
+EVAL_FORWARD_BATCH = 250
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (``len(os.sched_getaffinity(0))``; ``os.cpu_count()``
+    where affinity is not available)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+# ---------------------------------------------------------------------------- job types
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a worker needs to build the model: ``build_model(name, input_shape, num_classes,
+    **options)`` (:mod:`fedselect.models`). The initial weights do not matter (every job loads
+    its start state)."""
+
+    name: str
+    input_shape: tuple[int, ...]
+    num_classes: int
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def build(self) -> nn.Module:
+        return build_model(self.name, tuple(self.input_shape), int(self.num_classes),
+                           generator=torch_rng(0, "pool/scratch-model"), **dict(self.options))
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """One client's local training.
+
+    Attributes:
+        client_id: index k of the client (its rows in :class:`ClientData`).
+        start_state: the weights it starts from (every entry of the model's ``state_dict``).
+        epochs: local epochs (0: no training; the start state comes back, loss nan).
+        seed, stream: the mini-batch order comes from ``torch_rng(seed, stream)``, e.g.
+            ``stream = f"train/{t}/{k}"`` (what ``Federation.train_generator(t, k)`` uses).
+        trainable: names of the parameters to update (None: all).
+        sample_losses: also return the sum of squared per-sample losses and their count
+            (Oort's statistical utility; no effect on the weights).
+        crash_after_batches: fault drill: the worker process kills itself (SIGKILL) after this
+            many mini-batches, as an out-of-memory kill would. In the calling process
+            (``workers=0``, GPU) nothing is killed: the job is reported failed instead.
+    """
+
+    client_id: int
+    start_state: State
+    epochs: int
+    seed: int
+    stream: str
+    trainable: frozenset[str] | None = None
+    sample_losses: bool = False
+    crash_after_batches: int | None = None
+
+
+@dataclass
+class TrainResult:
+    """The outcome of one :class:`TrainJob`.
+
+    Attributes:
+        client_id: the job's client.
+        state: the trained weights (standard contiguous layout, CPU), or None on error.
+        loss: mean training cross-entropy over all mini-batches (nan when none ran or on error).
+        sum_sq_sample_loss, num_sample_losses: with ``sample_losses``, the sum over every
+            sample of every local mini-batch of its squared cross-entropy, and how many
+            (0.0 and 0 otherwise).
+        error: None, or why the job failed (an exception's traceback, a dead worker, a timeout).
+    """
+
+    client_id: int
+    state: State | None
+    loss: float
+    sum_sq_sample_loss: float = 0.0
+    num_sample_losses: int = 0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+# ---------------------------------------------------------------------------- shared data
+@dataclass
+class ClientData:
+    """Every client's training samples as one data array plus per-client row indices.
+
+    Client ``k``'s samples are ``x[rows[offsets[k]:offsets[k + 1]]]`` (same for ``y``), in
+    the order of its own :class:`ArrayDataset`. Memory is one copy of ``x`` however many
+    clients there are (the rows are int64: 8 bytes per client sample).
+
+    Attributes:
+        x: float32 ``(M, *input_shape)``; y: int64 ``(M,)``; rows: int64 ``(R,)``;
+        offsets: int64 ``(N + 1,)``, non-decreasing, ``offsets[0] = 0``, ``offsets[N] = R``.
+        num_classes: number of classes of the task.
+    """
+
+    x: torch.Tensor
+    y: torch.Tensor
+    rows: torch.Tensor
+    offsets: torch.Tensor
+    num_classes: int
+
+    @classmethod
+    def from_arrays(cls, x: np.ndarray, y: np.ndarray, client_rows: Sequence[np.ndarray], num_classes: int) -> "ClientData":
+        """Clients as row indices into one data set (``x``, ``y``), e.g. a federation's
+        training set and each client's ``train_indices``.
+
+        Raises:
+            ValueError: mismatched lengths, or a row outside ``[0, len(x))``.
+        """
+        x = np.asarray(x)
+        y = np.asarray(y)
+        if x.shape[0] != y.shape[0]:
+            raise ValueError(f"ClientData: {x.shape[0]} inputs but {y.shape[0]} labels")
+        parts = [np.asarray(r, dtype=np.int64).reshape(-1) for r in client_rows]
+        for k, r in enumerate(parts):
+            if r.size and (r.min() < 0 or r.max() >= x.shape[0]):
+                raise ValueError(f"ClientData: client {k} has rows outside [0, {x.shape[0]})")
+        sizes = np.array([len(r) for r in parts], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        rows = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        return cls(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)), torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64)),
+                   torch.from_numpy(rows), torch.from_numpy(offsets), int(num_classes))
+
+    @classmethod
+    def from_datasets(cls, datasets: Sequence[ArrayDataset]) -> "ClientData":
+        """Clients given as separate data sets (concatenated: one copy in all).
+
+        Raises:
+            ValueError: no data sets, or data sets with different input shapes.
+        """
+        if not datasets:
+            raise ValueError("ClientData.from_datasets: no client data sets given")
+        shapes = {d.input_shape for d in datasets}
+        if len(shapes) != 1:
+            raise ValueError(f"ClientData.from_datasets: client data sets have different input shapes {sorted(shapes)}")
+        x = np.concatenate([d.x for d in datasets])
+        y = np.concatenate([d.y for d in datasets])
+        sizes = [len(d) for d in datasets]
+        starts = np.concatenate([[0], np.cumsum(sizes)])
+        rows = [np.arange(starts[i], starts[i + 1], dtype=np.int64) for i in range(len(datasets))]
+        return cls.from_arrays(x, y, rows, max(d.num_classes for d in datasets))
+
+    @property
+    def num_clients(self) -> int:
+        return int(self.offsets.numel()) - 1
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(int(s) for s in self.x.shape[1:])
+
+    def num_samples(self, k: int) -> int:
+        return int(self.offsets[k + 1] - self.offsets[k])
+
+    def client_rows(self, k: int) -> torch.Tensor:
+        """Row indices of client ``k`` (a view). Raises IndexError for a bad ``k``."""
+        if not 0 <= k < self.num_clients:
+            raise IndexError(f"client {k} out of range: the data holds {self.num_clients} clients")
+        return self.rows[int(self.offsets[k]) : int(self.offsets[k + 1])]
+
+    def client_dataset(self, k: int) -> ArrayDataset:
+        """Client ``k``'s samples as their own :class:`ArrayDataset` (a copy)."""
+        r = self.client_rows(k)
+        return ArrayDataset(self.x[r].numpy(), self.y[r].numpy(), self.num_classes, f"client{k}")
+
+    def shared(self) -> "ClientData":
+        """A copy whose tensors live in shared memory (what the workers map)."""
+        return ClientData(_shared_copy(self.x), _shared_copy(self.y), _shared_copy(self.rows), _shared_copy(self.offsets), self.num_classes)
+
+    def to(self, device: torch.device) -> "ClientData":
+        return ClientData(self.x.to(device), self.y.to(device), self.rows.to(device), self.offsets, self.num_classes)
+
+
+def _shared_copy(t: torch.Tensor) -> torch.Tensor:
+    if t.is_shared():
+        return t
+    out = torch.empty(t.shape, dtype=t.dtype)
+    out.share_memory_()
+    out.copy_(t)
+    return out
+
+
+# ---------------------------------------------------------------------------- the worker
+@dataclass
+class _WorkerInit:
+    spec: ModelSpec
+    data: ClientData
+    eval_sets: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    train_cfg: TrainConfig
+    channels_last: bool
+    in_buf: State
+    out_buf: State
+    eval_forward_batch: int
+
+
+class _Crash(Exception):
+    pass
+
+
+def _load(model: nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+    model.load_state_dict(state)
+
+
+def _store(model: nn.Module, out: State) -> None:
+    with torch.no_grad():
+        for name, v in model.state_dict().items():
+            out[name].copy_(v)
+
+
+def _train_job(model: nn.Module, data: ClientData, cfg: TrainConfig, client_id: int, epochs: int, seed: int, stream: str,
+               trainable, sample_losses: bool, crash_after: int | None, in_process: bool) -> tuple[float, float, int]:
+    stats: dict | None = {} if sample_losses else None
+    after = None
+    if crash_after is not None:
+        def after(i: int) -> None:
+            if i >= crash_after:
+                if in_process:
+                    raise _Crash(f"fault drill: crash after {crash_after} mini-batches (in-process: reported, not killed)")
+                os.kill(os.getpid(), signal.SIGKILL)
+    loss = train_steps(model, data.x, data.y, data.client_rows(client_id), cfg, torch_rng(seed, stream), epochs=epochs,
+                       trainable=trainable, stats=stats, after_batch=after)
+    if stats is None:
+        return loss, 0.0, 0
+    return loss, float(stats["sum_sq_sample_loss"]), int(stats["num_sample_losses"])
+
+
+def eval_chunk(model: nn.Module, x: torch.Tensor, y: torch.Tensor, start: int, stop: int, forward_batch: int) -> tuple[np.ndarray, float]:
+    """Predicted labels of rows ``[start, stop)`` and their summed cross-entropy (one float32
+    sum, as :func:`fedselect.fl.evaluate.predict` sums one batch)."""
+    model.eval()
+    with torch.inference_mode():
+        logits = torch.cat([model(x[i : min(i + forward_batch, stop)]) for i in range(start, stop, forward_batch)])
+        loss = float(nn.functional.cross_entropy(logits, y[start:stop], reduction="sum"))
+        return logits.argmax(dim=1).cpu().numpy().copy(), loss
+
+
+def _worker_main(conn, init: _WorkerInit) -> None:
+    """Loop of one worker process: build the model once, then serve jobs until told to stop."""
+    torch.set_num_threads(1)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass
+    model = init.spec.build()
+    if init.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        kind, task = msg[0], msg[1]
+        try:
+            if kind == "train":
+                _, _, client_id, epochs, seed, stream, trainable, sample_losses, crash_after = msg
+                _load(model, init.in_buf)
+                loss, sq, cnt = _train_job(model, init.data, init.train_cfg, client_id, epochs, seed, stream, trainable,
+                                           sample_losses, crash_after, in_process=False)
+                _store(model, init.out_buf)
+                conn.send(("ok", task, loss, sq, cnt))
+            elif kind == "eval":
+                _, _, name, start, stop, load = msg
+                if load:
+                    _load(model, init.in_buf)
+                x, y = init.eval_sets[name]
+                pred, loss = eval_chunk(model, x, y, start, stop, init.eval_forward_batch)
+                conn.send(("eval", task, pred, loss))
+            else:
+                conn.send(("error", task, f"unknown message {kind!r}"))
+        except Exception:  # reported for this job; the worker keeps serving
+            conn.send(("error", task, traceback.format_exc(limit=8)))
+
+
+@dataclass
+class _Worker:
+    proc: Any
+    conn: Any
+    pid: int | None = None
+    loaded: Any = None  # key of the evaluation state in the model, or None
+
+
+@dataclass
+class _Task:
+    kind: str              # "train" | "eval"
+    payload: tuple
+    state: State | None    # to copy into the worker's input buffer before sending (None: none)
+    state_key: Any = None  # evaluation: identifies the state, to skip reloading it
+    attempts: int = 0
+
+
+# ---------------------------------------------------------------------------- the trainer
+class ClientTrainer:
+    """Trains clients' local models (and evaluates models) in parallel worker processes.
+
+    Args:
+        model_spec: :class:`ModelSpec`, or a tuple ``(name, input_shape, num_classes, options)``.
+        data: every client's training data: a :class:`ClientData`, or a list of client
+            :class:`ArrayDataset` (client k = ``data[k]``; concatenated into one shared copy).
+        train_cfg: local-training hyper-parameters (SGD/Adam, lr, batch size, ...).
+        workers: worker processes; None = :func:`usable_cores`; 0 = train in the calling
+            process (one torch thread while training, no process started).
+        eval_sets: named evaluation sets (e.g. ``{"test": fed.test_set}``) for :meth:`evaluate`.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (cuda when available).
+            On a GPU the trainer works in the calling process and ``workers`` is ignored.
+        batched: on a GPU, train the jobs of one call stacked with ``torch.func``
+            (:mod:`fedselect.fl.batched`); None = yes on a GPU where the model allows it, never
+            on CPU (slower there, docs/performance.md). True on CPU is for tests.
+        channels_last: None = the model's preference (:func:`fedselect.models.prefers_channels_last`).
+        job_timeout_s: wall-clock bound of one job in a worker (None: no bound; a worker that
+            dies is detected either way).
+        start_method: ``"forkserver"`` (default) or ``"spawn"``.
+        start_timeout_s: how long to wait for the workers to come up.
+
+    Raises:
+        ValueError: a bad argument (names it and what is allowed).
+        RuntimeError: a worker failed to start (its error is in the message).
+    """
+
+    def __init__(self, model_spec: ModelSpec | tuple, data: ClientData | Sequence[ArrayDataset], train_cfg: TrainConfig,
+                 workers: int | None = None, eval_sets: Mapping[str, ArrayDataset] | None = None, device: str = "cpu",
+                 batched: bool | None = None, channels_last: bool | None = None, job_timeout_s: float | None = None,
+                 start_method: str = "forkserver", start_timeout_s: float = 300.0,
+                 eval_forward_batch: int = EVAL_FORWARD_BATCH):
+        t0 = time.perf_counter()
+        self.spec = model_spec if isinstance(model_spec, ModelSpec) else ModelSpec(*model_spec)
+        if not isinstance(data, ClientData):
+            data = ClientData.from_datasets(list(data))
+        if workers is None:
+            workers = usable_cores()
+        if int(workers) != workers or workers < 0:
+            raise ValueError(f"workers must be an integer >= 0 (0 = in the calling process), got {workers!r}")
+        if start_method not in ("forkserver", "spawn"):
+            raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
+        if job_timeout_s is not None and not job_timeout_s > 0:
+            raise ValueError(f"job_timeout_s must be > 0 or None, got {job_timeout_s!r}")
+        if eval_forward_batch < 1:
+            raise ValueError(f"eval_forward_batch must be >= 1, got {eval_forward_batch!r}")
+        self.device = resolve_device(device)
+        self.train_cfg = train_cfg
+        self.job_timeout_s = job_timeout_s
+        self.eval_forward_batch = int(eval_forward_batch)
+        model = self.spec.build()
+        self.channels_last = prefers_channels_last(model) if channels_last is None else bool(channels_last)
+        self._names = list(model.state_dict().keys())
+        on_gpu = self.device.type != "cpu"
+        self.workers = 0 if on_gpu else int(workers)
+        if batched is None:
+            from fedselect.fl.batched import supports_batched
+
+            batched = on_gpu and supports_batched(model)
+        self.batched = bool(batched)
+        eval_sets = dict(eval_sets or {})
+        self._eval_sizes = {name: len(d) for name, d in eval_sets.items()}
+        self._closed = False
+        self._workers: list[_Worker] = []
+        self._ctx = None
+        if self.workers == 0:
+            self._model = model.to(self.device)
+            if self.channels_last:
+                self._model = self._model.to(memory_format=torch.channels_last)
+            self.data = data if not on_gpu else data.to(self.device)
+            self._eval = {n: (torch.from_numpy(d.x).to(self.device), torch.from_numpy(d.y).to(self.device)) for n, d in eval_sets.items()}
+        else:
+            self._model = None
+            self.data = data.shared()
+            self._eval = {n: (_shared_copy(torch.from_numpy(d.x)), _shared_copy(torch.from_numpy(d.y))) for n, d in eval_sets.items()}
+            template = model.state_dict()
+            import torch.multiprocessing as tmp
+
+            self._ctx = tmp.get_context(start_method)
+            if start_method == "forkserver":
+                self._ctx.set_forkserver_preload(["torch", "fedselect.fl.pool"])
+            self._inits = []
+            for _ in range(self.workers):
+                in_buf = {k: _shared_copy(torch.zeros_like(v)) for k, v in template.items()}
+                out_buf = {k: _shared_copy(torch.zeros_like(v)) for k, v in template.items()}
+                self._inits.append(_WorkerInit(self.spec, self.data, self._eval, train_cfg, self.channels_last, in_buf, out_buf,
+                                               self.eval_forward_batch))
+            try:
+                for i in range(self.workers):
+                    self._workers.append(self._spawn(i))
+                self._await_ready(start_timeout_s)
+            except BaseException:
+                self.close()
+                raise
+            self._finalizer = weakref.finalize(self, _shutdown, self._workers)
+        self.startup_s = time.perf_counter() - t0
+
+    # ------------------------------------------------------------------ construction helpers
+    @classmethod
+    def from_federation(cls, fed, train_cfg: TrainConfig, **kwargs) -> "ClientTrainer":
+        """A trainer over a :class:`fedselect.federation.Federation`: its training set shared
+        once, client k = ``fed.clients[k].train_indices``, the test set registered as
+        ``"test"``, the model of ``fed.cfg.model``."""
+        m = fed.cfg.model
+        spec = ModelSpec(m.name, tuple(fed.input_shape), int(fed.num_classes), dict(m.options))
+        data = ClientData.from_arrays(fed.train_set.x, fed.train_set.y, [c.train_indices for c in fed.clients], fed.num_classes)
+        eval_sets = dict(kwargs.pop("eval_sets", None) or {})
+        eval_sets.setdefault("test", fed.test_set)
+        return cls(spec, data, train_cfg, eval_sets=eval_sets, **kwargs)
+
+    def _spawn(self, i: int) -> _Worker:
+        parent, child = self._ctx.Pipe(duplex=True)
+        proc = self._ctx.Process(target=_worker_main, args=(child, self._inits[i]), daemon=True, name=f"fedselect-worker-{i}")
+        proc.start()
+        child.close()
+        return _Worker(proc, parent, proc.pid)
+
+    def _await_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        waiting = set(range(len(self._workers)))
+        while waiting:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RuntimeError(f"ClientTrainer: {len(waiting)} worker(s) did not start within {timeout:.0f} s")
+            ready = mp_wait([self._workers[i].conn for i in waiting] + [self._workers[i].proc.sentinel for i in waiting], left)
+            for i in list(waiting):
+                w = self._workers[i]
+                if w.conn in ready or w.conn.poll():
+                    try:
+                        msg = w.conn.recv()
+                    except (EOFError, OSError):
+                        msg = None
+                    if msg is None or msg[0] != "ready":
+                        raise RuntimeError(f"ClientTrainer: worker {i} failed to start (exit code {w.proc.exitcode}); message: {msg!r}")
+                    waiting.discard(i)
+                elif w.proc.sentinel in ready or not w.proc.is_alive():
+                    w.proc.join(1)
+                    raise RuntimeError(f"ClientTrainer: worker {i} died while starting (exit code {w.proc.exitcode}); "
+                                       "run with workers=0 to see the error in this process")
+
+    def _restart(self, i: int) -> None:
+        w = self._workers[i]
+        _kill(w)
+        self._workers[i] = self._spawn(i)
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the workers (empty with ``workers=0``)."""
+        return [w.pid for w in self._workers]
+
+    # ------------------------------------------------------------------ public API
+    def train(self, jobs: Sequence[TrainJob]) -> list[TrainResult]:
+        """Run every job; results in job order. A job that raised, whose worker died, or that
+        ran past ``job_timeout_s`` gives a result with ``error`` set and ``state`` None.
+
+        Raises:
+            ValueError: a job names a client outside the data, a negative epoch count, or a
+            start state whose entries do not match the model.
+            RuntimeError: the trainer is closed.
+        """
+        self._check_open()
+        for j in jobs:
+            if not 0 <= j.client_id < self.data.num_clients:
+                raise ValueError(f"TrainJob: client_id {j.client_id} outside [0, {self.data.num_clients})")
+            if j.epochs < 0:
+                raise ValueError(f"TrainJob: epochs must be >= 0, got {j.epochs} for client {j.client_id}")
+            if set(j.start_state) != set(self._names):
+                missing = sorted(set(self._names) - set(j.start_state))
+                extra = sorted(set(j.start_state) - set(self._names))
+                raise ValueError(f"TrainJob for client {j.client_id}: start_state entries do not match the model "
+                                 f"(missing {missing}, unexpected {extra})")
+        if not jobs:
+            return []
+        if self.workers == 0:
+            if self.batched:
+                from fedselect.fl.batched import train_batched
+
+                return train_batched(self._model, self.data, list(jobs), self.train_cfg, self.device)
+            return [self._train_here(j) for j in jobs]
+        tasks = [_Task("train", (j.client_id, int(j.epochs), int(j.seed), str(j.stream),
+                                 None if j.trainable is None else frozenset(j.trainable), bool(j.sample_losses), j.crash_after_batches),
+                       j.start_state) for j in jobs]
+        out = self._run(tasks)
+        results = []
+        for j, o in zip(jobs, out):
+            if o[0] == "ok":
+                results.append(TrainResult(j.client_id, o[1], o[2], o[3], o[4]))
+            else:
+                results.append(TrainResult(j.client_id, None, math.nan, error=o[1]))
+        return results
+
+    def evaluate(self, state: State, name: str = "test") -> dict[str, float]:
+        """``{"accuracy", "f1_macro", "loss"}`` of the model with weights ``state`` on the
+        evaluation set ``name``, as :func:`fedselect.fl.evaluate.evaluate` defines them.
+
+        The set is cut into fixed chunks of :data:`EVAL_CHUNK` rows spread over the workers; a
+        chunk's cross-entropy is one float32 sum and the chunks are added in order, so the
+        result does not depend on the number of workers. With ``channels_last=False`` and
+        ``eval_forward_batch=1000`` it is bit-identical to :func:`fedselect.fl.evaluate.evaluate`
+        (whatever the thread count: the forward pass of these models does not depend on it).
+
+        Raises:
+            KeyError: unknown set name (lists the registered ones).
+            RuntimeError: a chunk failed twice (a worker died twice on it).
+        """
+        return self.evaluate_many([state], name)[0]
+
+    def evaluate_many(self, states: Sequence[State], name: str = "test") -> list[dict[str, float]]:
+        """:meth:`evaluate` for several models at once (e.g. every participant's local model)."""
+        self._check_open()
+        if name not in self._eval_sizes:
+            raise KeyError(f"unknown evaluation set {name!r}; registered: {sorted(self._eval_sizes)}")
+        n = self._eval_sizes[name]
+        chunks = [(a, min(a + EVAL_CHUNK, n)) for a in range(0, n, EVAL_CHUNK)]
+        if n == 0:
+            return [{"accuracy": math.nan, "f1_macro": math.nan, "loss": math.nan} for _ in states]
+        if self.workers == 0:
+            outs = []
+            x, y = self._eval[name]
+            with _threads(1):
+                for s in states:
+                    _load(self._model, s)
+                    outs.append([eval_chunk(self._model, x, y, a, b, self.eval_forward_batch) for a, b in chunks])
+        else:
+            key = object()
+            tasks = [_Task("eval", (name, a, b), s, (key, si)) for si, s in enumerate(states) for a, b in chunks]
+            res = self._run(tasks)
+            outs = []
+            for si in range(len(states)):
+                part = res[si * len(chunks) : (si + 1) * len(chunks)]
+                for r in part:
+                    if r[0] != "eval":
+                        raise RuntimeError(f"evaluation on {name!r} failed: {r[1]}")
+                outs.append([(r[1], r[2]) for r in part])
+        y_true = self._eval_labels(name)
+        return [_metrics(y_true, o, n) for o in outs]
+
+    def close(self) -> None:
+        """Stop the workers (idempotent). Shared memory is freed with the last reference."""
+        if self._closed:
+            return
+        self._closed = True
+        fin = getattr(self, "_finalizer", None)
+        if fin is not None:
+            fin.detach()
+        _shutdown(self._workers)
+
+    def __enter__(self) -> "ClientTrainer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ internals
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("ClientTrainer is closed")
+
+    def _eval_labels(self, name: str) -> np.ndarray:
+        return self._eval[name][1].cpu().numpy()
+
+    def _train_here(self, j: TrainJob) -> TrainResult:
+        try:
+            with _threads(1) if self.device.type == "cpu" else _nothing():
+                _load(self._model, j.start_state)
+                loss, sq, cnt = _train_job(self._model, self.data, self.train_cfg, j.client_id, j.epochs, j.seed, j.stream,
+                                           j.trainable, j.sample_losses, j.crash_after_batches, in_process=True)
+                state = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in self._model.state_dict().items()}
+            return TrainResult(j.client_id, state, loss, sq, cnt)
+        except Exception:
+            return TrainResult(j.client_id, None, math.nan, error=traceback.format_exc(limit=8))
+
+    def _send(self, i: int, t: _Task) -> bool:
+        """Hand task ``t`` to worker ``i``; False when the worker turned out dead."""
+        w = self._workers[i]
+        load = True
+        if t.state is not None:
+            if t.kind == "eval" and w.loaded == t.state_key:
+                load = False
+            else:
+                buf = self._inits[i].in_buf
+                with torch.no_grad():
+                    for k, v in t.state.items():
+                        buf[k].copy_(v)
+                w.loaded = t.state_key if t.kind == "eval" else None
+        msg = ("train", None, *t.payload) if t.kind == "train" else ("eval", None, *t.payload, load)
+        try:
+            w.conn.send(msg)
+        except (BrokenPipeError, EOFError, OSError):
+            return False
+        return True
+
+    def _run(self, tasks: list[_Task]) -> list[tuple]:
+        """Run ``tasks`` on the workers, dynamically; outcomes in task order:
+        ("ok", state, loss, sq, count) | ("eval", pred, loss) | ("failed", why)."""
+        for i, w in enumerate(self._workers):  # replace workers that died while idle
+            if not w.proc.is_alive():
+                self._restart(i)
+        out: list[tuple | None] = [None] * len(tasks)
+        queue = deque(range(len(tasks)))
+        running: dict[int, tuple[int, float]] = {}
+        while queue or running:
+            for i in range(len(self._workers)):
+                if i in running or not queue:
+                    continue
+                ti = queue.popleft()
+                t = tasks[ti]
+                if not self._send(i, t):
+                    self._restart(i)
+                    if not self._send(i, t):
+                        out[ti] = ("failed", f"worker {i} could not be started")
+                        continue
+                running[i] = (ti, time.monotonic())
+            if not running:
+                continue
+            timeout = None
+            if self.job_timeout_s is not None:
+                now = time.monotonic()
+                timeout = max(0.0, min(t0 + self.job_timeout_s - now for _, t0 in running.values()))
+            ready = set(mp_wait([self._workers[i].conn for i in running] + [self._workers[i].proc.sentinel for i in running], timeout))
+            for i in list(running):
+                ti, t0 = running[i]
+                w = self._workers[i]
+                failure = None
+                if w.conn in ready or w.conn.poll():
+                    try:
+                        msg = w.conn.recv()
+                    except (EOFError, OSError):
+                        msg = None
+                    if msg is not None and msg[0] == "ready":
+                        continue  # a restarted worker announcing itself
+                    if msg is None:
+                        w.proc.join(5)
+                        failure = _death(w)
+                    else:
+                        del running[i]
+                        out[ti] = self._collect(i, tasks[ti], msg)
+                        continue
+                elif w.proc.sentinel in ready or not w.proc.is_alive():
+                    w.proc.join(5)
+                    failure = _death(w)
+                elif self.job_timeout_s is not None and time.monotonic() - t0 > self.job_timeout_s:
+                    failure = f"job ran past job_timeout_s={self.job_timeout_s:g} s; worker process {w.pid} was killed"
+                if failure is None:
+                    continue
+                del running[i]
+                self._restart(i)
+                t = tasks[ti]
+                t.attempts += 1
+                if t.kind == "eval" and t.attempts < 2:
+                    queue.appendleft(ti)  # evaluation has no failure semantics: retry once
+                else:
+                    out[ti] = ("failed", failure)
+        return out  # type: ignore[return-value]
+
+    def _collect(self, i: int, t: _Task, msg: tuple) -> tuple:
+        if msg[0] == "ok":
+            buf = self._inits[i].out_buf
+            state = {k: v.clone() for k, v in buf.items()}
+            return ("ok", state, float(msg[2]), float(msg[3]), int(msg[4]))
+        if msg[0] == "eval":
+            return ("eval", msg[2], float(msg[3]))
+        self._workers[i].loaded = None
+        return ("failed", str(msg[2]))
+
+
+def _death(w: _Worker) -> str:
+    code = w.proc.exitcode
+    how = f"killed by signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+    return f"worker process {w.pid} died ({how}) while running this job"
+
+
+def _kill(w: _Worker) -> None:
+    try:
+        if w.proc.is_alive():
+            w.proc.kill()
+        w.proc.join(5)
+    except (OSError, ValueError, AssertionError):
+        pass
+    try:
+        w.conn.close()
+    except OSError:
+        pass
+
+
+def _shutdown(workers: list[_Worker]) -> None:
+    for w in workers:
+        try:
+            w.conn.send(None)
+        except (OSError, ValueError):
+            pass
+    deadline = time.monotonic() + 5
+    for w in workers:
+        try:
+            w.proc.join(max(0.0, deadline - time.monotonic()))
+        except (AssertionError, ValueError):
+            pass
+        _kill(w)
+
+
+def _metrics(y_true: np.ndarray, chunks: list[tuple[np.ndarray, float]], n: int) -> dict[str, float]:
+    from sklearn.metrics import f1_score
+
+    pred = np.concatenate([c[0] for c in chunks])
+    loss_sum = 0.0
+    for c in chunks:
+        loss_sum += c[1]
+    return {"accuracy": float((pred == y_true).mean()),
+            "f1_macro": float(f1_score(y_true, pred, average="macro", zero_division=0)),
+            "loss": float(loss_sum / max(n, 1))}
+
+
+_thread_lock = threading.Lock()
+
+
+@contextmanager
+def _threads(n: int) -> Iterator[None]:
+    """Run the block with ``n`` torch intra-op threads, restoring the previous count."""
+    with _thread_lock:
+        before = torch.get_num_threads()
+        if before != n:
+            torch.set_num_threads(n)
+        try:
+            yield
+        finally:
+            if before != n:
+                torch.set_num_threads(before)
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (cuda when available, else cpu).
+
+    Raises:
+        ValueError: an unknown name, or cuda asked for where none is available.
+    """
+    name = str(device)
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: no CUDA device is available here (torch.cuda.is_available() is False); use 'cpu' or 'auto'")
+    return dev
