@@ -1,5 +1,6 @@
 import pytest
 import torch
+from torch import nn
 
 from fedselect.models import build_model, count_parameters
 from fedselect.seeding import torch_rng
@@ -32,3 +33,32 @@ def test_wrong_input_shape_is_a_clear_error():
         build_model("mnist_cnn", (3, 32, 32), 10)
     with pytest.raises(ValueError, match="unknown model 'resnet'"):
         build_model("resnet", (3, 32, 32), 10)
+
+
+def test_two_conv_net_pools_before_relu_bit_identically():
+    """TwoConvNet.forward runs maxpool before ReLU (faster); outputs and every gradient equal
+    those of the papers' order conv -> ReLU -> maxpool exactly, in both memory formats."""
+    from fedselect.models import prefers_channels_last
+    from fedselect.seeding import torch_rng
+
+    def papers_order(m, x):
+        x = m.pool(torch.relu(m.conv1(x)))
+        x = m.pool(torch.relu(m.conv2(x)))
+        return m.fc2(torch.relu(m.fc1(torch.flatten(x, 1))))
+
+    for name, shape in [("mnist_cnn", (1, 28, 28)), ("fd_cnn", (3, 20, 20))]:
+        for fmt in (torch.contiguous_format, torch.channels_last):
+            m = build_model(name, shape, 10, generator=torch_rng(0, "m")).to(memory_format=fmt)
+            assert prefers_channels_last(m)
+            x = torch.randn((16, *shape), generator=torch_rng(0, "x"))  # negative inputs: dead units and ties
+            y = torch.arange(16) % 10
+            grads = []
+            for fwd in (m.forward, lambda x: papers_order(m, x)):
+                m.zero_grad(set_to_none=True)
+                out = fwd(x)
+                nn.functional.cross_entropy(out, y).backward()
+                grads.append((out.detach(), {k: p.grad.clone() for k, p in m.named_parameters()}))
+            assert torch.equal(grads[0][0], grads[1][0])
+            for k in grads[0][1]:
+                assert torch.equal(grads[0][1][k], grads[1][1][k]), (name, fmt, k)
+    assert not prefers_channels_last(build_model("mlp", (4,), 2))

@@ -1,4 +1,10 @@
-"""Evaluation of a model on a labelled set: accuracy, macro-F1 and mean cross-entropy."""
+"""Evaluation of a model on a labelled set: accuracy, macro-F1 and mean cross-entropy.
+
+The set is processed in chunks of ``batch_size`` rows under ``torch.inference_mode``: a chunk's
+cross-entropy is summed in float32 and the chunk sums are added in float64, in order. The
+parallel evaluation of :class:`fedselect.fl.pool.ClientTrainer` uses the same chunking, so both
+give the same figures for the same model and memory format.
+"""
 
 from __future__ import annotations
 
@@ -11,22 +17,37 @@ from torch import nn
 from fedselect.data.datasets import ArrayDataset
 
 
-@torch.no_grad()
-def predict(model: nn.Module, data: ArrayDataset, batch_size: int = 1000) -> tuple[np.ndarray, float]:
-    """Predicted labels ``(n,)`` and mean cross-entropy of ``model`` on ``data``."""
+def predict(model: nn.Module, data: ArrayDataset, batch_size: int = 1000, forward_batch: int | None = None) -> tuple[np.ndarray, float]:
+    """Predicted labels ``(n,)`` and mean cross-entropy of ``model`` on ``data``.
+
+    Args:
+        batch_size: rows per chunk whose loss is summed in one float32 sum (> 0).
+        forward_batch: inputs per forward pass inside a chunk (default: the whole chunk). The
+            papers' CNNs and the GRU give the same logits for any batch size (tested), and
+            smaller batches run faster on CPU (docs/performance.md); the MLP's logits change
+            in the last bits with the batch size.
+
+    Raises:
+        ValueError: a batch size < 1.
+    """
+    if batch_size < 1 or (forward_batch is not None and forward_batch < 1):
+        raise ValueError(f"batch_size and forward_batch must be >= 1, got {batch_size} and {forward_batch}")
+    fb = batch_size if forward_batch is None else min(forward_batch, batch_size)
     model.eval()
     x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
     preds, loss_sum = [], 0.0
-    for i in range(0, len(data), batch_size):
-        logits = model(x[i : i + batch_size])
-        loss_sum += float(nn.functional.cross_entropy(logits, y[i : i + batch_size], reduction="sum"))
-        preds.append(logits.argmax(dim=1).numpy())
+    with torch.inference_mode():
+        for i in range(0, len(data), batch_size):
+            stop = min(i + batch_size, len(data))
+            logits = model(x[i:stop]) if fb >= stop - i else torch.cat([model(x[j : min(j + fb, stop)]) for j in range(i, stop, fb)])
+            loss_sum += float(nn.functional.cross_entropy(logits, y[i:stop], reduction="sum"))
+            preds.append(logits.argmax(dim=1).numpy())
     pred = np.concatenate(preds) if preds else np.zeros(0, dtype=np.int64)
     return pred, loss_sum / max(len(data), 1)
 
 
-def evaluate(model: nn.Module, data: ArrayDataset, batch_size: int = 1000) -> dict[str, float]:
-    """``{"accuracy", "f1_macro", "loss"}`` of ``model`` on ``data``.
+def evaluate(model: nn.Module, data: ArrayDataset, batch_size: int = 1000, forward_batch: int | None = None) -> dict[str, float]:
+    """``{"accuracy", "f1_macro", "loss"}`` of ``model`` on ``data`` (see :func:`predict`).
 
     Macro-F1 (scikit-learn, ``zero_division=0``) averages over the labels present in the true
     or predicted labels. An empty set gives NaNs.
@@ -35,7 +56,7 @@ def evaluate(model: nn.Module, data: ArrayDataset, batch_size: int = 1000) -> di
 
     if len(data) == 0:
         return {"accuracy": math.nan, "f1_macro": math.nan, "loss": math.nan}
-    pred, loss = predict(model, data, batch_size)
+    pred, loss = predict(model, data, batch_size, forward_batch)
     return {
         "accuracy": float((pred == data.y).mean()),
         "f1_macro": float(f1_score(data.y, pred, average="macro", zero_division=0)),

@@ -316,6 +316,25 @@ def eval_chunk(model: nn.Module, x: torch.Tensor, y: torch.Tensor, start: int, s
         return logits.argmax(dim=1).cpu().numpy().copy(), loss
 
 
+def _warm_up(model: nn.Module, init: _WorkerInit) -> None:
+    """One throw-away optimiser step and one forward pass, so that one-time costs (lazy
+    imports, kernel set-up) fall into the start-up, not into the first job's time limit. Every
+    job loads its own start state, so the weights changed here are never used."""
+    from fedselect.fl.train import make_optimizer
+
+    shape = init.spec.input_shape
+    b = max(1, min(init.train_cfg.batch_size, 64))
+    x = torch.zeros((b, *shape))
+    model.train()
+    opt = make_optimizer(model, init.train_cfg)
+    nn.functional.cross_entropy(model(x), torch.zeros(b, dtype=torch.int64)).backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    model.eval()
+    with torch.inference_mode():
+        model(torch.zeros((min(init.eval_forward_batch, 8), *shape)))
+
+
 def _worker_main(conn, init: _WorkerInit) -> None:
     """Loop of one worker process: build the model once, then serve jobs until told to stop."""
     torch.set_num_threads(1)
@@ -326,6 +345,7 @@ def _worker_main(conn, init: _WorkerInit) -> None:
     model = init.spec.build()
     if init.channels_last:
         model = model.to(memory_format=torch.channels_last)
+    _warm_up(model, init)
     conn.send(("ready", os.getpid()))
     while True:
         try:
@@ -361,6 +381,7 @@ class _Worker:
     proc: Any
     conn: Any
     pid: int | None = None
+    ready: bool = False
     loaded: Any = None  # key of the evaluation state in the model, or None
 
 
@@ -423,6 +444,7 @@ class ClientTrainer:
         self.device = resolve_device(device)
         self.train_cfg = train_cfg
         self.job_timeout_s = job_timeout_s
+        self.start_timeout_s = float(start_timeout_s)
         self.eval_forward_batch = int(eval_forward_batch)
         model = self.spec.build()
         self.channels_last = prefers_channels_last(model) if channels_last is None else bool(channels_last)
@@ -454,7 +476,8 @@ class ClientTrainer:
 
             self._ctx = tmp.get_context(start_method)
             if start_method == "forkserver":
-                self._ctx.set_forkserver_preload(["torch", "fedselect.fl.pool"])
+                # torch._dynamo is imported lazily by the first optimiser (2 s): preload it once
+                self._ctx.set_forkserver_preload(["torch", "torch._dynamo", "fedselect.fl.pool"])
             self._inits = []
             for _ in range(self.workers):
                 in_buf = {k: _shared_copy(torch.zeros_like(v)) for k, v in template.items()}
@@ -507,7 +530,11 @@ class ClientTrainer:
                     except (EOFError, OSError):
                         msg = None
                     if msg is None or msg[0] != "ready":
-                        raise RuntimeError(f"ClientTrainer: worker {i} failed to start (exit code {w.proc.exitcode}); message: {msg!r}")
+                        w.proc.join(1)
+                        raise RuntimeError(f"ClientTrainer: worker {i} failed to start (exit code {w.proc.exitcode}); a script "
+                                           "that starts workers needs the `if __name__ == '__main__':` guard (multiprocessing "
+                                           "re-imports the main module); run with workers=0 to see errors in this process")
+                    w.ready = True
                     waiting.discard(i)
                 elif w.proc.sentinel in ready or not w.proc.is_alive():
                     w.proc.join(1)
@@ -665,6 +692,13 @@ class ClientTrainer:
             return False
         return True
 
+    def _deadline(self, i: int, since: float) -> float | None:
+        """When the task given to worker ``i`` at ``since`` is overdue: ``start_timeout_s``
+        while the worker is still starting, then ``job_timeout_s`` from when it was ready."""
+        if not self._workers[i].ready:
+            return since + self.start_timeout_s
+        return None if self.job_timeout_s is None else since + self.job_timeout_s
+
     def _run(self, tasks: list[_Task]) -> list[tuple]:
         """Run ``tasks`` on the workers, dynamically; outcomes in task order:
         ("ok", state, loss, sq, count) | ("eval", pred, loss) | ("failed", why)."""
@@ -688,10 +722,8 @@ class ClientTrainer:
                 running[i] = (ti, time.monotonic())
             if not running:
                 continue
-            timeout = None
-            if self.job_timeout_s is not None:
-                now = time.monotonic()
-                timeout = max(0.0, min(t0 + self.job_timeout_s - now for _, t0 in running.values()))
+            deadlines = [d for i, (_, t0) in running.items() if (d := self._deadline(i, t0)) is not None]
+            timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
             ready = set(mp_wait([self._workers[i].conn for i in running] + [self._workers[i].proc.sentinel for i in running], timeout))
             for i in list(running):
                 ti, t0 = running[i]
@@ -702,8 +734,10 @@ class ClientTrainer:
                         msg = w.conn.recv()
                     except (EOFError, OSError):
                         msg = None
-                    if msg is not None and msg[0] == "ready":
-                        continue  # a restarted worker announcing itself
+                    if msg is not None and msg[0] == "ready":  # a restarted worker announcing itself:
+                        w.ready = True                          # the job's clock starts now
+                        running[i] = (ti, time.monotonic())
+                        continue
                     if msg is None:
                         w.proc.join(5)
                         failure = _death(w)
@@ -714,8 +748,11 @@ class ClientTrainer:
                 elif w.proc.sentinel in ready or not w.proc.is_alive():
                     w.proc.join(5)
                     failure = _death(w)
-                elif self.job_timeout_s is not None and time.monotonic() - t0 > self.job_timeout_s:
-                    failure = f"job ran past job_timeout_s={self.job_timeout_s:g} s; worker process {w.pid} was killed"
+                else:
+                    d = self._deadline(i, t0)
+                    if d is not None and time.monotonic() >= d:
+                        failure = (f"job ran past job_timeout_s={self.job_timeout_s:g} s; worker process {w.pid} was killed" if w.ready
+                                   else f"worker process {w.pid} did not start within start_timeout_s={self.start_timeout_s:g} s")
                 if failure is None:
                     continue
                 del running[i]

@@ -1,0 +1,327 @@
+"""Parallel client training (fedselect.fl.pool), the stacked torch.func path (fl.batched),
+sample-loss statistics of local_train, and the evaluation chunking.
+
+Real data: the embedded MNIST. Every pool test is bounded in time (SIGALRM watchdog, and the
+trainer's own start/job timeouts), so a hung worker fails the test instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from fedselect.data.datasets import load_dataset
+from fedselect.fl.batched import supports_batched, train_batched
+from fedselect.fl.evaluate import evaluate
+from fedselect.fl.pool import ClientData, ClientTrainer, ModelSpec, TrainJob, _threads, usable_cores
+from fedselect.fl.train import TrainConfig, local_train
+from fedselect.models import build_model
+from fedselect.seeding import torch_rng
+
+SPEC = ModelSpec("mnist_cnn", (1, 28, 28), 10)
+CFG = TrainConfig(epochs=1, batch_size=32, lr=0.05, momentum=0.9)
+SIZES = [70, 45, 96, 33]  # different sizes: last batches of 6, 13, 0 and 1 samples
+
+
+@pytest.fixture(scope="module")
+def mnist():
+    return load_dataset("mnist-embedded")
+
+
+@pytest.fixture(scope="module")
+def data(mnist):
+    train, _ = mnist
+    rng = np.random.default_rng(5)
+    perm = rng.permutation(len(train))
+    starts = np.cumsum([0] + SIZES)
+    return ClientData.from_arrays(train.x, train.y, [perm[starts[i]:starts[i + 1]] for i in range(len(SIZES))], 10)
+
+
+@pytest.fixture(scope="module")
+def init_state():
+    return build_model(SPEC.name, SPEC.input_shape, 10, generator=torch_rng(1, "model-init")).state_dict()
+
+
+@pytest.fixture(scope="module")
+def test_set(mnist):
+    train, _ = mnist  # 2,500 rows: chunks of 1000, 1000 and 500
+    return train.subset(np.arange(1500, 4000), "mnist-embedded/eval2500")
+
+
+@pytest.fixture(scope="module")
+def pool2(data, test_set):
+    with ClientTrainer(SPEC, data, CFG, workers=2, eval_sets={"test": test_set}, start_timeout_s=120, job_timeout_s=60) as tr:
+        yield tr
+
+
+@pytest.fixture
+def watchdog():
+    """Fail (not hang) a test that runs past 120 s."""
+    def boom(signum, frame):
+        raise TimeoutError("test ran past its 120 s watchdog")
+
+    old = signal.signal(signal.SIGALRM, boom)
+    signal.alarm(120)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def jobs_for(state, epochs=(1, 2, 1, 3), sample_losses=True):
+    return [TrainJob(k, state, epochs[k], seed=7, stream=f"train/3/{k}", sample_losses=sample_losses) for k in range(len(SIZES))]
+
+
+def sequential(data, state, jobs, channels_last=True, cfg=CFG):
+    """The reference: local_train on each client's own ArrayDataset, one torch thread."""
+    model = build_model(SPEC.name, SPEC.input_shape, 10, generator=torch_rng(0, "other"))
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    out = []
+    with _threads(1):
+        for j in jobs:
+            model.load_state_dict(state)
+            stats = {}
+            loss = local_train(model, data.client_dataset(j.client_id), cfg, torch_rng(j.seed, j.stream), epochs=j.epochs,
+                               trainable=None if j.trainable is None else set(j.trainable), stats=stats)
+            out.append(({k: v.detach().clone() for k, v in model.state_dict().items()}, loss, stats))
+    return out
+
+
+def assert_same(results, ref):
+    for r, (state, loss, stats) in zip(results, ref):
+        assert r.error is None
+        assert r.loss == loss
+        assert r.sum_sq_sample_loss == stats["sum_sq_sample_loss"]
+        assert r.num_sample_losses == stats["num_sample_losses"]
+        assert state.keys() == r.state.keys()
+        for k in state:
+            assert torch.equal(state[k], r.state[k]), k
+            assert r.state[k].is_contiguous()
+
+
+# ------------------------------------------------------------------ determinism
+def test_pool_matches_sequential_for_0_1_2_workers(data, init_state, pool2, watchdog):
+    jobs = jobs_for(init_state)
+    ref = sequential(data, init_state, jobs)
+    assert_same(pool2.train(jobs), ref)
+    with ClientTrainer(SPEC, data, CFG, workers=1, start_timeout_s=120) as one:
+        assert_same(one.train(jobs), ref)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # the calling process's thread count must not matter
+    try:
+        with ClientTrainer(SPEC, data, CFG, workers=0) as here:
+            assert_same(here.train(jobs), ref)
+            assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    # sample counts: epochs x n_k
+    assert [r[2]["num_sample_losses"] for r in ref] == [e * n for e, n in zip((1, 2, 1, 3), SIZES)]
+
+
+def test_standard_layout_is_bit_identical_to_local_train(data, init_state, watchdog):
+    jobs = jobs_for(init_state)[:2]
+    ref = sequential(data, init_state, jobs, channels_last=False)
+    with ClientTrainer(SPEC, data, CFG, workers=0, channels_last=False) as here:
+        assert_same(here.train(jobs), ref)
+
+
+def test_from_datasets_and_from_arrays_agree(data, init_state):
+    ds = [data.client_dataset(k) for k in range(len(SIZES))]
+    other = ClientData.from_datasets(ds)
+    assert other.num_clients == len(SIZES) and [other.num_samples(k) for k in range(len(SIZES))] == SIZES
+    jobs = jobs_for(init_state)[:2]
+    with ClientTrainer(SPEC, ds, CFG, workers=0) as a, ClientTrainer(SPEC, data, CFG, workers=0) as b:
+        for ra, rb in zip(a.train(jobs), b.train(jobs)):
+            assert ra.loss == rb.loss and all(torch.equal(ra.state[k], rb.state[k]) for k in ra.state)
+
+
+def test_zero_epochs_return_the_start_state(data, init_state, pool2):
+    r = pool2.train([TrainJob(2, init_state, 0, 1, "x")])[0]
+    assert r.error is None and math.isnan(r.loss) and r.num_sample_losses == 0
+    assert all(torch.equal(r.state[k], init_state[k]) for k in init_state)
+
+
+def test_frozen_parameters_stay_put(data, init_state, pool2):
+    keep = frozenset({"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"})
+    r = pool2.train([TrainJob(0, init_state, 1, 1, "y", trainable=keep)])[0]
+    assert r.error is None
+    for k in init_state:
+        assert torch.equal(r.state[k], init_state[k]) == (k not in keep), k
+
+
+# ------------------------------------------------------------------ sample losses
+def test_sample_loss_statistics_hand_computed(data):
+    """Plain PyTorch loop, written out: same batches, same SGD, per-sample losses squared."""
+    spec = ModelSpec("mlp", (1, 28, 28), 10, {"hidden": [16]})
+    cfg = TrainConfig(epochs=2, batch_size=32, lr=0.1, momentum=0.5)
+    model = spec.build()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    ds = data.client_dataset(1)  # 45 samples: batches of 32 and 13
+    g = torch_rng(4, "s")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
+    x, y = torch.from_numpy(ds.x), torch.from_numpy(ds.y)
+    sq, losses = 0.0, []
+    for _ in range(2):
+        perm = torch.randperm(45, generator=g)
+        for i in range(0, 45, 32):
+            b = perm[i:i + 32]
+            opt.zero_grad()
+            out = model(x[b])
+            per = nn.functional.cross_entropy(out, y[b], reduction="none")
+            sq += float((per.detach() ** 2).sum())
+            loss = per.mean()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+    other = spec.build()
+    other.load_state_dict(state)
+    stats = {}
+    loss = local_train(other, ds, cfg, torch_rng(4, "s"), stats=stats)
+    assert stats["num_sample_losses"] == 90
+    assert stats["sum_sq_sample_loss"] == pytest.approx(sq, rel=1e-6)
+    assert loss == pytest.approx(sum(losses) / len(losses), rel=1e-6)
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(other.state_dict()[k], v, rtol=1e-5, atol=1e-6)
+    # asking for the statistics does not change the weights by a single bit
+    plain = spec.build()
+    plain.load_state_dict(state)
+    assert local_train(plain, ds, cfg, torch_rng(4, "s")) == loss
+    assert all(torch.equal(plain.state_dict()[k], other.state_dict()[k]) for k in state)
+
+
+# ------------------------------------------------------------------ failures
+def test_killed_worker_reports_error_and_pool_recovers(data, init_state, pool2, watchdog):
+    jobs = jobs_for(init_state)
+    ref = sequential(data, init_state, jobs)
+    crashing = list(jobs)
+    crashing[1] = TrainJob(1, init_state, 2, seed=7, stream="train/3/1", crash_after_batches=2)
+    pids = pool2.worker_pids()
+    res = pool2.train(crashing)
+    assert res[1].error is not None and "SIGKILL" in res[1].error and res[1].state is None and math.isnan(res[1].loss)
+    assert_same([res[0], res[2], res[3]], [ref[0], ref[2], ref[3]])
+    assert len(set(pool2.worker_pids()) - set(pids)) == 1  # exactly one worker was replaced
+    # an idle worker killed from outside is replaced before the next call
+    os.kill(pool2.worker_pids()[0], signal.SIGKILL)
+    time.sleep(0.2)
+    assert_same(pool2.train(jobs), ref)
+
+
+def test_job_timeout_kills_and_reports(data, init_state, watchdog):
+    with ClientTrainer(SPEC, data, CFG, workers=1, job_timeout_s=1.0, start_timeout_s=120) as tr:
+        t0 = time.monotonic()
+        ok = TrainJob(1, init_state, 1, 7, "train/3/1", sample_losses=True)
+        res = tr.train([TrainJob(0, init_state, 100000, 1, "forever"), ok])
+        assert time.monotonic() - t0 < 60
+        assert "job_timeout_s" in res[0].error and res[1].error is None
+        assert_same([res[1]], sequential(data, init_state, [ok]))
+
+
+def test_in_process_crash_drill_is_reported(data, init_state):
+    with ClientTrainer(SPEC, data, CFG, workers=0) as tr:
+        r = tr.train([TrainJob(0, init_state, 1, 1, "z", crash_after_batches=1)])[0]
+    assert r.error is not None and "fault drill" in r.error and r.state is None
+
+
+def test_bad_arguments(data, init_state):
+    with pytest.raises(ValueError, match="workers"):
+        ClientTrainer(SPEC, data, CFG, workers=-1)
+    with pytest.raises(ValueError, match="device"):
+        ClientTrainer(SPEC, data, CFG, workers=0, device="tpu")
+    with ClientTrainer(SPEC, data, CFG, workers=0) as tr:
+        with pytest.raises(ValueError, match="client_id 9"):
+            tr.train([TrainJob(9, init_state, 1, 1, "a")])
+        with pytest.raises(ValueError, match="missing"):
+            tr.train([TrainJob(0, {"fc2.bias": init_state["fc2.bias"]}, 1, 1, "a")])
+        with pytest.raises(KeyError, match="registered"):
+            tr.evaluate(init_state, "nope")
+    with pytest.raises(RuntimeError, match="closed"):
+        tr.train([])
+    assert usable_cores() >= 1
+
+
+# ------------------------------------------------------------------ evaluation
+def test_parallel_evaluation_is_chunked_like_evaluate(init_state, test_set, pool2, data, watchdog):
+    model = build_model(SPEC.name, SPEC.input_shape, 10)
+    model.load_state_dict(init_state)
+    cl = build_model(SPEC.name, SPEC.input_shape, 10).to(memory_format=torch.channels_last)
+    cl.load_state_dict(init_state)
+    want = evaluate(cl, test_set, forward_batch=250)
+    assert pool2.evaluate(init_state) == want
+    with ClientTrainer(SPEC, data, CFG, workers=0, eval_sets={"test": test_set}) as here:
+        assert here.evaluate(init_state) == want
+    # standard layout, one forward per 1000-row chunk: exactly today's evaluate()
+    with ClientTrainer(SPEC, data, CFG, workers=0, eval_sets={"test": test_set}, channels_last=False, eval_forward_batch=1000) as here:
+        assert here.evaluate(init_state) == evaluate(model, test_set)
+    # several models at once, in order
+    trained = pool2.train(jobs_for(init_state)[:2])
+    many = pool2.evaluate_many([r.state for r in trained])
+    for r, m in zip(trained, many):
+        cl.load_state_dict(r.state)
+        assert m == evaluate(cl, test_set, forward_batch=250)
+    assert many[0] != many[1]
+
+
+@pytest.mark.parametrize("name,shape", [("mnist_cnn", (1, 28, 28)), ("fd_cnn", (3, 20, 20)), ("gru", (20, 6))])
+def test_forward_is_batch_size_invariant(name, shape):
+    """What lets evaluation run smaller forward batches than its loss chunks."""
+    x = torch.rand((300, *shape), generator=torch_rng(0, "x"))
+    model = build_model(name, shape, 8, generator=torch_rng(0, "m")).eval()
+    with torch.inference_mode():
+        whole = model(x)
+        for b in (250, 64, 7):
+            assert torch.equal(torch.cat([model(x[i:i + b]) for i in range(0, 300, b)]), whole)
+
+
+# ------------------------------------------------------------------ the stacked (GPU) path, on CPU
+@pytest.mark.parametrize("spec,optimizer,momentum,wd", [
+    (SPEC, "sgd", 0.9, 0.0), (SPEC, "sgd", 0.0, 1e-3),
+    # Adam on the CNN is ill-conditioned for this comparison: where a gradient is ~0 in one
+    # path, float noise of ~1e-9 in the other becomes a step of ~0.1 * lr (m / (sqrt(v) + eps)),
+    # so the Adam arithmetic is checked on the MLP, whose batched kernels add like the sequential ones
+    (ModelSpec("mlp", (1, 28, 28), 10, {"hidden": [32]}), "adam", 0.0, 1e-4),
+])
+def test_batched_path_close_to_sequential(data, spec, optimizer, momentum, wd):
+    """Stacked vmap(grad) training equals the sequential path up to float reordering
+    (batched convolution kernels, masked mean): allclose, not bit-identical."""
+    cfg = TrainConfig(epochs=1, batch_size=32, lr=0.01 if optimizer == "adam" else 0.05, momentum=momentum,
+                      optimizer=optimizer, weight_decay=wd)
+    init = build_model(spec.name, spec.input_shape, 10, generator=torch_rng(1, "model-init"), **spec.options).state_dict()
+    jobs = jobs_for(init)
+    model = spec.build()
+    ref = []
+    with _threads(1):
+        for j in jobs:
+            model.load_state_dict(init)
+            stats = {}
+            loss = local_train(model, data.client_dataset(j.client_id), cfg, torch_rng(j.seed, j.stream), epochs=j.epochs, stats=stats)
+            ref.append(({k: v.clone() for k, v in model.state_dict().items()}, loss, stats))
+        res = train_batched(spec.build(), data, jobs, cfg)
+    assert supports_batched(model) and not supports_batched(build_model("gru", (20, 6), 2))
+    for r, (state, loss, stats) in zip(res, ref):
+        assert r.error is None
+        assert r.loss == pytest.approx(loss, rel=1e-4)
+        assert r.num_sample_losses == stats["num_sample_losses"]
+        assert r.sum_sq_sample_loss == pytest.approx(stats["sum_sq_sample_loss"], rel=1e-4)
+        for k in state:
+            torch.testing.assert_close(r.state[k], state[k], rtol=1e-4, atol=2e-5)
+        moved = max(float((state[k] - init[k]).abs().max()) for k in state)
+        assert moved > 5e-3  # the comparison is not between (nearly) untrained models
+
+
+def test_batched_frozen_and_trainer_option(data, init_state):
+    keep = frozenset({"fc2.weight", "fc2.bias"})
+    jobs = [TrainJob(0, init_state, 1, 7, "train/3/0", trainable=keep), TrainJob(2, init_state, 1, 7, "train/3/2")]
+    with ClientTrainer(SPEC, data, CFG, workers=0, batched=True, channels_last=False) as tr:
+        res = tr.train(jobs)
+    ref = sequential(data, init_state, jobs, channels_last=False)
+    for r, (state, loss, _) in zip(res, ref):
+        for k in state:
+            torch.testing.assert_close(r.state[k], state[k], rtol=1e-4, atol=2e-5)
+    assert all(torch.equal(res[0].state[k], init_state[k]) for k in init_state if k not in keep)
