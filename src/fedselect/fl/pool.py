@@ -692,6 +692,11 @@ class ClientTrainer:
             return False
         return True
 
+    def _cost(self, t: _Task) -> int:
+        if t.kind != "train":
+            return 0
+        return t.payload[1] * self.data.num_samples(t.payload[0])
+
     def _deadline(self, i: int, since: float) -> float | None:
         """When the task given to worker ``i`` at ``since`` is overdue: ``start_timeout_s``
         while the worker is still starting, then ``job_timeout_s`` from when it was ready."""
@@ -706,7 +711,9 @@ class ClientTrainer:
             if not w.proc.is_alive():
                 self._restart(i)
         out: list[tuple | None] = [None] * len(tasks)
-        queue = deque(range(len(tasks)))
+        # longest first (epochs x samples), so that a large client does not start last and
+        # leave the other workers idle; the outcomes stay in task order
+        queue = deque(sorted(range(len(tasks)), key=lambda i: -self._cost(tasks[i])))
         running: dict[int, tuple[int, float]] = {}
         while queue or running:
             for i in range(len(self._workers)):
