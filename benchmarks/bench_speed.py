@@ -1,9 +1,9 @@
 """Speed (issue 13): fedselect's training path against a bare PyTorch loop, and scaling rows.
 
 One invocation runs every variant on the same workload and the same client selections, each
-in its own subprocess (so start-up and the peak memory of its process tree are its own), in
-interleaved cycles (bare, fedselect 1 worker, fedselect all cores, bare, ...) so that drift of a
-shared machine hits every variant alike:
+in its own subprocess (so start-up and the peak memory of its process tree are its own). All
+variants are started first; then round t of every variant runs back to back (the order rotating
+from round to round), so that drift of a shared machine hits every variant alike:
 
 * ``bare``: the reference, a minimal single-process PyTorch loop as one would write it: the
   MNIST CNN in the papers' order (conv -> ReLU -> maxpool), standard memory layout, PyTorch's
@@ -28,12 +28,14 @@ Louvain clustering (``louvain_k``) at N = 100 and 1,000, and the secretary rule 
 Usage::
 
     make bench ARGS="--only speed"            # or: python benchmarks/run_all.py --only speed [--quick]
-    python benchmarks/bench_speed.py [--quick] [--rounds R] [--cycles C] [--parts speed,scaling,agents]
+    python benchmarks/bench_speed.py [--quick] [--rounds R] [--parts speed,scaling,agents]
 
 Prints tables and writes ``benchmarks/results/bench_speed.json``. Timings are wall-clock
-seconds; memory is the peak, over samples every 0.1 s, of the summed RSS and PSS of the
-variant's process tree (its workers and fork server included; PSS divides shared pages among
-the processes that map them, so it does not count the shared data several times).
+seconds; memory is the peak of the summed RSS (sampled every 0.25 s while the variant runs)
+and PSS (sampled after each of its rounds; every second for the other rows) of the variant's
+process tree, its workers and fork server included. PSS divides shared pages among the
+processes that map them, so it does not count the shared data or libraries several times;
+RSS does.
 """
 
 from __future__ import annotations
@@ -81,35 +83,60 @@ def tree_pids(root: int) -> list[int]:
     return out
 
 
-def tree_memory(root: int) -> tuple[int, int]:
-    """Summed (RSS, PSS) in bytes of ``root`` and its descendants (/proc/PID/smaps_rollup)."""
-    rss = pss = 0
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def tree_rss(root: int) -> int:
+    """Summed RSS in bytes of ``root`` and its descendants (/proc/PID/statm: cheap)."""
+    rss = 0
+    for p in tree_pids(root):
+        try:
+            with open(f"/proc/{p}/statm") as f:
+                rss += int(f.read().split()[1]) * _PAGE
+        except OSError:
+            continue
+    return rss
+
+
+def tree_pss(root: int) -> int:
+    """Summed PSS in bytes of ``root`` and its descendants (/proc/PID/smaps_rollup; walks the
+    page tables, tens of ms for a torch process: sampled rarely)."""
+    pss = 0
     for p in tree_pids(root):
         try:
             with open(f"/proc/{p}/smaps_rollup") as f:
                 for line in f:
-                    if line.startswith("Rss:"):
-                        rss += int(line.split()[1]) * 1024
-                    elif line.startswith("Pss:"):
+                    if line.startswith("Pss:"):
                         pss += int(line.split()[1]) * 1024
+                        break
         except OSError:
             continue
-    return rss, pss
+    return pss
 
 
 class TreeSampler(threading.Thread):
-    """Peak summed RSS / PSS of a process tree, sampled every ``period`` seconds."""
+    """Peak summed RSS of a process tree every ``period`` s, PSS every ``pss_every`` samples
+    (the sampling must not load the machine it measures: about 1 ms per RSS sample)."""
 
-    def __init__(self, pid: int, period: float = 0.1):
+    def __init__(self, pid: int, period: float = 0.25, pss_every: int = 12):
         super().__init__(daemon=True)
-        self.pid, self.period = pid, period
+        self.pid, self.period, self.pss_every = pid, period, pss_every
         self.peak_rss = self.peak_pss = 0
+        self.active = threading.Event()
+        self.active.set()
         self.stop = threading.Event()
 
+    def sample_pss(self) -> None:
+        self.peak_pss = max(self.peak_pss, tree_pss(self.pid))
+
     def run(self) -> None:
+        i = 0
         while not self.stop.is_set():
-            rss, pss = tree_memory(self.pid)
-            self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
+            if self.active.is_set():
+                self.peak_rss = max(self.peak_rss, tree_rss(self.pid))
+                i += 1
+                if i % self.pss_every == 0:
+                    self.sample_pss()
             self.stop.wait(self.period)
 
 
@@ -127,7 +154,7 @@ def run_child(args: list[str], timeout: float = 3600) -> dict:
         load0 = loadavg()
         t0 = time.perf_counter()
         proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *args, "--json", str(out)], cwd=ROOT)
-        sampler = TreeSampler(proc.pid)
+        sampler = TreeSampler(proc.pid, pss_every=4)
         sampler.start()
         try:
             rc = proc.wait(timeout)
@@ -140,7 +167,7 @@ def run_child(args: list[str], timeout: float = 3600) -> dict:
         if rc != 0 or not out.exists():
             return {"error": f"child {args} ended with {rc}"}
         res = json.loads(out.read_text())
-        res.update(peak_rss_mb=sampler.peak_rss / 2**20, peak_pss_mb=sampler.peak_pss / 2**20,
+        res.update(peak_rss_mb=sampler.peak_rss / 2**20, peak_pss_mb=(sampler.peak_pss / 2**20) or math.nan,
                    process_wall_s=time.perf_counter() - t0, loadavg_before=load0, loadavg_after=loadavg())
         return res
 
@@ -276,32 +303,99 @@ class FedselectLoop:
         self.trainer.close()
 
 
-def child_bare(quick: bool, rounds: int) -> dict:
+def serve_speed(variant: str, quick: bool, workers: int) -> None:
+    """Set up one speed variant, then run the rounds the parent asks for on stdin ("round T"),
+    answering one JSON line each on stdout; "quit" ends it with a JSON line of totals."""
     import torch
 
     cfg, fed, tc, build_s = _fed_and_cfg(quick)
-    loop = BareLoop(cfg, fed, tc)
-    ready_s = time.perf_counter() - T_START
-    rows = [loop.round(t, chosen) for t, chosen in
-            enumerate(selections(cfg.seed, fed.num_clients, cfg.clients_per_round, rounds), start=1)]
-    return {"variant": "bare", "torch_threads": torch.get_num_threads(), "startup_s": 0.0, "ready_s": ready_s,
-            "federation_s": build_s, "rounds": rows}
-
-
-def child_fedselect(quick: bool, rounds: int, workers: int) -> dict:
-    import torch
-
-    cfg, fed, tc, build_s = _fed_and_cfg(quick)
-    loop = FedselectLoop(cfg, fed, tc, workers)
-    ready_s = time.perf_counter() - T_START
+    loop = BareLoop(cfg, fed, tc) if variant == "bare" else FedselectLoop(cfg, fed, tc, workers)
+    sel = selections(cfg.seed, fed.num_clients, cfg.clients_per_round, 1000)
+    ready = {"ready_s": time.perf_counter() - T_START, "federation_s": build_s,
+             "startup_s": 0.0 if variant == "bare" else loop.trainer.startup_s,
+             "torch_threads_main": torch.get_num_threads(), "num_clients": fed.num_clients}
+    print(json.dumps(ready), flush=True)
     try:
-        rows = [loop.round(t, chosen) for t, chosen in
-                enumerate(selections(cfg.seed, fed.num_clients, cfg.clients_per_round, rounds), start=1)]
+        for line in sys.stdin:
+            cmd = line.split()
+            if not cmd or cmd[0] == "quit":
+                break
+            t = int(cmd[1])
+            print(json.dumps(loop.round(t, sel[t - 1])), flush=True)
     finally:
-        loop.close()
-    return {"variant": f"fedselect-{workers}w" if workers else "fedselect-inproc", "workers": workers,
-            "torch_threads_main": torch.get_num_threads(), "startup_s": loop.trainer.startup_s, "ready_s": ready_s,
-            "federation_s": build_s, "rounds": rows}
+        if variant != "bare":
+            loop.close()
+
+
+class LiveChild:
+    """A serving child process (:func:`serve_speed`) with its memory sampler."""
+
+    def __init__(self, args: list[str]):
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *args], cwd=ROOT,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.sampler = TreeSampler(self.proc.pid)
+        self.sampler.start()
+
+    def idle(self) -> None:
+        """Stop sampling while another variant runs (after one PSS sample)."""
+        self.sampler.sample_pss()
+        self.sampler.active.clear()
+
+    def read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"benchmark child {self.proc.args} ended early (exit code {self.proc.wait()})")
+        return json.loads(line)
+
+    def round(self, t: int) -> dict:
+        self.sampler.active.set()
+        self.proc.stdin.write(f"round {t}\n")
+        self.proc.stdin.flush()
+        out = self.read()
+        self.idle()
+        return out
+
+    def close(self) -> dict:
+        try:
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        self.proc.wait(120)
+        self.sampler.stop.set()
+        self.sampler.join()
+        return {"peak_rss_mb": self.sampler.peak_rss / 2**20, "peak_pss_mb": self.sampler.peak_pss / 2**20}
+
+
+def speed_rows(variants: list[tuple[str, list[str]]], rounds: int) -> dict[str, dict]:
+    """Start every variant, then run round t of each back to back (the order rotating from one
+    round to the next), so that the machine's drift hits all variants alike."""
+    runs: dict[str, dict] = {}
+    children = {}
+    for name, args in variants:  # one at a time: start-up is measured alone
+        t0 = time.perf_counter()
+        c = LiveChild(args)
+        info = c.read()
+        info["process_ready_s"] = time.perf_counter() - t0
+        c.idle()
+        children[name] = c
+        runs[name] = {**info, "rounds": [], "loadavg": []}
+    names = list(children)
+    try:
+        for t in range(1, rounds + 1):
+            order = names[(t - 1) % len(names):] + names[:(t - 1) % len(names)]
+            line = []
+            for name in order:
+                load = loadavg()
+                r = children[name].round(t)
+                r["loadavg"] = load
+                runs[name]["rounds"].append(r)
+                line.append(f"{name} {r['wall_s']:.2f}")
+            print(f"  round {t}: " + ", ".join(line) + f" s (load {loadavg():.2f})", flush=True)
+    finally:
+        for name, c in children.items():
+            runs[name].update(c.close())
+    return runs
 
 
 def child_scale(quick: bool, n: int, rounds: int) -> dict:
@@ -455,30 +549,25 @@ def _median(xs):
     return statistics.median(xs) if xs else math.nan
 
 
-def speed_table(results: dict[str, list[dict]]) -> dict:
-    """Per-variant medians over every round of every cycle, and ratios to the bare loop
-    (round by round: same round, same cycle)."""
+def speed_table(runs: dict[str, dict]) -> dict:
+    """Per-variant median/min/max over the rounds (round 1 excluded: one-time costs such as
+    the first optimiser's lazy imports), and the median over rounds of the ratio to the bare
+    loop's same round."""
     summary = {}
-    bare = results.get("bare", [])
-    for name, runs in results.items():
-        walls = [r["wall_s"] for run in runs if "rounds" in run for r in run["rounds"]]
-        trains = [r["train_s"] for run in runs if "rounds" in run for r in run["rounds"]]
-        evals = [r["eval_s"] for run in runs if "rounds" in run for r in run["rounds"]]
-        ratios = []
-        for run, ref in zip(runs, bare):
-            for r, b in zip(run.get("rounds", []), ref.get("rounds", [])):
-                ratios.append(r["wall_s"] / b["wall_s"])
+    bare = runs.get("bare", {}).get("rounds", [])
+    for name, run in runs.items():
+        rows = run.get("rounds", [])[1:] or run.get("rounds", [])
+        walls = [r["wall_s"] for r in rows]
+        ratios = [r["wall_s"] / b["wall_s"] for r, b in zip(run.get("rounds", [])[1:], bare[1:])]
         summary[name] = {
             "round_median_s": _median(walls), "round_min_s": min(walls, default=math.nan), "round_max_s": max(walls, default=math.nan),
-            "train_median_s": _median(trains), "eval_median_s": _median(evals),
-            "startup_s": _median([run.get("startup_s", math.nan) for run in runs]),
-            "ready_s": _median([run.get("ready_s", math.nan) for run in runs]),
-            "peak_rss_mb": max((run.get("peak_rss_mb", 0) for run in runs), default=math.nan),
-            "peak_pss_mb": max((run.get("peak_pss_mb", 0) for run in runs), default=math.nan),
-            "ratio_to_bare_median": _median(ratios),
-            "final_accuracy": [run["rounds"][-1]["accuracy"] for run in runs if run.get("rounds")],
-            "rounds_measured": len(walls),
-            "loadavg": [run.get("loadavg_before") for run in runs],
+            "train_median_s": _median([r["train_s"] for r in rows]), "eval_median_s": _median([r["eval_s"] for r in rows]),
+            "first_round_s": run["rounds"][0]["wall_s"] if run.get("rounds") else math.nan,
+            "startup_s": run.get("startup_s", math.nan), "ready_s": run.get("process_ready_s", math.nan),
+            "peak_rss_mb": run.get("peak_rss_mb", math.nan), "peak_pss_mb": run.get("peak_pss_mb", math.nan),
+            "ratio_to_bare_median": _median(ratios), "ratio_to_bare_of_medians": _median(walls) / _median([b["wall_s"] for b in bare[1:]]) if bare else math.nan,
+            "final_accuracy": run["rounds"][-1]["accuracy"] if run.get("rounds") else math.nan,
+            "rounds_measured": len(walls), "loadavg_median": _median([r.get("loadavg", math.nan) for r in rows]),
         }
     return summary
 
@@ -491,14 +580,13 @@ def print_speed(summary: dict) -> None:
               f"{s['peak_rss_mb']:>8.0f}{s['peak_pss_mb']:>8.0f}")
 
 
-def main(quick: bool = False, rounds: int | None = None, cycles: int | None = None, parts: str = "speed,scaling,agents") -> dict:
+def main(quick: bool = False, rounds: int | None = None, parts: str = "speed,scaling,agents") -> dict:
     from fedselect.fl.pool import usable_cores
 
     cores = usable_cores()
-    rounds = rounds or (3 if quick else 5)
-    cycles = cycles or (1 if quick else 2)
+    rounds = rounds or (3 if quick else 10)
     q = ["--quick"] if quick else []
-    res: dict = {"quick": quick, "usable_cores": cores, "rounds_per_cycle": rounds, "cycles": cycles,
+    res: dict = {"quick": quick, "usable_cores": cores, "rounds": rounds,
                  "loadavg_start": loadavg(), "python": sys.version.split()[0]}
     want = set(parts.split(","))
     if "speed" in want:
@@ -506,13 +594,8 @@ def main(quick: bool = False, rounds: int | None = None, cycles: int | None = No
                     ("fedselect-1w", ["--variant", "fedselect", "--workers", "1"])]
         if cores > 1:
             variants.append((f"fedselect-{cores}w", ["--variant", "fedselect", "--workers", str(cores)]))
-        runs: dict[str, list[dict]] = {name: [] for name, _ in variants}
-        for c in range(cycles):
-            for name, args in variants:
-                r = run_child([*args, "--rounds", str(rounds), *q])
-                print(f"  cycle {c + 1} {name}: " + (r.get("error") or
-                      " ".join(f"{x['wall_s']:.2f}" for x in r["rounds"]) + f" s/round (load {r['loadavg_before']:.2f})"), flush=True)
-                runs[name].append(r)
+        variants = [(name, ["--serve", *args]) for name, args in variants]
+        runs = speed_rows([(name, [*args, *q]) for name, args in variants], rounds + 1)
         res["speed_runs"] = runs
         res["speed"] = speed_table(runs)
         print_speed(res["speed"])
@@ -555,10 +638,6 @@ def main(quick: bool = False, rounds: int | None = None, cycles: int | None = No
 
 
 def _child_entry(a) -> dict:
-    if a.variant == "bare":
-        return child_bare(a.quick, a.rounds)
-    if a.variant == "fedselect":
-        return child_fedselect(a.quick, a.rounds, a.workers)
     if a.variant == "scale":
         return child_scale(a.quick, a.n, a.rounds)
     if a.variant == "fedbuild":
@@ -573,19 +652,21 @@ def _child_entry(a) -> dict:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (a few minutes)")
-    ap.add_argument("--rounds", type=int, help="rounds per variant and cycle (default 5; quick 3)")
-    ap.add_argument("--cycles", type=int, help="interleaved cycles of all variants (default 2; quick 1)")
+    ap.add_argument("--rounds", type=int, help="measured rounds per variant, after one warm-up round (default 10; quick 3)")
     ap.add_argument("--parts", default="speed,scaling,agents", help="comma-separated subset of speed,scaling,agents")
     ap.add_argument("--variant", help=argparse.SUPPRESS)
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, default=100, help=argparse.SUPPRESS)
     ap.add_argument("--json", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.variant:
+    if a.serve:
+        serve_speed(a.variant, a.quick, a.workers)
+    elif a.variant:
         result = _child_entry(a)
         Path(a.json).write_text(json.dumps(result, default=str))
     else:
-        result = main(a.quick, a.rounds, a.cycles, a.parts)
+        result = main(a.quick, a.rounds, a.parts)
         out = HERE / "results"
         out.mkdir(exist_ok=True)
         (out / "bench_speed.json").write_text(json.dumps(result, indent=2, default=str))

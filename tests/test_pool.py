@@ -214,7 +214,7 @@ def test_killed_worker_reports_error_and_pool_recovers(data, init_state, pool2, 
 
 
 def test_job_timeout_kills_and_reports(data, init_state, watchdog):
-    with ClientTrainer(SPEC, data, CFG, workers=1, job_timeout_s=1.0, start_timeout_s=120) as tr:
+    with ClientTrainer(SPEC, data, CFG, workers=1, job_timeout_s=3.0, start_timeout_s=120) as tr:
         t0 = time.monotonic()
         ok = TrainJob(1, init_state, 1, 7, "train/3/1", sample_losses=True)
         res = tr.train([TrainJob(0, init_state, 100000, 1, "forever"), ok])
