@@ -3,7 +3,8 @@
 One invocation runs every variant on the same workload and the same client selections, each
 in its own subprocess (so start-up and the peak memory of its process tree are its own). All
 variants are started first; then round t of every variant runs back to back (the order rotating
-from round to round), so that drift of a shared machine hits every variant alike:
+from round to round), twice, so that drift of a shared machine hits every variant alike; a
+round's time is the faster of its two runs (bursts of other jobs only ever add time):
 
 * ``bare``: the reference, a minimal single-process PyTorch loop as one would write it: the
   MNIST CNN in the papers' order (conv -> ReLU -> maxpool), standard memory layout, PyTorch's
@@ -233,7 +234,9 @@ class BareLoop:
         self.data = [(torch.from_numpy(c.train.x), torch.from_numpy(c.train.y)) for c in fed.clients]
         self.xt, self.yt = torch.from_numpy(fed.test_set.x), torch.from_numpy(fed.test_set.y)
 
-    def round(self, t: int, chosen: list[int]) -> dict:
+    def round(self, t: int, chosen: list[int], commit: bool = True) -> dict:
+        """Round ``t`` on ``chosen``; ``commit=False`` measures it without keeping the new
+        global model (a repetition of the same work)."""
         import torch
         from torch import nn
 
@@ -259,9 +262,9 @@ class BareLoop:
             states.append({n: v.detach().clone() for n, v in model.state_dict().items()})
             sizes.append(len(y))
         total = sum(sizes)
-        self.global_state = {n: sum(s[n] * (m / total) for s, m in zip(states, sizes)) for n in states[0]}
+        new_state = {n: sum(s[n] * (m / total) for s, m in zip(states, sizes)) for n in states[0]}
         t1 = time.perf_counter()
-        model.load_state_dict(self.global_state)
+        model.load_state_dict(new_state)
         model.eval()
         correct, loss_sum = 0, 0.0
         xt, yt = self.xt, self.yt
@@ -271,6 +274,8 @@ class BareLoop:
                 loss_sum += float(nn.functional.cross_entropy(out, yt[i:i + 1000], reduction="sum"))
                 correct += int((out.argmax(1) == yt[i:i + 1000]).sum())
         t2 = time.perf_counter()
+        if commit:
+            self.global_state = new_state
         return {"round": t, "wall_s": t2 - t0, "train_s": t1 - t0, "eval_s": t2 - t1, "accuracy": correct / len(yt)}
 
 
@@ -284,7 +289,7 @@ class FedselectLoop:
         self.trainer = ClientTrainer.from_federation(fed, tc, workers=workers)
         self.global_state = {k: v.clone() for k, v in fed.new_model().state_dict().items()}
 
-    def round(self, t: int, chosen: list[int]) -> dict:
+    def round(self, t: int, chosen: list[int], commit: bool = True) -> dict:
         from fedselect.fl.aggregate import fedavg
         from fedselect.fl.pool import TrainJob
 
@@ -293,10 +298,12 @@ class FedselectLoop:
         bad = [r.error for r in res if r.error]
         if bad:
             raise RuntimeError(bad[0])
-        self.global_state = fedavg([r.state for r in res], [self.fed.clients[k].num_samples for k in chosen])
+        new_state = fedavg([r.state for r in res], [self.fed.clients[k].num_samples for k in chosen])
         t1 = time.perf_counter()
-        m = self.trainer.evaluate(self.global_state)
+        m = self.trainer.evaluate(new_state)
         t2 = time.perf_counter()
+        if commit:
+            self.global_state = new_state
         return {"round": t, "wall_s": t2 - t0, "train_s": t1 - t0, "eval_s": t2 - t1, "accuracy": m["accuracy"]}
 
     def close(self) -> None:
@@ -320,8 +327,8 @@ def serve_speed(variant: str, quick: bool, workers: int) -> None:
             cmd = line.split()
             if not cmd or cmd[0] == "quit":
                 break
-            t = int(cmd[1])
-            print(json.dumps(loop.round(t, sel[t - 1])), flush=True)
+            t, commit = int(cmd[1]), cmd[2] == "1"
+            print(json.dumps(loop.round(t, sel[t - 1], commit)), flush=True)
     finally:
         if variant != "bare":
             loop.close()
@@ -347,9 +354,9 @@ class LiveChild:
             raise RuntimeError(f"benchmark child {self.proc.args} ended early (exit code {self.proc.wait()})")
         return json.loads(line)
 
-    def round(self, t: int) -> dict:
+    def round(self, t: int, commit: bool = True) -> dict:
         self.sampler.active.set()
-        self.proc.stdin.write(f"round {t}\n")
+        self.proc.stdin.write(f"round {t} {int(commit)}\n")
         self.proc.stdin.flush()
         out = self.read()
         self.idle()
@@ -367,9 +374,10 @@ class LiveChild:
         return {"peak_rss_mb": self.sampler.peak_rss / 2**20, "peak_pss_mb": self.sampler.peak_pss / 2**20}
 
 
-def speed_rows(variants: list[tuple[str, list[str]]], rounds: int) -> dict[str, dict]:
+def speed_rows(variants: list[tuple[str, list[str]]], rounds: int, reps: int) -> dict[str, dict]:
     """Start every variant, then run round t of each back to back (the order rotating from one
-    round to the next), so that the machine's drift hits all variants alike."""
+    round to the next), ``reps`` times (the last repetition keeps its model), so that the
+    machine's drift hits all variants alike; a round's time is the minimum over its repetitions."""
     runs: dict[str, dict] = {}
     children = {}
     for name, args in variants:  # one at a time: start-up is measured alone
@@ -379,19 +387,24 @@ def speed_rows(variants: list[tuple[str, list[str]]], rounds: int) -> dict[str, 
         info["process_ready_s"] = time.perf_counter() - t0
         c.idle()
         children[name] = c
-        runs[name] = {**info, "rounds": [], "loadavg": []}
+        runs[name] = {**info, "rounds": [], "repetitions": []}
     names = list(children)
     try:
         for t in range(1, rounds + 1):
             order = names[(t - 1) % len(names):] + names[:(t - 1) % len(names)]
-            line = []
-            for name in order:
-                load = loadavg()
-                r = children[name].round(t)
-                r["loadavg"] = load
-                runs[name]["rounds"].append(r)
-                line.append(f"{name} {r['wall_s']:.2f}")
-            print(f"  round {t}: " + ", ".join(line) + f" s (load {loadavg():.2f})", flush=True)
+            got: dict[str, list[dict]] = {n: [] for n in names}
+            for rep in range(reps):
+                for name in order:
+                    load = loadavg()
+                    r = children[name].round(t, commit=rep == reps - 1)
+                    r["loadavg"] = load
+                    got[name].append(r)
+            for name in names:
+                runs[name]["repetitions"].append(got[name])
+                best = min(got[name], key=lambda r: r["wall_s"])
+                runs[name]["rounds"].append(best)
+            print(f"  round {t}: " + ", ".join(f"{n} " + "/".join(f"{r['wall_s']:.2f}" for r in got[n]) for n in order)
+                  + f" s (load {loadavg():.2f})", flush=True)
     finally:
         for name, c in children.items():
             runs[name].update(c.close())
@@ -550,9 +563,9 @@ def _median(xs):
 
 
 def speed_table(runs: dict[str, dict]) -> dict:
-    """Per-variant median/min/max over the rounds (round 1 excluded: one-time costs such as
-    the first optimiser's lazy imports), and the median over rounds of the ratio to the bare
-    loop's same round."""
+    """Per-variant median/min/max over the rounds (each round: the minimum over its
+    repetitions; round 1 excluded: one-time costs such as the first optimiser's lazy imports),
+    and the median over rounds of the ratio to the bare loop's same round."""
     summary = {}
     bare = runs.get("bare", {}).get("rounds", [])
     for name, run in runs.items():
@@ -580,13 +593,14 @@ def print_speed(summary: dict) -> None:
               f"{s['peak_rss_mb']:>8.0f}{s['peak_pss_mb']:>8.0f}")
 
 
-def main(quick: bool = False, rounds: int | None = None, parts: str = "speed,scaling,agents") -> dict:
+def main(quick: bool = False, rounds: int | None = None, parts: str = "speed,scaling,agents", reps: int | None = None) -> dict:
     from fedselect.fl.pool import usable_cores
 
     cores = usable_cores()
-    rounds = rounds or (3 if quick else 10)
+    rounds = rounds or (3 if quick else 6)
+    reps = reps or (1 if quick else 2)
     q = ["--quick"] if quick else []
-    res: dict = {"quick": quick, "usable_cores": cores, "rounds": rounds,
+    res: dict = {"quick": quick, "usable_cores": cores, "rounds": rounds, "repetitions": reps,
                  "loadavg_start": loadavg(), "python": sys.version.split()[0]}
     want = set(parts.split(","))
     if "speed" in want:
@@ -595,7 +609,7 @@ def main(quick: bool = False, rounds: int | None = None, parts: str = "speed,sca
         if cores > 1:
             variants.append((f"fedselect-{cores}w", ["--variant", "fedselect", "--workers", str(cores)]))
         variants = [(name, ["--serve", *args]) for name, args in variants]
-        runs = speed_rows([(name, [*args, *q]) for name, args in variants], rounds + 1)
+        runs = speed_rows([(name, [*args, *q]) for name, args in variants], rounds + 1, reps)
         res["speed_runs"] = runs
         res["speed"] = speed_table(runs)
         print_speed(res["speed"])
@@ -652,7 +666,8 @@ def _child_entry(a) -> dict:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (a few minutes)")
-    ap.add_argument("--rounds", type=int, help="measured rounds per variant, after one warm-up round (default 10; quick 3)")
+    ap.add_argument("--rounds", type=int, help="measured rounds per variant, after one warm-up round (default 6; quick 3)")
+    ap.add_argument("--reps", type=int, help="repetitions of every round, its time being the minimum (default 2; quick 1)")
     ap.add_argument("--parts", default="speed,scaling,agents", help="comma-separated subset of speed,scaling,agents")
     ap.add_argument("--variant", help=argparse.SUPPRESS)
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
@@ -666,7 +681,7 @@ if __name__ == "__main__":
         result = _child_entry(a)
         Path(a.json).write_text(json.dumps(result, default=str))
     else:
-        result = main(a.quick, a.rounds, a.parts)
+        result = main(a.quick, a.rounds, a.parts, a.reps)
         out = HERE / "results"
         out.mkdir(exist_ok=True)
         (out / "bench_speed.json").write_text(json.dumps(result, indent=2, default=str))
