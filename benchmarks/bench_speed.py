@@ -457,15 +457,17 @@ def child_scale(quick: bool, n: int, rounds: int) -> dict:
     return {"variant": f"scale-{n}", "num_clients": n, "setup_s": setup_s, "startup_s": trainer.startup_s, "rounds": out}
 
 
-def child_fedbuild(quick: bool, n: int) -> dict:
-    """Time to build a Dirichlet(0.5) federation of N clients on full MNIST (the real one)."""
+def child_fedbuild(quick: bool, n: int, scheme: str = "dirichlet") -> dict:
+    """Time to build a federation of N clients on full MNIST (the real ``build_federation``):
+    Dirichlet(0.5) with ``min_size`` = min(10, 60000 / 4N) (at least 1), or IID."""
     from fedselect.config import parse_config
     from fedselect.federation import build_federation
 
     doc = workload(quick)
     min_size = max(1, min(10, (4000 if quick else 60000) // (4 * n)))
-    doc["data"] = {"dataset": doc["data"]["dataset"], "num_clients": n,
-                   "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": min_size}}
+    part = {"scheme": "dirichlet", "alpha": 0.5, "min_size": min_size} if scheme == "dirichlet" else {"scheme": "iid"}
+    doc["data"] = {"dataset": doc["data"]["dataset"], "num_clients": n, "partition": part,
+                   "holdout_fraction": doc["data"].get("holdout_fraction", 0.0)}
     cfg = parse_config(doc, "fedbuild")
     t0 = time.perf_counter()
     try:
@@ -474,7 +476,8 @@ def child_fedbuild(quick: bool, n: int) -> dict:
         res = {"ok": True, "min_client": min(sizes), "max_client": max(sizes)}
     except ValueError as e:
         res = {"ok": False, "error": str(e)[:300]}
-    return {"variant": f"fedbuild-{n}", "num_clients": n, "min_size": min_size, "build_s": time.perf_counter() - t0, **res}
+    return {"variant": f"fedbuild-{scheme}-{n}", "num_clients": n, "scheme": scheme,
+            "min_size": min_size if scheme == "dirichlet" else None, "build_s": time.perf_counter() - t0, **res}
 
 
 def child_agent(n: int, rounds: int, components: int = 100) -> dict:
@@ -629,10 +632,12 @@ def main(quick: bool = False, rounds: int | None = None, parts: str = "speed,sca
         res["fedavg_scaling"] = scale
         build = {}
         for n in ((20, 100) if quick else (100, 1000, 10000)):
-            r = run_child(["--variant", "fedbuild", "--n", str(n), *q])
-            build[n] = r
-            print(f"  Dirichlet federation N={n} (min_size {r.get('min_size')}): {r.get('build_s', math.nan):.1f} s "
-                  f"{'ok' if r.get('ok') else r.get('error')}, peak RSS {r.get('peak_rss_mb', math.nan):.0f} MB", flush=True)
+            for scheme in ("dirichlet", "iid"):
+                r = run_child(["--variant", "fedbuild", "--n", str(n), "--scheme", scheme, *q])
+                build[f"{scheme}-{n}"] = r
+                print(f"  {scheme} federation N={n}" + (f" (min_size {r.get('min_size')})" if scheme == "dirichlet" else "")
+                      + f": {r.get('build_s', math.nan):.1f} s " + (f"ok, clients of {r.get('min_client')}..{r.get('max_client')} samples"
+                      if r.get("ok") else str(r.get("error"))) + f", peak RSS {r.get('peak_rss_mb', math.nan):.0f} MB", flush=True)
         res["federation_build"] = build
     if "agents" in want:
         agent = {}
@@ -655,7 +660,7 @@ def _child_entry(a) -> dict:
     if a.variant == "scale":
         return child_scale(a.quick, a.n, a.rounds)
     if a.variant == "fedbuild":
-        return child_fedbuild(a.quick, a.n)
+        return child_fedbuild(a.quick, a.n, a.scheme)
     if a.variant == "agent":
         return child_agent(a.n, a.rounds)
     if a.variant == "small":
@@ -673,6 +678,7 @@ if __name__ == "__main__":
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, default=100, help=argparse.SUPPRESS)
+    ap.add_argument("--scheme", default="dirichlet", help=argparse.SUPPRESS)
     ap.add_argument("--json", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve:
