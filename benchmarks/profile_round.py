@@ -8,9 +8,12 @@ B = 50, evaluation of the 10,000 test images):
 2. fedselect's in-process path (``ClientTrainer(workers=0)``: one thread, channels-last,
    maxpool before ReLU, evaluation in forward batches of 250): the operator table;
 3. one client epoch (600 images) in each configuration of the issue's orientation table
-   (threads x memory format x layer order), median of 5.
+   (threads x memory format x layer order), median of 5;
+4. with ``--flashrl``: FLASH-RL (configs/flashrl-mnist-dir05.yaml) through today's round loop
+   (``run_experiment``) for 3 rounds under cProfile, the time split by the method's hooks
+   (warm-up, select, local updates, evaluation, observe: rewards, PCA projection, DDQN learning).
 
-Usage: ``python benchmarks/profile_round.py [--quick]`` (prints everything; nothing is written).
+Usage: ``python benchmarks/profile_round.py [--quick] [--flashrl]`` (prints; writes nothing).
 """
 
 from __future__ import annotations
@@ -69,6 +72,33 @@ def epoch_table(reps: int = 5) -> list[tuple[str, float]]:
     return rows
 
 
+def flashrl_profile(rounds: int = 3) -> None:
+    import tempfile
+
+    from fedselect.config import load_config
+    from fedselect.runner import run_experiment
+
+    cfg = load_config(HERE.parent / "configs" / "flashrl-mnist-dir05.yaml", {"rounds": rounds, "checkpoint_every": 0})
+    prof = cProfile.Profile()
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.perf_counter()
+        prof.enable()
+        run_experiment(cfg, d)
+        prof.disable()
+        wall = time.perf_counter() - t0
+    st = pstats.Stats(prof)
+    print(f"\n== FLASH-RL, full MNIST N = 100, {rounds} rounds through run_experiment: {wall:.1f} s")
+    hooks = ["prepare", "_warmup", "_fit_pca", "select", "local_update", "evaluate", "observe", "round_rewards",
+             "refresh_rows", "project", "learn", "_learn_step", "q_values", "state_vector", "save_checkpoint", "build_federation"]
+    rows = {}
+    for (file, line, fn), (cc, nc, tt, ct, callers) in st.stats.items():
+        if fn in hooks and "fedselect" in file:
+            key = f"{Path(file).stem}.{fn}"
+            rows[key] = rows.get(key, 0.0) + ct
+    for k, v in sorted(rows.items(), key=lambda kv: -kv[1]):
+        print(f"  {k:<40} {v:8.2f} s cumulative")
+
+
 def main(quick: bool) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -108,4 +138,9 @@ def main(quick: bool) -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="the embedded MNIST workload")
-    main(ap.parse_args().quick)
+    ap.add_argument("--flashrl", action="store_true", help="profile FLASH-RL rounds through run_experiment instead")
+    a = ap.parse_args()
+    if a.flashrl:
+        flashrl_profile()
+    else:
+        main(a.quick)

@@ -325,3 +325,30 @@ def test_batched_frozen_and_trainer_option(data, init_state):
         for k in state:
             torch.testing.assert_close(r.state[k], state[k], rtol=1e-4, atol=2e-5)
     assert all(torch.equal(res[0].state[k], init_state[k]) for k in init_state if k not in keep)
+
+
+def test_from_federation_matches_the_clients_own_data(tiny_cfg_doc):
+    """The trainer over a real federation: client k's rows are its train_indices, the test set
+    is registered as "test"; results equal local_train on the client's own ArrayDataset."""
+    from fedselect.config import parse_config
+    from fedselect.federation import build_federation
+
+    doc = dict(tiny_cfg_doc, model={"name": "mnist_cnn"}, data=dict(tiny_cfg_doc["data"], holdout_fraction=0.2))
+    cfg = parse_config(doc, "tiny")
+    fed = build_federation(cfg)
+    tc = TrainConfig(1, 32, 0.05, 0.9)
+    state = fed.new_model().state_dict()
+    ks = [0, 5]
+    with ClientTrainer.from_federation(fed, tc, workers=0) as tr:
+        assert tr.data.num_clients == fed.num_clients
+        assert [tr.data.num_samples(k) for k in range(fed.num_clients)] == [c.num_samples for c in fed.clients]
+        res = tr.train([TrainJob(k, state, 1, cfg.seed, f"train/1/{k}") for k in ks])
+        got = tr.evaluate(state)
+    model = fed.new_model().to(memory_format=torch.channels_last)
+    with _threads(1):
+        for k, r in zip(ks, res):
+            model.load_state_dict(state)
+            loss = local_train(model, fed.clients[k].train, tc, fed.train_generator(1, k))
+            assert r.loss == loss and all(torch.equal(v, r.state[n]) for n, v in model.state_dict().items())
+    model.load_state_dict(state)
+    assert got == evaluate(model, fed.test_set, forward_batch=250)
