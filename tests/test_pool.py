@@ -239,8 +239,14 @@ def test_bad_arguments(data, init_state):
             tr.train([TrainJob(9, init_state, 1, 1, "a")])
         with pytest.raises(ValueError, match="missing"):
             tr.train([TrainJob(0, {"fc2.bias": init_state["fc2.bias"]}, 1, 1, "a")])
+        with pytest.raises(ValueError, match=r"fc2.bias \(9,\)"):
+            tr.evaluate(dict(init_state, **{"fc2.bias": torch.zeros(9)}))
         with pytest.raises(KeyError, match="registered"):
             tr.evaluate(init_state, "nope")
+        with pytest.raises(ValueError, match="fc9.weight"):
+            tr.train([TrainJob(0, init_state, 1, 1, "a", trainable=frozenset({"fc9.weight"}))])
+    with pytest.raises(ValueError, match="batched=True"):
+        ClientTrainer(SPEC, data, CFG, workers=2, batched=True)
     with pytest.raises(RuntimeError, match="closed"):
         tr.train([])
     assert usable_cores() >= 1
@@ -270,13 +276,16 @@ def test_parallel_evaluation_is_chunked_like_evaluate(init_state, test_set, pool
 
 @pytest.mark.parametrize("name,shape", [("mnist_cnn", (1, 28, 28)), ("fd_cnn", (3, 20, 20)), ("gru", (20, 6))])
 def test_forward_is_batch_size_invariant(name, shape):
-    """What lets evaluation run smaller forward batches than its loss chunks."""
+    """What lets evaluation run smaller forward batches than its loss chunks, and the calling
+    process's thread count not matter."""
     x = torch.rand((300, *shape), generator=torch_rng(0, "x"))
     model = build_model(name, shape, 8, generator=torch_rng(0, "m")).eval()
     with torch.inference_mode():
         whole = model(x)
         for b in (250, 64, 7):
             assert torch.equal(torch.cat([model(x[i:i + b]) for i in range(0, 300, b)]), whole)
+        with _threads(2):  # nor on the thread count
+            assert torch.equal(model(x), whole)
 
 
 # ------------------------------------------------------------------ the stacked (GPU) path, on CPU

@@ -337,6 +337,7 @@ def _warm_up(model: nn.Module, init: _WorkerInit) -> None:
 
 def _worker_main(conn, init: _WorkerInit) -> None:
     """Loop of one worker process: build the model once, then serve jobs until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     torch.set_num_threads(1)
     try:
         torch.set_num_interop_threads(1)
@@ -381,6 +382,7 @@ class _Worker:
     proc: Any
     conn: Any
     pid: int | None = None
+    seq: int = -1  # number of the message it is working on (answers carry it back)
     ready: bool = False
     loaded: Any = None  # key of the evaluation state in the model, or None
 
@@ -449,6 +451,7 @@ class ClientTrainer:
         model = self.spec.build()
         self.channels_last = prefers_channels_last(model) if channels_last is None else bool(channels_last)
         self._names = list(model.state_dict().keys())
+        self._shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
         on_gpu = self.device.type != "cpu"
         self.workers = 0 if on_gpu else int(workers)
         if batched is None:
@@ -456,9 +459,14 @@ class ClientTrainer:
 
             batched = on_gpu and supports_batched(model)
         self.batched = bool(batched)
+        if self.batched and self.workers > 0:
+            raise ValueError("batched=True trains in the calling process: use it with workers=0 or on a GPU "
+                             f"(got workers={self.workers} on {self.device})")
+        self._param_names = {n for n, _ in model.named_parameters()}
         eval_sets = dict(eval_sets or {})
         self._eval_sizes = {name: len(d) for name, d in eval_sets.items()}
         self._closed = False
+        self._seq = 0
         self._workers: list[_Worker] = []
         self._ctx = None
         if self.workers == 0:
@@ -566,11 +574,10 @@ class ClientTrainer:
                 raise ValueError(f"TrainJob: client_id {j.client_id} outside [0, {self.data.num_clients})")
             if j.epochs < 0:
                 raise ValueError(f"TrainJob: epochs must be >= 0, got {j.epochs} for client {j.client_id}")
-            if set(j.start_state) != set(self._names):
-                missing = sorted(set(self._names) - set(j.start_state))
-                extra = sorted(set(j.start_state) - set(self._names))
-                raise ValueError(f"TrainJob for client {j.client_id}: start_state entries do not match the model "
-                                 f"(missing {missing}, unexpected {extra})")
+            if j.trainable is not None and not set(j.trainable) <= self._param_names:
+                raise ValueError(f"TrainJob for client {j.client_id}: trainable names no parameter of the model: "
+                                 f"{sorted(set(j.trainable) - self._param_names)}; parameters: {sorted(self._param_names)}")
+            self._check_state(j.start_state, f"TrainJob for client {j.client_id}")
         if not jobs:
             return []
         if self.workers == 0:
@@ -610,6 +617,8 @@ class ClientTrainer:
     def evaluate_many(self, states: Sequence[State], name: str = "test") -> list[dict[str, float]]:
         """:meth:`evaluate` for several models at once (e.g. every participant's local model)."""
         self._check_open()
+        for i, st in enumerate(states):
+            self._check_state(st, f"evaluate: state {i}")
         if name not in self._eval_sizes:
             raise KeyError(f"unknown evaluation set {name!r}; registered: {sorted(self._eval_sizes)}")
         n = self._eval_sizes[name]
@@ -654,6 +663,16 @@ class ClientTrainer:
         self.close()
 
     # ------------------------------------------------------------------ internals
+    def _check_state(self, state: Mapping[str, torch.Tensor], what: str) -> None:
+        if set(state) != set(self._names):
+            missing = sorted(set(self._names) - set(state))
+            extra = sorted(set(state) - set(self._names))
+            raise ValueError(f"{what}: state entries do not match the model (missing {missing}, unexpected {extra})")
+        bad = [k for k in self._names if tuple(state[k].shape) != self._shapes[k]]
+        if bad:
+            raise ValueError(f"{what}: entries of the wrong shape: " +
+                             ", ".join(f"{k} {tuple(state[k].shape)} (model: {self._shapes[k]})" for k in bad))
+
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("ClientTrainer is closed")
@@ -685,7 +704,9 @@ class ClientTrainer:
                     for k, v in t.state.items():
                         buf[k].copy_(v)
                 w.loaded = t.state_key if t.kind == "eval" else None
-        msg = ("train", None, *t.payload) if t.kind == "train" else ("eval", None, *t.payload, load)
+        self._seq += 1
+        w.seq = self._seq
+        msg = ("train", w.seq, *t.payload) if t.kind == "train" else ("eval", w.seq, *t.payload, load)
         try:
             w.conn.send(msg)
         except (BrokenPipeError, EOFError, OSError):
@@ -710,11 +731,21 @@ class ClientTrainer:
         for i, w in enumerate(self._workers):  # replace workers that died while idle
             if not w.proc.is_alive():
                 self._restart(i)
+        running: dict[int, tuple[int, float]] = {}
+        try:
+            return self._dispatch(tasks, running)
+        except BaseException:
+            # interrupted (KeyboardInterrupt, a bug): never leave a worker busy with a job whose
+            # answer a later call could mistake for its own
+            for i in list(running):
+                self._restart(i)
+            raise
+
+    def _dispatch(self, tasks: list[_Task], running: dict[int, tuple[int, float]]) -> list[tuple]:
         out: list[tuple | None] = [None] * len(tasks)
         # longest first (epochs x samples), so that a large client does not start last and
         # leave the other workers idle; the outcomes stay in task order
         queue = deque(sorted(range(len(tasks)), key=lambda i: -self._cost(tasks[i])))
-        running: dict[int, tuple[int, float]] = {}
         while queue or running:
             for i in range(len(self._workers)):
                 if i in running or not queue:
@@ -744,6 +775,8 @@ class ClientTrainer:
                     if msg is not None and msg[0] == "ready":  # a restarted worker announcing itself:
                         w.ready = True                          # the job's clock starts now
                         running[i] = (ti, time.monotonic())
+                        continue
+                    if msg is not None and msg[1] != w.seq:  # an answer to an abandoned call: drop it
                         continue
                     if msg is None:
                         w.proc.join(5)
