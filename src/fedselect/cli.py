@@ -16,6 +16,17 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+# typer 0.17-0.20 (the versions flwr 1.42 allows) escape "[default: ...]" / "[required]" for rich
+# even with rich markup off, which plain --help then shows with a stray backslash; the escape only
+# serves HTML export of help, which fedselect does not use.
+try:
+    from typer import rich_utils as _typer_rich_utils
+
+    if hasattr(_typer_rich_utils, "escape_before_html_export"):
+        _typer_rich_utils.escape_before_html_export = lambda text: text.strip()
+except ImportError:  # typer without rich
+    pass
+
 app = typer.Typer(
     add_completion=False, no_args_is_help=False, rich_markup_mode=None,
     help="fedselect: client selection for federated learning over heterogeneous fleets "
@@ -67,6 +78,19 @@ def _threads(n: int | None) -> None:
         import torch
 
         torch.set_num_threads(n)
+
+
+BACKEND_HELP = "where the runs execute: local (this process, one after the other; default) or ray (one Ray task per run)"
+ADDRESS_HELP = "with --backend ray: HOST:PORT of a running Ray cluster (`ray start --head` prints it); omitted: a local Ray instance is started for the command"
+CPUS_PER_RUN_HELP = "with --backend ray: CPUs each run reserves (also its torch threads unless --threads is given)"
+RAY_CPUS_HELP = "with --backend ray and no --address: CPUs of the local Ray instance (default: all cores)"
+
+
+def _backend(backend: str, address, cpus_per_run, ray_cpus, threads):
+    from fedselect.backends import make_backend
+
+    return make_backend(backend, address=address, cpus_per_run=cpus_per_run if cpus_per_run is not None else 1,
+                        threads=threads, num_cpus=ray_cpus)
 
 
 SET_HELP = "override a config key, e.g. --set train.lr=0.1 --set data.options.path=/data/MobiAct (repeatable; values are YAML)"
@@ -204,17 +228,24 @@ def compare(
     resume: Optional[Path] = typer.Option(None, "--resume", help="finish an interrupted comparison in this directory: finished runs are kept, interrupted ones continue from their checkpoints, missing ones run"),
     threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+    backend: str = typer.Option("local", "--backend", help=BACKEND_HELP),
+    address: Optional[str] = typer.Option(None, "--address", help=ADDRESS_HELP),
+    cpus_per_run: Optional[float] = typer.Option(None, "--cpus-per-run", help=CPUS_PER_RUN_HELP),
+    ray_cpus: Optional[int] = typer.Option(None, "--ray-cpus", help=RAY_CPUS_HELP),
 ) -> None:
     """Run several methods (and seeds) on one shared federation; write table and plots.
 
     Every method sees the same partition, device profiles, per-round draws and test set.
     Output: <out>/table.md, table.csv, plots/*.png, runs/<method>-s<seed>/ (one run directory each).
+    With --backend ray every run is a Ray task; the results are the same as with the local
+    backend for the same torch thread count (--threads, default 1 per Ray task).
     """
     from fedselect.compare import DEFAULT_COMPARE, load_compare, parse_compare, run_comparison
     from fedselect.report import build_report
 
     try:
         _threads(threads)
+        runner_backend = _backend(backend, address, cpus_per_run, ray_cpus, threads)
         over = _overrides(rounds, None, None, sets) or None
         if resume is not None:
             given = [n for n, v in (("CONFIG", config), ("--rounds", rounds), ("--seeds", seeds), ("--out", out), ("--set", sets)) if v]
@@ -249,11 +280,19 @@ def compare(
                 acc, e2e = ev.row.get("accuracy"), ev.row.get("e2e_latency_s")
                 prog.update(tasks[(label, seed)], completed=ev.round, status=f"round {ev.round}  acc {acc:.4f}  e2e {e2e:.1f} s")
 
-            run_comparison(cc, out_dir, on_start=on_start, on_round=on_round, resume=resume is not None)
+            def on_done(label, seed, summary):
+                acc, e2e = summary.get("final_accuracy"), summary.get("e2e_latency_s")
+                prog.update(tasks[(label, seed)], completed=summary.get("rounds"),
+                            status=f"done  acc {_fmt(acc)}  e2e {_fmt(e2e, 1)} s")
+
+            if runner_backend.name == "ray":
+                console.print(f"backend: Ray ({address or 'local instance'}), one task per run", highlight=False)
+            run_comparison(cc, out_dir, on_start=on_start, on_round=on_round, on_done=on_done, resume=resume is not None,
+                           backend=runner_backend)
         rep = build_report(out_dir, plots=False)
     except KeyboardInterrupt:
         d = locals().get("out_dir")
-        _interrupted(d, f"finish it with: fedselect compare --resume {d}")
+        _interrupted(d, f"finish it with: fedselect compare --resume {d}" + (" --backend ray" if backend == "ray" else ""))
     except (OSError, ValueError, RuntimeError) as e:
         _fail(e)
     print_table(rep)
@@ -308,17 +347,25 @@ def sweep(
     seeds: Optional[str] = typer.Option(None, "--seeds", help="comma-separated seeds, e.g. 0,1,2 (overrides the config)"),
     table_only: bool = typer.Option(False, "--table-only", help="only rebuild table.md / table.csv from the runs in --out"),
     threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
+    backend: str = typer.Option("local", "--backend", help=BACKEND_HELP),
+    address: Optional[str] = typer.Option(None, "--address", help=ADDRESS_HELP),
+    cpus_per_run: Optional[float] = typer.Option(None, "--cpus-per-run", help=CPUS_PER_RUN_HELP),
+    ray_cpus: Optional[int] = typer.Option(None, "--ray-cpus", help=RAY_CPUS_HELP),
 ) -> None:
     """Run a grid of experiments (every method x grid point x seed) and write one table.
 
     Output: <out>/table.md and table.csv (mean and std over seeds per grid point and method:
     final accuracy, candidates evaluated, competitive ratio, wall time by default) and
     runs/<label>-<point>-s<seed>/ per run. Runs sharing data, model and seed share one federation.
+    Finished runs are kept and interrupted ones continue from their checkpoints when the same
+    --out is given again. With --backend ray every run is a Ray task (same results as the local
+    backend for the same torch thread count: --threads, default 1 per Ray task).
     """
     from fedselect.sweep import build_sweep_table, load_sweep, run_sweep
 
     try:
         _threads(threads)
+        runner_backend = _backend(backend, address, cpus_per_run, ray_cpus, threads)
         sc = load_sweep(config)
         if seeds is not None:
             sc.seeds = _parse_seeds(seeds)
@@ -327,10 +374,13 @@ def sweep(
             rep = build_sweep_table(out_dir, sc)
         else:
             console.print(f"[bold]{sc.name}[/bold]: {', '.join(m.label for m in sc.methods)}; grid {sc.grid or '-'}; seeds {sc.seeds}; output {out_dir}")
-            rep = run_sweep(sc, out_dir, on_run=lambda i, n, d: console.print(f"[{i}/{n}] {d}", highlight=False, markup=False))
+            if runner_backend.name == "ray":
+                console.print(f"backend: Ray ({address or 'local instance'}), one task per run", highlight=False)
+            rep = run_sweep(sc, out_dir, on_run=lambda i, n, d: console.print(f"[{i}/{n}] {d}", highlight=False, markup=False),
+                            backend=runner_backend)
     except KeyboardInterrupt:
         d = locals().get("out_dir")
-        _interrupted(d, f"continue with: fedselect sweep {config} --out {d}")
+        _interrupted(d, f"continue with: fedselect sweep {config} --out {d}" + (" --backend ray" if backend == "ray" else ""))
     except (OSError, ValueError, RuntimeError) as e:
         _fail(e)
     console.print(rep["markdown"], highlight=False, markup=False)

@@ -1,7 +1,8 @@
 """Side-by-side comparisons: several methods and seeds on one shared federation.
 
 For every seed the federation (partition, held-out splits, test set, device/network profiles
-and per-round draws) is built once and handed to every method, so differences between methods
+and per-round draws) is built once and handed to every method (with ``--backend ray`` every
+run is a Ray task that builds the same federation itself: :mod:`fedselect.backends`), so differences between methods
 come from selection and aggregation alone (SPEC 0.2). Each run keeps its own run directory
 under ``<out>/runs/<label>-s<seed>``; the comparison directory gets ``compare.json`` (what was
 run), ``federation-s<seed>.json`` (clients' sizes, labels, profiles, expected latency),
@@ -20,9 +21,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fedselect.config import ConfigError, ExperimentConfig, _format_errors, apply_overrides, parse_config, validate_model
-from fedselect.federation import Federation, build_federation
+from fedselect.federation import Federation
 from fedselect.fl.metrics import write_json_atomic
-from fedselect.runner import RoundEvent, run_experiment
+from fedselect.runner import RoundEvent
 from fedselect.system import BITS_PER_FLOAT, compute_time, transmit_time
 
 #: keys a method entry may not change: they define the shared federation
@@ -192,32 +193,42 @@ def run_dir_name(label: str, seed: int) -> str:
 def run_comparison(
     cc: CompareConfig, out_dir: str | Path, on_start: Callable[[str, int, int], None] | None = None,
     on_round: Callable[[str, int, RoundEvent], None] | None = None, resume: bool = False,
+    backend: Any = None, on_done: Callable[[str, int, dict[str, Any]], None] | None = None,
 ) -> Path:
     """Run every method for every seed on the shared federation; then write the report.
 
     With ``resume=True`` (an interrupted comparison in ``out_dir``): finished runs (those with a
     ``summary.json``) are kept, interrupted ones continue from their checkpoint, and runs that
-    never started are run. Returns the comparison directory.
+    never started are run. ``backend``: :class:`fedselect.backends.LocalBackend` (default: one
+    federation per seed, shared by every method) or :class:`fedselect.backends.RayBackend`
+    (one Ray task per run, each building the same federation); the results are the same.
+    ``on_start(label, seed, rounds)`` is called when a run starts (Ray: is submitted),
+    ``on_round(label, seed, event)`` after each round (local backend only) and
+    ``on_done(label, seed, summary)`` when a run has finished. Returns the comparison directory.
     """
+    from fedselect.backends import LocalBackend, RunCallbacks, RunSpec
     from fedselect.report import build_report
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     runs = [{"label": e.label, "method": e.method, "seed": s, "dir": run_dir_name(e.label, s)} for s in cc.seeds for e in cc.methods]
     write_json_atomic(out / "compare.json", {**cc.model_dump(mode="json"), "runs": runs})
+    specs = []
     for seed in cc.seeds:
-        todo = [e for e in cc.methods if not (resume and (out / run_dir_name(e.label, seed) / "summary.json").exists())]
-        if not todo:
-            continue
-        fed = build_federation(cc.experiment(cc.methods[0], seed))
-        write_json_atomic(out / f"federation-s{seed}.json", federation_info(fed))
-        for entry in todo:
-            cfg = cc.experiment(entry, seed)
-            run_dir = out / run_dir_name(entry.label, seed)
-            if on_start:
-                on_start(entry.label, seed, cfg.rounds)
-            cb = (lambda ev, lab=entry.label: on_round(lab, seed, ev)) if on_round else None
-            started = resume and (run_dir / "config.yaml").exists()
-            run_experiment(cfg, run_dir, on_round=cb, federation=fed, resume=started)
+        group = f"seed={seed}"  # every method of a seed shares the federation (FEDERATION_KEYS are fixed)
+        for entry in cc.methods:
+            specs.append(RunSpec(cc.experiment(entry, seed), out / run_dir_name(entry.label, seed),
+                                 f"{entry.label} seed {seed}", group, tag=(entry.label, seed)))
+
+    def write_info(group: str, fed: Federation) -> None:
+        write_json_atomic(out / f"federation-s{fed.seed}.json", federation_info(fed))
+
+    cb = RunCallbacks(
+        on_start=(lambda s, i, n: on_start(s.tag[0], s.tag[1], s.cfg.rounds)) if on_start else None,
+        on_round=(lambda s, ev: on_round(s.tag[0], s.tag[1], ev)) if on_round else None,
+        on_done=(lambda s, summary: on_done(s.tag[0], s.tag[1], summary)) if on_done else None,
+        on_federation=write_info,
+    )
+    (backend or LocalBackend()).run(specs, cb, resume=resume, out_dir=out, marker="compare.json")
     build_report(out)
     return out

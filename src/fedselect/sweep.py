@@ -22,8 +22,10 @@ but generic. A sweep YAML::
 ``r2`` runs once per (N, R) and its row shows ``-`` for r2. Runs sharing data, model, system
 and seed share one federation (built once; so the budgeted-online candidate evaluations are
 computed once and reused by every method and every R, r2 on it). Each run writes
-``<out>/runs/<label>-<point>-s<seed>/``; a run whose ``summary.json`` exists is not run again,
-so an interrupted sweep continues where it stopped. The table (``table.csv``, ``table.md``)
+``<out>/runs/<label>-<point>-s<seed>/``; a run whose ``summary.json`` exists is not run again
+and an interrupted run continues from its last checkpoint, so an interrupted sweep continues
+where it stopped. The runs execute in this process or as Ray tasks
+(:mod:`fedselect.backends`, ``fedselect sweep --backend ray``), with the same results. The table (``table.csv``, ``table.md``)
 gives, per grid point and method, the mean and sample standard deviation over seeds of each
 column (a column missing from a method's summary is left empty).
 """
@@ -45,9 +47,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedselect.config import ConfigError, config_kind, ExperimentConfig, apply_overrides, parse_config, read_yaml_file, validate_model
-from fedselect.federation import build_federation
 from fedselect.fl.metrics import atomic_write, write_json_atomic
-from fedselect.runner import run_experiment
 
 DEFAULT_COLUMNS = ["final_accuracy", "candidates_evaluated", "competitive_ratio", "wall_s"]
 
@@ -168,16 +168,30 @@ def _slug(point: dict[str, Any]) -> str:
 
 
 def _fed_key(cfg: ExperimentConfig) -> str:
-    d = cfg.model_dump(mode="json")
-    return json.dumps({k: d[k] for k in ("data", "model", "system", "seed")}, sort_keys=True)
+    from fedselect.backends import federation_key
+
+    return federation_key(cfg)
+
+
+def run_dir_for(out_dir: str | Path, m: SweepMethod, point: dict[str, Any], seed: int) -> Path:
+    """The run directory of method ``m`` at its restricted grid ``point`` and ``seed``."""
+    return Path(out_dir) / "runs" / f"{m.label.replace(' ', '_')}-{_slug(point)}-s{seed}"
 
 
 def run_sweep(
     sc: SweepConfig, out_dir: str | Path, on_run: Callable[[int, int, str], None] | None = None,
+    backend: Any = None,
 ) -> dict[str, Any]:
-    """Run every (method, restricted grid point, seed) once, sharing federations; write the
-    table. ``on_run(i, total, description)`` is called before each run. Returns the table
-    (see :func:`build_sweep_table`)."""
+    """Run every (method, restricted grid point, seed) once and write the table.
+
+    Finished runs (``summary.json``) are kept, interrupted ones continue from their last
+    checkpoint (:func:`fedselect.backends.run_one`). ``backend``: a
+    :class:`fedselect.backends.LocalBackend` (default; runs sharing a federation key share
+    one federation) or :class:`fedselect.backends.RayBackend` (one Ray task per run).
+    ``on_run(i, total, description)`` is called before each run starts (local) or when it is
+    submitted (Ray). Returns the table (see :func:`build_sweep_table`)."""
+    from fedselect.backends import LocalBackend, RunCallbacks, RunSpec
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     jobs: dict[tuple, tuple[SweepMethod, dict[str, Any], int]] = {}
@@ -189,23 +203,12 @@ def run_sweep(
     groups: dict[str, list] = {}
     for key, (m, rp, seed) in jobs.items():
         cfg = sc.experiment(m, rp, seed)
-        groups.setdefault(_fed_key(cfg), []).append((key, m, rp, seed, cfg))
+        groups.setdefault(_fed_key(cfg), []).append((m, rp, seed, cfg))
     write_json_atomic(out / "sweep.json", {**sc.model_dump(mode="json"), "runs": len(jobs)})
-    i = 0
-    for members in groups.values():
-        fed = None
-        for key, m, rp, seed, cfg in members:
-            i += 1
-            run_dir = out / "runs" / f"{m.label.replace(' ', '_')}-{_slug(rp)}-s{seed}"
-            if (run_dir / "summary.json").exists():
-                continue
-            if on_run:
-                on_run(i, len(jobs), f"{m.label} {rp or ''} seed {seed}")
-            if fed is None:
-                fed = build_federation(cfg)
-            # a directory without summary.json is an interrupted run: start it again
-            run_experiment(cfg, run_dir, federation=fed, overwrite=run_dir.exists())
-        del fed
+    specs = [RunSpec(cfg, run_dir_for(out, m, rp, seed), f"{m.label} {rp or ''} seed {seed}", group)
+             for group, members in groups.items() for m, rp, seed, cfg in members]
+    cb = RunCallbacks(on_start=(lambda s, i, n: on_run(i, n, s.description)) if on_run else None)
+    (backend or LocalBackend()).run(specs, cb, resume=True, out_dir=out, marker="sweep.json")
     return build_sweep_table(out, sc)
 
 
@@ -241,7 +244,7 @@ def build_sweep_table(out_dir: str | Path, sc: SweepConfig | None = None) -> dic
             seen.add(ident)
             summaries = []
             for seed in sc.seeds:
-                f = out / "runs" / f"{m.label.replace(' ', '_')}-{_slug(rp)}-s{seed}" / "summary.json"
+                f = run_dir_for(out, m, rp, seed) / "summary.json"
                 if f.exists():
                     summaries.append(json.loads(f.read_text()))
             row: dict[str, Any] = {k: rp.get(k, "-") for k in keys}
