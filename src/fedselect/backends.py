@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from fedselect.config import ExperimentConfig, parse_config
-from fedselect.federation import Federation, build_federation
+from fedselect.federation import Federation, build_federation, federation_key
 from fedselect.runner import RoundEvent, existing_run_files, run_experiment
 
 __all__ = ["RunSpec", "RunCallbacks", "run_one", "is_finished", "federation_key", "LocalBackend", "RayBackend",
@@ -42,12 +42,6 @@ __all__ = ["RunSpec", "RunCallbacks", "run_one", "is_finished", "federation_key"
 
 #: names accepted by ``--backend``
 BACKENDS = ("local", "ray")
-
-
-def federation_key(cfg: ExperimentConfig) -> str:
-    """Runs whose configs agree on data, model, system and seed can share one federation."""
-    d = cfg.model_dump(mode="json")
-    return json.dumps({k: d[k] for k in ("data", "model", "system", "seed")}, sort_keys=True)
 
 
 @dataclass

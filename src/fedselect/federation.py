@@ -109,3 +109,12 @@ def build_federation(cfg: ExperimentConfig) -> Federation:
     devices, networks = _profile_tables(cfg)
     fleet = Fleet.create(d.num_clients, cfg.seed, devices, networks, cfg.system.device_mix, cfg.system.network_mix)
     return Federation(cfg, train_set, test_set, clients, fleet)
+
+
+def federation_key(cfg: ExperimentConfig) -> str:
+    """What a federation depends on (data, model, system, seed) as a JSON string: two configs
+    with the same key build identical federations, so runs (and Flower nodes) can share one."""
+    import json
+
+    d = cfg.model_dump(mode="json")
+    return json.dumps({k: d[k] for k in ("data", "model", "system", "seed")}, sort_keys=True)

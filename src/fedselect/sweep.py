@@ -168,7 +168,7 @@ def _slug(point: dict[str, Any]) -> str:
 
 
 def _fed_key(cfg: ExperimentConfig) -> str:
-    from fedselect.backends import federation_key
+    from fedselect.federation import federation_key
 
     return federation_key(cfg)
 
