@@ -19,27 +19,19 @@ from fedselect.backends import LocalBackend, RayBackend, RunSpec, make_backend, 
 from fedselect.config import parse_config
 from fedselect.runner import run_experiment
 
-#: the structure of configs/budgeted-sweep-small.yaml (three methods, grid over N, R and r2,
-#: two seeds) on a much smaller federation, so that it runs in seconds
-SWEEP = {
-    "name": "tiny-budgeted-grid",
-    "seeds": [0, 1],
-    "base": {
-        "rounds": 2,
-        "data": {"dataset": "iot-synthetic", "options": {"windows": 120, "min_records": 50}, "num_clients": 12,
-                 "partition": {"scheme": "fat_thin"}, "holdout_fraction": 0.0},
-        "model": {"name": "mlp"},
-        "train": {"local_epochs": 1, "batch_size": 8, "optimizer": "adam", "lr": 0.003},
-        "checkpoint_every": 1,
-    },
-    "methods": [
-        {"label": "secretary", "method": "budgeted_online"},
-        {"label": "online random", "method": "online_random", "grid_keys": ["data.num_clients", "clients_per_round"]},
-        {"label": "offline best", "method": "offline_best", "grid_keys": ["data.num_clients", "clients_per_round"]},
-    ],
-    "grid": {"data.num_clients": [12], "clients_per_round": [3], "method_options.r2": [1, 2]},
-    "columns": ["final_accuracy", "candidates_evaluated", "competitive_ratio", "wall_s"],
-}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _small_sweep() -> dict:
+    """configs/budgeted-sweep-small.yaml on a smaller grid (R = 10, r2 in {1, 2}, both seeds)
+    and 2 rounds, checkpointing every round: 8 runs of the real sweep, seconds each."""
+    d = yaml.safe_load((ROOT / "configs" / "budgeted-sweep-small.yaml").read_text())
+    d["base"].update(rounds=2, checkpoint_every=1)
+    d["grid"].update({"clients_per_round": [10], "method_options.r2": [1, 2]})
+    return d
+
+
+SWEEP = _small_sweep()
 #: files of a run that must be byte-identical whichever backend wrote them
 SAME_FILES = ("metrics.csv", "model.pt", "config.yaml")
 
@@ -145,7 +137,8 @@ def ray_instance():
 @pytest.mark.slow
 @needs_ray
 def test_ray_sweep_gives_the_local_table_and_files(tmp_path, ray_instance):
-    """`fedselect sweep --backend ray --address` (joining a running Ray instance) writes the same table.csv
+    """`fedselect sweep --backend ray --address` (joining a running Ray instance) on the
+    budgeted-online sweep (configs/budgeted-sweep-small.yaml, smaller grid) writes the same table.csv
     (but for the wall-clock columns) and byte-identical run files as the local backend with
     --threads 1, keeps finished runs and continues an interrupted one from its checkpoint."""
     from fedselect.sweep import parse_sweep, run_dir_for, run_sweep
@@ -158,10 +151,10 @@ def test_ray_sweep_gives_the_local_table_and_files(tmp_path, ray_instance):
 
     on_ray = tmp_path / "ray"
     secretary, online = sc.methods[0], sc.methods[1]
-    finished = run_dir_for(on_ray, online, {"data.num_clients": 12, "clients_per_round": 3}, 0)
-    shutil.copytree(run_dir_for(local, online, {"data.num_clients": 12, "clients_per_round": 3}, 0), finished)
+    finished = run_dir_for(on_ray, online, {"data.num_clients": 100, "clients_per_round": 10}, 0)
+    shutil.copytree(run_dir_for(local, online, {"data.num_clients": 100, "clients_per_round": 10}, 0), finished)
     kept = (finished / "summary.json").read_bytes()
-    point = {"data.num_clients": 12, "clients_per_round": 3, "method_options.r2": 2}
+    point = {"data.num_clients": 100, "clients_per_round": 10, "method_options.r2": 2}
     interrupted = run_dir_for(on_ray, secretary, point, 1)
     run_experiment(sc.experiment(secretary, point, 1), interrupted, stop_after=1)
 
