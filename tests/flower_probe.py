@@ -47,9 +47,10 @@ def probe(grid: Grid, settings: dict, out: str, nodes: int, timeout: float = 120
             raise TimeoutError(f"only {len(ids)} of {nodes} nodes connected within {timeout} s")
         time.sleep(0.1)
     waited = time.perf_counter() - t_start
+    t0 = time.perf_counter()
     _, cfg = node_experiment(settings, {"partition-id": 0, "num-partitions": nodes})
     init = federation_for(cfg).new_model().state_dict()
-    res: dict = {"node_ids": ids, "waited_s": waited}
+    res: dict = {"node_ids": ids, "waited_s": waited, "server_setup_s": time.perf_counter() - t0}
 
     t0 = time.perf_counter()
     q = send_and_receive([Message(RecordDict({"config": ConfigRecord({"server-round": 1})}), dst_node_id=i, message_type="query")
@@ -72,8 +73,10 @@ def probe(grid: Grid, settings: dict, out: str, nodes: int, timeout: float = 120
         res["train"][str(k)] = {"metrics": dict(r.content["metrics"]), "digest": arrays_digest(r.content["arrays"].to_torch_state_dict()),
                                 "keys": list(r.content["arrays"].keys())}
 
+    t0 = time.perf_counter()
     bad = send_and_receive([Message(RecordDict({"arrays": ArrayRecord(init)}), dst_node_id=ids[0], message_type="train")],
                                 timeout=timeout)
+    res["bad_s"] = time.perf_counter() - t0
     res["bad"] = [{"error": r.has_error(), "code": r.error.code if r.has_error() else None,
                    "reason": r.error.reason if r.has_error() else None} for r in bad]
 
