@@ -259,9 +259,11 @@ def test_client_app_on_a_real_superlink_and_supernodes(tmp_path):
         res = dep.run_app(app, timeout=300)
         logs = "\n".join(f"--- {name}\n{dep.log(name)[-3000:]}" for name in ["superlink"] + [f"supernode-{i}" for i in range(n)])
         assert res.returncode == 0 and out.exists(), f"{res.stdout[-3000:]}\n{res.stderr[-3000:]}\n{logs}"
-        procs = [p.pid for p in dep.nodes] + [dep.superlink.pid]
-    _check_probe(json.loads(out.read_text()), n)
-    for pid in procs:  # every process group is gone
-        with pytest.raises(ProcessLookupError):
-            os.killpg(pid, 0)
+        groups = {p.pid for p in dep.nodes} | {dep.superlink.pid}
+        from fedselect.flower.deployment import _descendants
 
+        family = set().union(*(_descendants(pid) for pid in groups)) | groups
+    _check_probe(json.loads(out.read_text()), n)
+    from fedselect.flower.deployment import _alive, processes_in_groups
+
+    assert processes_in_groups(groups) == [] and not [pid for pid in family if _alive(pid)]  # nothing left running

@@ -29,6 +29,7 @@ import json
 import os
 import socket
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -277,12 +278,14 @@ class RayBackend:
             t0 = time.perf_counter()
             if not ray.is_initialized():
                 started_here = True
-                if self.address is None:
-                    # "local": always a new instance, never one found through RAY_ADDRESS or `ray start`
-                    ray.init(address="local", num_cpus=self.num_cpus or os.cpu_count(), include_dashboard=False,
-                             log_to_driver=False, configure_logging=False)
-                else:
-                    ray.init(address=self.address, log_to_driver=False, configure_logging=False)
+                with warnings.catch_warnings():  # Ray 2.55's FutureWarning about GPU visibility (no GPUs used here)
+                    warnings.filterwarnings("ignore", message=".*accelerator visible devices", category=FutureWarning)
+                    if self.address is None:
+                        # "local": always a new instance, never one found through RAY_ADDRESS or `ray start`
+                        ray.init(address="local", num_cpus=self.num_cpus or os.cpu_count(), include_dashboard=False,
+                                 log_to_driver=False, configure_logging=False)
+                    else:
+                        ray.init(address=self.address, log_to_driver=False, configure_logging=False)
             self.startup_s = time.perf_counter() - t0
             # after ray.init, which installs a SIGTERM handler of its own that aborts the process
             with _sigterm_as_interrupt():

@@ -9,8 +9,9 @@ separate processes, for tests, demos and trying a deployment before spreading it
         res = dep.run_app(app_dir, run_config={"num-server-rounds": 2}, timeout=300)
         dep.kill_node(1)            # a node that disappears
 
-Every process is started in its own process group and the whole group is killed when the
-block exits (also on errors and Ctrl-C), so nothing is left running: a SuperNode runs each
+Every process is started in its own process group; when the block exits (also on errors and
+Ctrl-C) the groups and every descendant (Flower detaches some helpers, ``flower-superexec``,
+into sessions of their own) are killed, so nothing is left running: a SuperNode runs each
 ClientApp in a child process (``flwr-clientapp``) and keeps a ``flower-superexec`` beside it.
 Flower's telemetry and update check are switched off in the processes' environment
 (``FLWR_TELEMETRY_ENABLED=0``, ``FLWR_DISABLE_UPDATE_CHECK=1``); nothing is downloaded
@@ -30,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["LocalDeployment", "flower_env", "free_port", "write_connection", "format_config"]
+__all__ = ["LocalDeployment", "flower_env", "free_port", "write_connection", "format_config", "processes_in_groups"]
 
 
 def flower_env(home: str | Path | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -190,8 +191,12 @@ class LocalDeployment:
         return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=flower_env(self.home, {"NO_COLOR": "1"}))
 
     def close(self) -> None:
-        """Stop every process (SIGTERM, then SIGKILL after 5 s) and close the log files."""
+        """Stop every process (SIGTERM, then SIGKILL after 5 s) with everything they started,
+        wait until none is left (at most 10 s more) and close the log files."""
         procs = [p for p in [*self.nodes, self.superlink] if p is not None]
+        # Flower detaches some helpers (flower-superexec) into sessions of their own: collect
+        # every descendant now, while the parents are alive
+        family = {d: _start_time(d) for p in procs for d in _descendants(p.pid)}
         for p in procs:
             _kill_group(p, signal.SIGTERM)
         deadline = time.monotonic() + 5
@@ -201,6 +206,15 @@ class LocalDeployment:
             except subprocess.TimeoutExpired:
                 pass
             _kill_group(p, signal.SIGKILL)
+        for pid, started in family.items():
+            if _start_time(pid) == started is not None:  # the same process, not a reused pid
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) and _start_time(pid) == t for pid, t in family.items()) and time.monotonic() < deadline:
+            time.sleep(0.1)
         self.nodes, self.superlink = [], None
         for fh in self._files:
             fh.close()
@@ -227,3 +241,58 @@ def _kill_group(p: subprocess.Popen, sig: int) -> None:
             p.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+
+
+def _proc_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, ppid, pgid) of a process from /proc (None: gone, or no /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[1]), int(fields[2])
+
+
+def _start_time(pid: int) -> int | None:
+    """The start time of a process (clock ticks since boot; None: gone), to tell it from a
+    later process that got the same pid."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    st = _proc_stat(pid)
+    return st is not None and st[0] not in ("Z", "X")
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live descendant of ``pid`` (Linux /proc; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return set()
+    for d in proc.iterdir():
+        if d.name.isdigit():
+            st = _proc_stat(int(d.name))
+            if st is not None:
+                children.setdefault(st[1], []).append(int(d.name))
+    out, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def processes_in_groups(pgids: set[int]) -> list[int]:
+    """Live (non-zombie) processes whose process group is one of ``pgids`` (Linux /proc)."""
+    out = []
+    for d in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
+        if d.name.isdigit():
+            st = _proc_stat(int(d.name))
+            if st is not None and st[2] in pgids and st[0] not in ("Z", "X"):
+                out.append(int(d.name))
+    return out
