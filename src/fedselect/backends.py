@@ -346,25 +346,28 @@ def _task_error(e: BaseException) -> str:
 
 class _sigterm_as_interrupt:
     """Within the block, SIGTERM raises KeyboardInterrupt in the main thread (so a killed
-    sweep cancels its Ray tasks instead of leaving them running)."""
+    sweep cancels its Ray tasks instead of leaving them running); the previous handler is
+    put back afterwards (the default one when the previous was not installed from Python,
+    e.g. Ray's own)."""
 
     def __enter__(self):
         import signal
         import threading
 
-        self._old = None
+        self._installed = False
         if threading.current_thread() is threading.main_thread():
             def handler(signum, frame):
                 raise KeyboardInterrupt(f"signal {signum}")
 
             self._old = signal.signal(signal.SIGTERM, handler)
+            self._installed = True
         return self
 
     def __exit__(self, *exc):
         import signal
 
-        if self._old is not None:
-            signal.signal(signal.SIGTERM, self._old)
+        if self._installed:
+            signal.signal(signal.SIGTERM, self._old if self._old is not None else signal.SIG_DFL)
         return False
 
 
