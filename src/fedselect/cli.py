@@ -73,23 +73,37 @@ SET_HELP = "override a config key, e.g. --set train.lr=0.1 --set data.options.pa
 THREADS_HELP = "torch CPU threads (results are bit-identical only for the same thread count; 1 is fastest when other jobs share the cores)"
 
 
-def _overrides(rounds, seed, method, sets=None) -> dict:
+def _overrides(rounds, seed, method, sets=None, selector=None, algorithm=None) -> dict:
+    """Dotted overrides from the command line. ``--method`` replaces the config's method,
+    selector and algorithm; ``--selector`` / ``--algorithm`` replace those parts (and, without
+    ``--method``, the config's method preset)."""
     out = _parse_sets(sets)
     if rounds is not None:
         out["rounds"] = rounds
     if seed is not None:
         out["seed"] = seed
     if method is not None:
-        out["method"] = method
+        out.update(method=method, selector=None, algorithm=None)
+    elif selector is not None or algorithm is not None:
+        out["method"] = None
+    if selector is not None:
+        out["selector"] = {"name": selector}
+    if algorithm is not None:
+        out["algorithm"] = {"name": algorithm}
     return out
 
 
 def _load(config: Optional[Path], overrides: dict):
+    """The resolved experiment of CONFIG (or of the embedded default) with ``overrides``."""
     from fedselect.config import apply_overrides, load_config, parse_config
+    from fedselect.resolve import resolve
 
     if config is None:
-        return parse_config(apply_overrides({"name": "default", "metrics": {"target": 0.9}}, overrides), "<embedded default>")
-    return load_config(config, overrides)
+        source = "<embedded default>"
+        cfg = parse_config(apply_overrides({"name": "default", "metrics": {"target": 0.9}}, overrides), source)
+    else:
+        source, cfg = str(config), load_config(config, overrides)
+    return resolve(cfg, source)
 
 
 def _progress() -> Progress:
@@ -143,7 +157,9 @@ def run(
     config: Optional[Path] = typer.Argument(None, help="experiment YAML; omitted: the embedded default (FedAvg on embedded MNIST, 20 clients, Dirichlet 0.5)"),
     rounds: Optional[int] = typer.Option(None, "--rounds", "-r", help="override the number of communication rounds T"),
     seed: Optional[int] = typer.Option(None, "--seed", "-s", help="override the experiment seed"),
-    method: Optional[str] = typer.Option(None, "--method", "-m", help="override the method (fedavg, full, flashrl, favor, cefl, ...)"),
+    method: Optional[str] = typer.Option(None, "--method", "-m", help="override the method preset (fedavg, full, flashrl, favor, cefl, oort, ...; see `fedselect list`)"),
+    selector: Optional[str] = typer.Option(None, "--selector", help="override the selector (random, flashrl, oort, power_of_choice, ... or package.module:Class)"),
+    algorithm: Optional[str] = typer.Option(None, "--algorithm", help="override the algorithm (fedavg, fedper, cefl, individual, or package.module:Class)"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="run directory (default runs/<name>-<method>-s<seed>-<time>)"),
     resume: Optional[Path] = typer.Option(None, "--resume", help="continue the run in this directory from its last checkpoint (with its saved config; only --rounds may extend the budget)"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace a run already in --out (its config, metrics, checkpoints and summary are deleted)"),
@@ -155,12 +171,13 @@ def run(
 
     An --out directory that already holds a run is refused unless --resume or --overwrite.
     """
-    from fedselect.runner import check_run_dir, resume_experiment, run_experiment
+    from fedselect.experiment import check_run_dir, resume_experiment, run_experiment
 
     try:
         _threads(threads)
         if resume is not None:
-            given = [n for n, v in (("CONFIG", config), ("--seed", seed), ("--method", method), ("--out", out), ("--set", sets)) if v]
+            given = [n for n, v in (("CONFIG", config), ("--seed", seed), ("--method", method), ("--selector", selector),
+                                    ("--algorithm", algorithm), ("--out", out), ("--set", sets)) if v]
             if overwrite:
                 given.append("--overwrite")
             if given:
@@ -171,12 +188,16 @@ def run(
                 task = prog.add_task("resume", total=None, status="")
                 summary = resume_experiment(resume, on_round=_advance(prog, task, quiet), rounds=rounds)
         else:
-            cfg = _load(config, _overrides(rounds, seed, method, sets))
-            run_dir = out or Path("runs") / f"{cfg.name}-{cfg.method}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+            r = _load(config, _overrides(rounds, seed, method, sets, selector, algorithm))
+            cfg = r.config
+            slug = r.method.replace(":", "_").replace("/", "_")
+            run_dir = out or Path("runs") / f"{cfg.name}-{slug}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
             check_run_dir(run_dir, overwrite)
-            console.print(f"[bold]{cfg.name}[/bold]: {cfg.method} on {cfg.data.dataset}, N={cfg.data.num_clients}, U={cfg.clients_per_round}, T={cfg.rounds}, seed {cfg.seed}")
+            console.print(f"[bold]{cfg.name}[/bold]: {r.method} (selector {cfg.selector.name}, algorithm {cfg.algorithm.name}) on "
+                          f"{cfg.data.dataset}, N={cfg.data.num_clients}, U={cfg.clients_per_round}, T={cfg.rounds}, seed {cfg.seed}",
+                          highlight=False)
             with _progress() as prog:
-                task = prog.add_task(cfg.method, total=cfg.rounds, status="preparing")
+                task = prog.add_task(r.method, total=cfg.rounds, status="preparing")
                 summary = run_experiment(cfg, run_dir, on_round=_advance(prog, task, quiet), overwrite=overwrite)
     except KeyboardInterrupt:
         d = resume if resume is not None else locals().get("run_dir")

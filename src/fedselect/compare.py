@@ -17,26 +17,24 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fedselect.config import ConfigError, ExperimentConfig, _format_errors, apply_overrides, parse_config, validate_model
+from fedselect.config import ConfigError, ExperimentConfig, MethodSpec, apply_overrides, validate_model
+from fedselect.experiment import RoundEvent, run_experiment
 from fedselect.federation import Federation, build_federation
 from fedselect.fl.metrics import write_json_atomic
-from fedselect.runner import RoundEvent, run_experiment
+from fedselect.resolve import parse_experiment
 from fedselect.system import BITS_PER_FLOAT, compute_time, transmit_time
 
 #: keys a method entry may not change: they define the shared federation
 FEDERATION_KEYS = ("data", "system", "model", "seed")
 
 
-class MethodEntry(BaseModel):
-    """One contender: a label for tables/plots, the method, and optional overrides of the base
-    experiment (any key except those defining the federation: data, system, model, seed)."""
+class MethodEntry(MethodSpec):
+    """One contender: a label for tables/plots, what runs (a ``method`` preset and/or a
+    ``selector`` and an ``algorithm``), and optional overrides of the base experiment (any key
+    except those defining the federation: data, system, model, seed)."""
 
-    model_config = ConfigDict(extra="forbid")
-    label: str | None = None
-    method: str
-    method_options: dict[str, Any] = Field(default_factory=dict)
     overrides: dict[str, Any] = Field(default_factory=dict, description="dotted keys, e.g. train.lr")
 
     @model_validator(mode="after")
@@ -44,10 +42,6 @@ class MethodEntry(BaseModel):
         bad = [k for k in self.overrides if k.split(".")[0] in FEDERATION_KEYS]
         if bad:
             raise ValueError(f"overrides {bad} would change the shared federation; allowed: any key but {list(FEDERATION_KEYS)}")
-        if self.label is None:
-            self.label = self.method
-        if not re.fullmatch(r"[A-Za-z0-9_.+\- ()]+", self.label):
-            raise ValueError(f"label {self.label!r}: use letters, digits, space and _ . + - ( ) only")
         return self
 
 
@@ -82,12 +76,14 @@ class CompareConfig(BaseModel):
         return self
 
     def experiment(self, entry: MethodEntry, seed: int) -> ExperimentConfig:
-        doc = copy.deepcopy(self.base)
-        doc.update(method=entry.method, seed=seed, name=f"{self.name}/{entry.label}")
-        if entry.method_options:
-            doc["method_options"] = entry.method_options
+        """The resolved experiment of ``entry`` with ``seed``.
+
+        Raises:
+            ConfigError: the entry's experiment is invalid (names the entry)."""
+        doc = entry.apply(copy.deepcopy(self.base))
+        doc.update(seed=seed, name=f"{self.name}/{entry.label}")
         doc = apply_overrides(doc, entry.overrides)
-        return parse_config(doc, f"{self.name}: method {entry.label!r}, seed {seed}")
+        return parse_experiment(doc, f"{self.name}: method {entry.label!r}, seed {seed}")
 
 
 #: agent settings of the default comparison: 30 rounds are short for a DDQN, so learning starts
@@ -116,14 +112,8 @@ def parse_compare(doc: dict[str, Any], source: str = "<dict>") -> CompareConfig:
         ConfigError: naming the key and what is allowed.
     """
     cc = validate_model(CompareConfig, doc, source, "comparison")
-    from fedselect.methods import METHODS
-
     for entry in cc.methods:  # fail before anything runs
-        cfg = cc.experiment(entry, cc.seeds[0])
-        try:
-            METHODS[cfg.method].Options.model_validate(cfg.method_options)
-        except ValidationError as e:
-            raise ConfigError(_format_errors(e, f"{source}: method {entry.label!r}, method_options")) from None
+        cc.experiment(entry, cc.seeds[0])
     return cc
 
 
@@ -142,30 +132,30 @@ def load_compare(path: str | Path, overrides: dict[str, Any] | None = None) -> C
     if config_kind(doc) == "sweep":
         raise ConfigError(f"{p} is a sweep config (it has a grid): run it with `fedselect sweep {p}`")
     if isinstance(doc, dict) and "methods" not in doc:
-        doc = {"name": doc.get("name", p.stem), "base": doc, "methods": [{"method": doc.get("method", "fedavg")}], "seeds": [doc.get("seed", 0)]}
+        entry = {k: doc[k] for k in ("method", "selector", "algorithm") if doc.get(k) is not None} or {"method": "fedavg"}
+        doc = {"name": doc.get("name", p.stem), "base": doc, "methods": [entry], "seeds": [doc.get("seed", 0)]}
     if overrides:
         doc = dict(doc)
         doc["base"] = apply_overrides(doc.get("base", {}), overrides)
     return parse_compare(doc, str(p))
 
 
-def partition_params(cfg: ExperimentConfig) -> dict[str, Any]:
-    """The partition scheme with every parameter in effect (defaults included)."""
-    from fedselect.data.partition import make_partitioner
-
-    p = make_partitioner(cfg.data.partition.scheme, **cfg.data.partition.params())
-    params = {k: v for k, v in vars(p).items() if isinstance(v, (int, float, str)) and not k.startswith(("max_", "_"))}
-    return {"scheme": cfg.data.partition.scheme, **params}
+def partition_params(fed: Federation) -> dict[str, Any]:
+    """The partition scheme with every parameter in effect (the resolved config writes the
+    defaults out; the partitioner's bounds on retries, ``max_*``, are left out)."""
+    params = {k: v for k, v in fed.data.partition.params().items() if not k.startswith(("max_", "_"))}
+    return {"scheme": fed.data.partition.scheme, **params}
 
 
-def federation_info(fed: Federation) -> dict[str, Any]:
+def federation_info(fed: Federation, local_epochs: int) -> dict[str, Any]:
     """Per-client facts for reports: samples, label counts, profiles and the expected latency
-    (s) at the profiles' mean frequency and bandwidth, uploading the whole model."""
+    (s) at the profiles' mean frequency and bandwidth for ``local_epochs`` epochs, uploading the
+    whole model."""
     model = fed.new_model()
     model_bits = sum(v.numel() for v in model.state_dict().values()) * BITS_PER_FLOAT
-    cfg, fl = fed.cfg, fed.fleet
+    fl = fed.fleet
     expected = [
-        compute_time(cfg.train.local_epochs, fed.client_bits(k), cfg.system.cycles_per_bit, fl.cores[k], fl.mean_mhz[k])
+        compute_time(local_epochs, fed.client_bits(k), fed.system.cycles_per_bit, fl.cores[k], fl.mean_mhz[k])
         + transmit_time(model_bits, fl.mean_mbps[k])
         for k in range(fed.num_clients)
     ]
@@ -173,8 +163,8 @@ def federation_info(fed: Federation) -> dict[str, Any]:
         "num_clients": fed.num_clients,
         "num_classes": fed.num_classes,
         "class_names": fed.train_set.class_names,
-        "dataset": cfg.data.dataset,
-        "partition": partition_params(cfg),
+        "dataset": fed.data.dataset,
+        "partition": partition_params(fed),
         "num_samples": [c.num_samples for c in fed.clients],
         "label_counts": fed.label_counts().tolist(),
         "device": [d.name for d in fl.devices],
@@ -203,14 +193,17 @@ def run_comparison(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    runs = [{"label": e.label, "method": e.method, "seed": s, "dir": run_dir_name(e.label, s)} for s in cc.seeds for e in cc.methods]
+    runs = [{"label": e.label, "method": e.method, "selector": None if e.selector is None else e.selector.name,
+             "algorithm": None if e.algorithm is None else e.algorithm.name, "seed": s, "dir": run_dir_name(e.label, s)}
+            for s in cc.seeds for e in cc.methods]
     write_json_atomic(out / "compare.json", {**cc.model_dump(mode="json"), "runs": runs})
     for seed in cc.seeds:
         todo = [e for e in cc.methods if not (resume and (out / run_dir_name(e.label, seed) / "summary.json").exists())]
         if not todo:
             continue
-        fed = build_federation(cc.experiment(cc.methods[0], seed))
-        write_json_atomic(out / f"federation-s{seed}.json", federation_info(fed))
+        first = cc.experiment(cc.methods[0], seed)
+        fed = build_federation(first)
+        write_json_atomic(out / f"federation-s{seed}.json", federation_info(fed, first.train.local_epochs))
         for entry in todo:
             cfg = cc.experiment(entry, seed)
             run_dir = out / run_dir_name(entry.label, seed)

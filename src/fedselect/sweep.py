@@ -44,31 +44,22 @@ from typing import Any, Callable
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fedselect.config import ConfigError, config_kind, ExperimentConfig, apply_overrides, parse_config, read_yaml_file, validate_model
+from fedselect.config import ConfigError, ExperimentConfig, MethodSpec, apply_overrides, config_kind, read_yaml_file, validate_model
+from fedselect.experiment import run_experiment
 from fedselect.federation import build_federation
 from fedselect.fl.metrics import atomic_write, write_json_atomic
-from fedselect.runner import run_experiment
+from fedselect.resolve import parse_experiment
 
 DEFAULT_COLUMNS = ["final_accuracy", "candidates_evaluated", "competitive_ratio", "wall_s"]
 
 
-class SweepMethod(BaseModel):
-    """One method of the sweep: label, method name, options, other overrides (dotted keys) and
-    the grid keys it depends on (None = all)."""
+class SweepMethod(MethodSpec):
+    """One method of the sweep: label, what runs (a ``method`` preset and/or a ``selector`` and
+    an ``algorithm``), options, other overrides (dotted keys) and the grid keys it depends on
+    (None = all)."""
 
-    model_config = ConfigDict(extra="forbid")
-    label: str | None = None
-    method: str
-    method_options: dict[str, Any] = Field(default_factory=dict)
     overrides: dict[str, Any] = Field(default_factory=dict)
     grid_keys: list[str] | None = None
-
-    @model_validator(mode="after")
-    def _label(self) -> "SweepMethod":
-        self.label = self.label or self.method
-        if not re.fullmatch(r"[A-Za-z0-9_.+\- ()]+", self.label):
-            raise ValueError(f"label {self.label!r}: use letters, digits, space and _ . + - ( ) only")
-        return self
 
 
 class SweepPaperFigure(BaseModel):
@@ -126,13 +117,11 @@ class SweepConfig(BaseModel):
         return [dict(zip(keys, vals)) for vals in itertools.product(*(self.grid[k] for k in keys))]
 
     def experiment(self, m: SweepMethod, point: dict[str, Any], seed: int) -> ExperimentConfig:
-        doc = copy.deepcopy(self.base)
-        doc.update(method=m.method, seed=seed, name=f"{self.name}/{m.label}")
-        if m.method_options:
-            doc["method_options"] = {**doc.get("method_options", {}), **m.method_options}
+        doc = m.apply(copy.deepcopy(self.base))
+        doc.update(seed=seed, name=f"{self.name}/{m.label}")
         doc = apply_overrides(doc, m.overrides)
         doc = apply_overrides(doc, point)
-        return parse_config(doc, f"{self.name}: {m.label} at {point or 'base'}, seed {seed}")
+        return parse_experiment(doc, f"{self.name}: {m.label} at {point or 'base'}, seed {seed}")
 
 
 def parse_sweep(doc: Any, source: str = "<dict>") -> SweepConfig:

@@ -28,7 +28,7 @@ log = logging.getLogger("fedselect.checkpoint")
 
 LATEST, PREVIOUS, NEW = "checkpoint.pt", "checkpoint.prev.pt", ".checkpoint.new"
 #: bumped when the payload layout changes incompatibly
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 
 class CheckpointError(RuntimeError):
@@ -89,8 +89,8 @@ def read_checkpoint_file(path: str | Path) -> dict[str, Any]:
         payload = torch.load(p, map_location="cpu", weights_only=False)
     except Exception as e:  # truncated zip, bad pickle, ...
         raise CheckpointError(f"{p}: unreadable, truncated or corrupted ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
-    if not isinstance(payload, dict) or not isinstance(payload.get("round"), int) or "method" not in payload:
-        raise CheckpointError(f"{p}: not a fedselect checkpoint (expected a dict with 'round' and 'method')")
+    if not isinstance(payload, dict) or not isinstance(payload.get("round"), int) or not ("snapshot" in payload or "method" in payload):
+        raise CheckpointError(f"{p}: not a fedselect checkpoint (expected a dict with 'round' and 'snapshot')")
     version = payload.get("format_version", 1)
     if version > FORMAT_VERSION:
         raise CheckpointError(f"{p}: written by a newer fedselect (checkpoint format {version}; this one reads <= {FORMAT_VERSION})")

@@ -1,7 +1,7 @@
-"""FAVOR baseline (Wang, Kaplan, Niu, Li, INFOCOM 2020; cited by FLASH-RL as [13]; SPEC 1.5).
+"""FAVOR (Wang, Kaplan, Niu, Li, INFOCOM 2020; cited by FLASH-RL as [13]; SPEC 1.5).
 
-Same DDQN machinery, warm-up and PCA as FLASH-RL (:class:`fedselect.methods.flashrl.DDQNSelector`),
-with FAVOR's own state and reward:
+Same DDQN machinery, warm-up and PCA as FLASH-RL (:mod:`fedselect.selectors._ddqn`), with
+FAVOR's own state and reward:
 
 * state s_t = (PCA(w_global), PCA(w_1), ..., PCA(w_N)) concatenated, ``(N + 1) * m`` values
   (each PCA row divided by the same fixed sigma_1 as FLASH-RL's); client rows change only for
@@ -9,7 +9,7 @@ with FAVOR's own state and reward:
 * selection: top-U by Q with epsilon-greedy per slot (the shared agent);
 * reward: the scalar ``r_t = 64^(P_t - target) - 1`` (P = global accuracy, a fraction) given to
   every selected action. ``target`` defaults per data set: MNIST 0.99, Fashion-MNIST 0.85,
-  CIFAR-10 0.55; otherwise ``metrics.target``; configurable with ``method_options.target``.
+  CIFAR-10 0.55; otherwise ``metrics.target``; configurable with the option ``target``.
 
 Departure from the FAVOR paper: FAVOR's agent is trained over many FL episodes; here, as in
 FLASH-RL's comparison, it learns online within one run.
@@ -22,9 +22,9 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from fedselect.methods import register_method
-from fedselect.methods.flashrl import DDQNOptions, DDQNSelector
-from fedselect.methods.rewards import favor_reward
+from fedselect.kernels.rewards import favor_reward
+from fedselect.selectors import register_selector
+from fedselect.selectors._ddqn import DDQNOptions, DDQNSelector
 
 #: SPEC 1.5 default targets per data set name
 DEFAULT_TARGETS = {"mnist": 0.99, "mnist-embedded": 0.99, "fashion-mnist": 0.85, "cifar10": 0.55}
@@ -36,37 +36,45 @@ class FavorOptions(DDQNOptions):
     performance_metric: Literal["accuracy", "f1_macro"] | None = Field(None, description="P; null = metrics.metric")
 
 
-@register_method
+@register_selector
 class Favor(DDQNSelector):
     """FAVOR (SPEC 1.5). Extra columns as FLASH-RL's (``epsilon``, ``mean_reward``, ``td_loss``,
     ``selected_devices``, ``selected_networks``).
 
     Raises:
-        ValueError: no target given and none known for the data set.
+        ValueError: no target given and none known for the data set (found from the config
+            alone, before any data is loaded).
     """
 
     name = "favor"
     Options = FavorOptions
+    wants_global_state = True
 
-    def __init__(self, cfg, fed):
-        super().__init__(cfg, fed)
-        self.metric = self.options.performance_metric or cfg.metrics.metric
+    @classmethod
+    def check(cls, options, settings):
+        if options.target is None and DEFAULT_TARGETS.get(settings.dataset, settings.target) is None:
+            return [f"selector 'favor': no reward target known for dataset {settings.dataset!r}; set the option target "
+                    f"(or metrics.target) to a value in (0, 1]"]
+        return []
+
+    def __init__(self, ctx, options=None):
+        super().__init__(ctx, options)
+        self.metric = self.options.performance_metric or self.settings.metric
         target = self.options.target
         if target is None:
-            target = DEFAULT_TARGETS.get(cfg.data.dataset, cfg.metrics.target)
+            target = DEFAULT_TARGETS.get(self.settings.dataset, self.settings.target)
         if target is None:
-            raise ValueError(f"favor: no reward target known for dataset {cfg.data.dataset!r}; set method_options.target "
-                             f"(or metrics.target) to a value in (0, 1]")
+            raise ValueError(self.check(self.options, self.settings)[0])
         self.target = float(target)
 
     def state_dim(self) -> int:
-        return (self.fed.num_clients + 1) * self.n_components
+        return (self.settings.num_clients + 1) * self.n_components
 
-    def state_vector(self, t, draws):
+    def state_vector(self, t, draws, global_state):
         """(PCA(global), PCA(w_1), ..., PCA(w_N)), float32 ``((N + 1) * m,)``."""
-        g = self.project(self.global_model.state_dict())
+        g = self.project(global_state)
         return np.concatenate([g[None, :], self.client_rows], axis=0).reshape(-1).astype(np.float32)
 
-    def round_rewards(self, t, updates, before, after):
-        r = favor_reward(float(after[self.metric]), self.target, self.options.reward_base)
-        return np.full(len(updates), r)
+    def round_rewards(self, t, outcomes, feedback):
+        r = favor_reward(feedback.after.value(self.metric), self.target, self.options.reward_base)
+        return np.full(len(outcomes), r)

@@ -1,18 +1,16 @@
-"""CEFL — communication-efficient FL for health monitoring (Chu, Jaafar, Yanikomeroglu; SPEC 2).
+"""CEFL's algorithm — FL among cluster leaders on base layers, then transfer to members
+(Chu, Jaafar, Yanikomeroglu; SPEC 2). The clustering and the choice of leaders (CE-eq 3, 4, 5)
+are the ``cefl_leaders`` selector's (:mod:`fedselect.selectors.cefl_leaders`); this algorithm
+needs its groups and warm-up models.
 
-The pipeline on the core's round loop (``fedselect.runner``), through the Method hooks:
-
-* ``prepare()``: warm-up — every client trains ``warmup_epochs`` (2) local epochs from the
-  common initialisation and uploads its whole model (communication part 1); similarity
-  factors d_ij (CE-eq 3) and edge weights S_ij (CE-eq 4); Louvain into exactly K
-  communities (:func:`fedselect.methods.similarity.louvain_k`); one leader per community
-  (CE-eq 5).
-* rounds 1..T: ``select()`` = the K leaders. Each leader trains ``train.local_epochs`` epochs
-  from its own model, uploads its base layers (part 2); the server averages them with
-  ``a_k = 1/K`` (``leader_weights: uniform``, the paper's choice) or by sample count (CE-eq 6)
-  and broadcasts the result, which overwrites every leader's base layers (CE-eq 7, part 3).
-  Personalised layers never leave the leaders.
-* ``finish()``: transfer learning — each leader sends its whole model to every member of its
+* ``prepare``: every client's model is its warm-up model (communication part 1, charged by the
+  selector).
+* rounds 1..T: each leader trains ``train.local_epochs`` epochs from its own model, uploads its
+  base layers (part 2); the server averages them with ``a_k = 1/K`` (``leader_weights:
+  uniform``, the paper's choice) or by sample count (CE-eq 6) and broadcasts the result, which
+  overwrites every leader's base layers (CE-eq 7, part 3). Personalised layers never leave the
+  leaders.
+* ``finish``: transfer learning — each leader sends its whole model to every member of its
   cluster (part 4); a member starts from it and trains on its own data for at most
   ``transfer_epochs`` (eta) epochs, stopping when the loss on a local validation split
   (``validation_fraction`` of its training data) has not improved for ``patience`` (3)
@@ -39,20 +37,20 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from fedselect.algorithms import register_algorithm
+from fedselect.algorithms.base import Finished, RunTotals, ServerState, clone_state
+from fedselect.algorithms.fedper import BaseLayerOptions, Personalised, base_layer_names
 from fedselect.data.datasets import ArrayDataset
 from fedselect.data.partition import local_holdout
 from fedselect.fl.aggregate import State, state_bytes
 from fedselect.fl.evaluate import evaluate
-from fedselect.fl.train import TrainConfig, iterate_minibatches, local_train, make_optimizer
-from fedselect.methods import register_method
-from fedselect.methods.base import ClientUpdate, clone_state
-from fedselect.methods.fedper import base_layer_names
-from fedselect.methods.personalised import PersonalisedMethod
-from fedselect.methods.similarity import edge_weights, louvain_k, select_leaders, similarity_factors
+from fedselect.fl.train import TrainConfig, iterate_minibatches, make_optimizer
+from fedselect.fl.types import ClientOutcome
+from fedselect.selectors.base import ClientGroups, Prepared
 from fedselect.seeding import np_rng
-from fedselect.system import compute_time, to_mb, transmit_time
+from fedselect.system import to_mb
 
 log = logging.getLogger(__name__)
 
@@ -198,164 +196,121 @@ def fine_tune(
     return {"epochs": epochs, "best_epoch": best_epoch, "val_loss": best_loss, "curve": curve}
 
 
-# ------------------------------------------------------------------------ the method
-class CEFLOptions(BaseModel):
-    """``method_options`` of CEFL (defaults: SPEC 2 and the paper)."""
+# ------------------------------------------------------------------------ the algorithm
+class CEFLOptions(BaseLayerOptions):
+    """Options of CEFL's algorithm (defaults: SPEC 2 and the paper). The clustering options
+    (``clusters``, ``warmup_epochs``, ``count_warmup``) belong to the ``cefl_leaders`` selector."""
 
-    model_config = ConfigDict(extra="forbid")
-    clusters: int = Field(2, ge=1, description="K, the number of clusters (= leaders); must be <= N")
-    warmup_epochs: int = Field(2, ge=1, description="local epochs of every client's warm-up")
-    base_layers: int | list[str] | None = Field(None, description="base layers: null (layers before the first fully connected one), a count B, or names")
     leader_weights: Literal["uniform", "samples"] = Field("uniform", description="a_k of CE-eq 6: 1/K or n_k / sum n")
     transfer_epochs: int = Field(50, ge=0, description="eta, most local epochs of a member after the transfer")
     patience: int = Field(3, ge=1, description="early-stopping patience (epochs) of the transfer")
     validation_fraction: float = Field(0.2, ge=0.0, lt=1.0, description="share of a member's training data used for early stopping")
-    count_warmup: bool = Field(True, description="count the warm-up's straggler latency in the end-to-end latency")
 
 
-@register_method
-class CEFL(PersonalisedMethod):
-    """CEFL (module docstring). ``clients_per_round`` is ignored: the K leaders take part.
+@register_algorithm
+class CEFL(Personalised):
+    """CEFL (module docstring).
 
     Raises:
-        ValueError: ``clusters`` > N (at construction, before anything runs); an empty or
-            unknown base layer set; a client without held-out data.
+        ValueError: an empty or unknown base layer set; a client without held-out data; (at
+            ``prepare``) a selector that gave no groups.
     """
 
     name = "cefl"
     Options = CEFLOptions
-    extra_columns = ["accuracy_std", "client_accuracy"]
+    needs_groups = True
 
-    def __init__(self, cfg, fed):
-        super().__init__(cfg, fed)
-        o = self.options
-        if o.clusters > fed.num_clients:
-            raise ValueError(f"method_options.clusters (K = {o.clusters}) exceeds the number of clients N = {fed.num_clients}")
-        self.base_names = base_layer_names(self.global_model, o.base_layers)
-        self.full_bytes = state_bytes(self.global_model.state_dict())
-        self.base_bytes = state_bytes(self.global_model.state_dict(), self.base_names)
-        self.clusters: list[list[int]] = []
-        self.leaders: list[int] = []
+    def __init__(self, ctx, options=None):
+        super().__init__(ctx, options)
+        self.base_names = base_layer_names(self.worker, self.options.base_layers)
+        st = self.worker.state_dict()
+        self.full_bytes = state_bytes(st)
+        self.base_bytes = state_bytes(st, self.base_names)
+        self.groups: ClientGroups | None = None
         self.leader_of: dict[int, int] = {}
-        self.transferred = False
-        self.round_bytes = {"up": 0, "down": 0}
+        self.prepared_summary: dict[str, Any] = {}
 
-    # ------------------------------------------------------------ prepare: steps 1-3
     def shared_keys(self) -> list[str]:
         return list(self.base_names)
 
-    def prepare(self) -> dict[str, Any]:
-        """Warm-up (part 1), similarity (CE-eq 3, 4), Louvain into K, leaders (CE-eq 5)."""
-        fed, o = self.fed, self.options
-        init = clone_state(self.global_model.state_dict())
-        draws = fed.fleet.draw(0)
-        lat = []
-        for k in range(fed.num_clients):
-            self.worker.load_state_dict(init)
-            local_train(self.worker, fed.clients[k].train, self.train_cfg, fed.train_generator(0, k, tag="cefl-warmup"),
-                        epochs=o.warmup_epochs)
-            self.client_states[k] = clone_state(self.worker.state_dict())
-            comp = compute_time(o.warmup_epochs, fed.client_bits(k), self.cfg.system.cycles_per_bit, fed.fleet.cores[k],
-                                draws.freq_mhz[k])
-            lat.append(comp + transmit_time(self.full_bytes * 8, draws.bandwidth_mbps[k]))
-        names = [n for n, _ in self.global_model.named_parameters()]
-        d = similarity_factors(self.client_states, names)
-        s = edge_weights(d)
-        self.clusters, info = louvain_k(s, o.clusters, self.rng)
-        sizes = [c.num_samples for c in fed.clients]
-        self.leaders = select_leaders(s, self.clusters, sizes)
-        self.leader_of = {m: lead for c, lead in zip(self.clusters, self.leaders) for m in c}
-        part1 = fed.num_clients * self.full_bytes
-        log.info("cefl: %d clusters %s, leaders %s (Louvain resolution %s, %d calls%s)", len(self.clusters), self.clusters,
-                 self.leaders, info["resolution"], info["calls"], ", merge/split fallback" if info["fallback"] else "")
-        return {
-            "upload_bytes": part1, "download_bytes": 0,
-            "latency_s": max(lat) if o.count_warmup else 0.0, "warmup_latency_s": max(lat),
-            "clusters": self.clusters, "leaders": self.leaders, "louvain": info,
-            "similarity_d": np.round(d, 6).tolist(), "edge_weights_s": np.round(s, 6).tolist(),
-            "base_layers": self.base_names,
-        }
+    def prepare(self, state: ServerState, prepared: Prepared) -> ServerState:
+        """Take the selector's groups; every client's model becomes its warm-up model."""
+        if prepared.groups is None or prepared.warm_states is None:
+            raise ValueError("algorithm 'cefl' needs a selector that clusters the clients and names leaders "
+                             "(selector 'cefl_leaders')")
+        self._set_groups(prepared.groups)
+        self.prepared_summary = {k: v for k, v in prepared.summary.items() if k == "warmup_epochs"}
+        return ServerState(state.model, tuple(prepared.warm_states), False)
 
-    # ------------------------------------------------------------ rounds: step 4
-    def select(self, t, draws):
-        if not self.leaders:
-            raise RuntimeError("cefl: select() before prepare()")
-        return sorted(self.leaders)
+    def _set_groups(self, groups: ClientGroups) -> None:
+        self.groups = groups
+        self.leader_of = groups.leader_of()
 
-    def aggregation_weights(self, updates: list[ClientUpdate]) -> list[float]:
+    def aggregation_weights(self, outcomes: Sequence[ClientOutcome]) -> list[float]:
         if self.options.leader_weights == "uniform":
-            return [1.0] * len(updates)
-        return [float(u.num_samples) for u in updates]
+            return [1.0] * len(outcomes)
+        return [float(o.num_samples) for o in outcomes]
 
-    def eval_state(self, k: int) -> State:
-        if self.transferred or not self.leader_of:
-            return self.client_states[k]
-        return self.client_states[self.leader_of[k]]
-
-    def observe(self, t, updates, before, after):
-        self.round_bytes["up"] += sum(u.upload_bytes for u in updates)
-        self.round_bytes["down"] += sum(u.download_bytes for u in updates)
-        return super().observe(t, updates, before, after)
+    def eval_state(self, state: ServerState, k: int) -> State:
+        """A member is scored with its leader's current model (what it would receive)."""
+        return state.clients[self.leader_of.get(k, k)]
 
     # ------------------------------------------------------------ finish: transfer
-    def finish(self) -> dict[str, Any]:
+    def finish(self, state: ServerState, totals: RunTotals, last) -> Finished:
         """Transfer learning to members (part 4), then the final per-client evaluation and
         the communication parts."""
         fed, o = self.fed, self.options
         t0 = time.perf_counter()
         epochs, curves = {}, {}
-        for cluster, lead in zip(self.clusters, self.leaders):
+        clients = list(state.clients)
+        groups = self.groups
+        for cluster, lead in zip(groups.clusters, groups.leaders):
             for m in cluster:
                 if m == lead:
                     continue
                 client = fed.clients[m]
-                tr, va = local_holdout(np.arange(client.num_samples), o.validation_fraction, np_rng(self.cfg.seed, f"cefl/validation/{m}"))
-                self.worker.load_state_dict(self.client_states[lead])
+                tr, va = local_holdout(np.arange(client.num_samples), o.validation_fraction, np_rng(self.settings.seed, f"cefl/validation/{m}"))
+                self.worker.load_state_dict(clients[lead])
                 res = fine_tune(self.worker, client.train.subset(tr), client.train.subset(va), self.train_cfg, o.transfer_epochs,
                                 o.patience, fed.train_generator(0, m, tag="cefl-transfer"), holdout=client.holdout)
-                self.client_states[m] = clone_state(self.worker.state_dict())
+                clients[m] = clone_state(self.worker.state_dict())
                 epochs[m], curves[m] = res["epochs"], res["curve"]
-        self.transferred = True
-        final = self.evaluate_clients()
-        sizes = [len(c) for c in self.clusters]
-        part4 = sum(c - 1 for c in sizes) * self.full_bytes
+        final_state = ServerState(state.model, tuple(clients), state.aggregated)
+        final = self.evaluate_clients(lambda k: clients[k])
+        sizes = [len(c) for c in groups.clusters]
         part1 = fed.num_clients * self.full_bytes
-        parts = {
-            "part1_mb": to_mb(part1), "part2_mb": to_mb(self.round_bytes["up"]), "part3_mb": to_mb(self.round_bytes["down"]),
-            "part4_mb": to_mb(part4),
-        }
-        total = part1 + self.round_bytes["up"] + self.round_bytes["down"] + part4
-        parts["total_mb"] = to_mb(total)
+        part4 = sum(c - 1 for c in sizes) * self.full_bytes
+        up, down = totals.rounds_upload_bytes, totals.rounds_download_bytes
+        parts = {"part1_mb": to_mb(part1), "part2_mb": to_mb(up), "part3_mb": to_mb(down), "part4_mb": to_mb(part4)}
+        parts["total_mb"] = to_mb(part1 + up + down + part4)
         # convergence of the transfer: mean over all clients, members at epoch e (or their last), leaders fixed
         horizon = max((len(c) for c in curves.values()), default=0)
-        lead_acc = {k: final["client_accuracy"][k] for k in self.leaders}
+        lead_acc = {k: final.per_client["client_accuracy"][k] for k in groups.leaders}
         curve = []
         for e in range(horizon):
             vals = [c[min(e, len(c) - 1)] for c in curves.values() if c] + list(lead_acc.values())
             curve.append(float(np.mean(vals)))
         log.info("cefl transfer: member epochs %s; mean client accuracy %.4f +- %.4f; communication %.3f MB", epochs,
-                 final["accuracy"], final["accuracy_std"], parts["total_mb"])
-        return {
-            **final,
+                 final.accuracy, final.per_client["accuracy_std"], parts["total_mb"])
+        warmup_epochs = int(self.prepared_summary.get("warmup_epochs", 0))
+        summary = {
             "communication_parts_mb": parts, "communication_mb": parts["total_mb"],
-            "upload_mb": to_mb(part1 + self.round_bytes["up"]), "download_mb": to_mb(self.round_bytes["down"] + part4),
-            "clusters": self.clusters, "leaders": self.leaders,
+            "upload_mb": to_mb(part1 + up), "download_mb": to_mb(down + part4),
+            "clusters": groups.clusters, "leaders": groups.leaders,
             "transfer_epochs": {str(k): v for k, v in epochs.items()}, "transfer_curve": curve,
             "transfer_wall_s": time.perf_counter() - t0,
-            "episodes": fed.num_clients * o.warmup_epochs + self.cfg.rounds * len(self.leaders) * self.train_cfg.epochs
+            "episodes": fed.num_clients * warmup_epochs + self.settings.rounds * len(groups.leaders) * self.train_cfg.epochs
             + sum(epochs.values()),
         }
+        return Finished(final_state, final, summary)
 
     # ------------------------------------------------------------ checkpointing
     def state_dict(self) -> dict[str, Any]:
-        out = super().state_dict()
-        out.update(clusters=self.clusters, leaders=self.leaders, transferred=self.transferred, round_bytes=dict(self.round_bytes))
-        return out
+        g = self.groups
+        return {"clusters": None if g is None else [list(c) for c in g.clusters], "leaders": None if g is None else list(g.leaders),
+                "prepared_summary": dict(self.prepared_summary)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.clusters = [list(c) for c in state["clusters"]]
-        self.leaders = list(state["leaders"])
-        self.leader_of = {m: lead for c, lead in zip(self.clusters, self.leaders) for m in c}
-        self.transferred = bool(state["transferred"])
-        self.round_bytes = dict(state["round_bytes"])
+        if state.get("clusters") is not None:
+            self._set_groups(ClientGroups([list(c) for c in state["clusters"]], [int(x) for x in state["leaders"]]))
+        self.prepared_summary = dict(state.get("prepared_summary") or {})

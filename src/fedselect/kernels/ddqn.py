@@ -1,6 +1,6 @@
 """Double deep Q-learning agent with multi-action selection (SPEC 1.3; FLASH-RL Section III-C2).
 
-Shared by FLASH-RL (:mod:`fedselect.methods.flashrl`) and FAVOR (:mod:`fedselect.methods.favor`).
+Shared by the FLASH-RL and FAVOR selectors (:mod:`fedselect.selectors.flashrl`, :mod:`fedselect.selectors.favor`).
 
 * Main and target networks: MLP ``state_dim -> 512 -> ReLU -> N``; output k is Q(s, a_k), the
   value of selecting client k.
@@ -272,7 +272,7 @@ class DDQNAgent:
         with torch.no_grad():
             return self.main(s)[0].double().numpy()
 
-    def select(self, state, k: int, round_: int, available=None) -> list[int]:
+    def select(self, state, k: int, round_: int) -> list[int]:
         """Choose ``k`` distinct clients, epsilon-greedy per slot (SPEC 1.3).
 
         For each of the k slots, with probability eps a uniformly random not-yet-chosen client,
@@ -283,27 +283,20 @@ class DDQNAgent:
             state: ``(state_dim,)`` state vector s_t.
             k: U, number of clients to choose.
             round_: t, 1-based.
-            available: optional ids allowed this round (default: all N).
 
         Returns:
             k distinct client ids (python ints), in slot order.
 
         Raises:
-            ValueError: ``k`` < 1 or more than the available clients.
+            ValueError: ``k`` < 1 or more than N.
         """
-        pool = np.arange(self.num_actions) if available is None else np.unique(np.asarray(available, dtype=np.int64))
-        if pool.size and (pool.min() < 0 or pool.max() >= self.num_actions):
-            raise ValueError(f"DDQNAgent.select: available ids must lie in [0, {self.num_actions})")
-        if not 1 <= k <= pool.size:
-            raise ValueError(f"DDQNAgent.select: cannot choose {k} clients out of {pool.size} available")
+        if not 1 <= k <= self.num_actions:
+            raise ValueError(f"DDQNAgent.select: cannot choose {k} clients out of {self.num_actions}")
         if round_ == 1 and self.config.uniform_first_round:
-            return [int(c) for c in self.rng.choice(pool, size=k, replace=False)]
+            return [int(c) for c in self.rng.choice(np.arange(self.num_actions), size=k, replace=False)]
         eps = self.epsilon(round_)
         q = self.q_values(state)
         free = np.ones(self.num_actions, bool)
-        mask = np.zeros(self.num_actions, bool)
-        mask[pool] = True
-        free &= mask
         chosen: list[int] = []
         for _ in range(k):
             cand = np.flatnonzero(free)

@@ -1,4 +1,5 @@
-"""Budgeted online client selection with the secretary-style rule (SPEC 3; BO-eq 6, 7).
+"""Budgeted online client selection: candidate arrival and evaluation shared by the ``secretary``,
+``online_random`` and ``offline_best`` selectors (SPEC 3; BO-eq 6, 7).
 
 Mohammed et al., "Budgeted Online Selection of Candidate IoT Clients to Participate in Federated
 Learning", Algorithm 1:
@@ -6,16 +7,16 @@ Learning", Algorithm 1:
 1. Candidates arrive one at a time in a seeded random order (shared by every method compared
    on the same federation and seed). Each arriving candidate is *evaluated*: the freshly
    initialised global model is trained for E epochs on the candidate's data (one round, no
-   averaging; :func:`fedselect.fl.train.local_train`) and its accuracy is measured on the
-   server's test set (:func:`fedselect.fl.evaluate.evaluate`).
+   averaging) and its accuracy is measured on the server's test set
+   (:meth:`SelectorContext.evaluate_candidate`, memoised per federation).
 2. The rule decides irrevocably: here the secretary rule (reject the first alpha* = BO-eq 7,
-   threshold = their best, accept above it, tail-fill; :func:`secretary.secretary_rule`); the
-   baselines ``online_random`` and ``offline_best`` subclass :class:`OnlineSelection` and only
-   change :meth:`OnlineSelection.choose`.
-3. The normal round loop then runs FedAvg on the R accepted clients (``select`` returns them);
-   ``R = clients_per_round`` and ``K = rounds`` (or ``rerun_every``).
+   threshold = their best, accept above it, tail-fill; :func:`fedselect.kernels.secretary.secretary_rule`);
+   the baselines ``online_random`` and ``offline_best`` subclass :class:`OnlineSelection` and
+   only change :meth:`OnlineSelection.choose`.
+3. The normal round loop then trains the R accepted clients with the algorithm (FedAvg in the
+   paper; ``select`` returns them); ``R = clients_per_round`` and ``K = rounds`` (or ``rerun_every``).
 
-Options (``method_options``):
+Options:
 
 * ``r1``, ``r2``: the record window of BO-eq 6/7 (default 1, 2); ignored by the baselines.
 * ``eval_epochs``: E for the candidate evaluation (default ``train.local_epochs``).
@@ -27,7 +28,8 @@ Options (``method_options``):
   never leaves). Every re-run considers the clients available at its start, in a fresh seeded
   random order, with ``R = min(clients_per_round, available)``, and the accepted clients train
   while they remain available. As in Algorithm 1 each run starts from a freshly initialised
-  global model unless ``keep_global: true`` (then training continues from the current one).
+  global model (the selection asks the algorithm to restart) unless ``keep_global: true``
+  (then training continues from the current one).
   A candidate's evaluation depends only on its data and the fresh initial model, so it is
   computed once and reused across re-runs.
 * ``arrival_rate`` (candidates per second): optional arrival times inside one run
@@ -40,8 +42,8 @@ R-th acceptance for the online rules, all N for offline best), ``competitive_rat
 accepted candidates' accuracies / offline best's, SPEC 3; the mean over runs with re-runs),
 ``accepted_clients``, ``accepted_scores``, ``alpha``, ``threshold``, ``tail_filled`` and
 ``selection_runs`` (the same per run). For the ratio every available candidate's accuracy is
-computed by the simulation, whatever the method's own cost; those evaluations are memoised per
-federation and shared by the three methods when a comparison reuses one federation.
+computed by the simulation, whatever the selector's own cost; those evaluations are memoised per
+federation and shared by the three selectors when a comparison reuses one federation.
 
 Evaluation traffic (download + upload of the whole model per contacted candidate) and latency
 (the contacted candidates one after another, SPEC 0.3 with the round-0 draws, or the run's start
@@ -50,28 +52,21 @@ draws) are charged before round 1, for every run.
 
 from __future__ import annotations
 
-import math
-import weakref
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fedselect.fl.evaluate import evaluate
-from fedselect.fl.train import local_train
-from fedselect.methods import register_method
-from fedselect.methods.base import Method, clone_state
-from fedselect.methods.secretary import Selection, alpha_star, competitive_ratio, secretary_rule
+from fedselect.fl.types import PhaseCost
+from fedselect.kernels.secretary import StoppingDecision, competitive_ratio
 from fedselect.seeding import np_rng
-
-# federation -> {evaluation key -> {client id -> (test accuracy, test loss, train loss)}}
-_EVAL_CACHE: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+from fedselect.selectors.base import Prepared, RoundView, Selection, Selector
 
 
 class OnlineOptions(BaseModel):
-    """Options shared by the three budgeted-online methods (see the module docstring).
-    ``r1``/``r2`` only matter to ``budgeted_online``; the baselines accept and ignore them so
-    that one config can be compared across the three methods."""
+    """Options shared by the three budgeted-online selectors (see the module docstring).
+    ``r1``/``r2`` only matter to ``secretary``; the baselines accept and ignore them so that
+    one config can be compared across the three."""
 
     model_config = ConfigDict(extra="forbid")
     r1: int = Field(1, ge=1, description="lower end of the record window (BO-eq 6, 7)")
@@ -93,33 +88,33 @@ class OnlineOptions(BaseModel):
 class _LazyScores(Sequence):
     """Scores of ``ids`` in arrival order, evaluated on first access."""
 
-    def __init__(self, method: "OnlineSelection", ids: Sequence[int]):
-        self.method, self.ids = method, list(ids)
+    def __init__(self, selector: "OnlineSelection", ids: Sequence[int]):
+        self.selector, self.ids = selector, list(ids)
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def __getitem__(self, i):  # type: ignore[override]
-        return self.method.candidate_accuracy(self.ids[i])
+        return self.selector.candidate_accuracy(self.ids[i])
 
 
-class OnlineSelection(Method):
-    """Candidate arrival, evaluation and the per-run bookkeeping shared by ``budgeted_online``,
+class OnlineSelection(Selector):
+    """Candidate arrival, evaluation and the per-run bookkeeping shared by ``secretary``,
     ``online_random`` and ``offline_best``; subclasses implement :meth:`choose` only."""
 
     Options: ClassVar[type[BaseModel]] = OnlineOptions
-    extra_columns: ClassVar[list[str]] = ["selection_run", "competitive_ratio"]
+    extra_columns: ClassVar[tuple[str, ...]] = ("selection_run", "competitive_ratio")
 
-    def __init__(self, cfg, fed):
-        super().__init__(cfg, fed)
-        self.initial_state = clone_state(self.global_model.state_dict())
+    def __init__(self, ctx, options=None):
+        super().__init__(ctx, options)
         self.runs: list[dict[str, Any]] = []
-        self.arrive = np.zeros(fed.num_clients)
-        self.leave = np.full(fed.num_clients, np.inf)
+        n = self.settings.num_clients
+        self.arrive = np.zeros(n)
+        self.leave = np.full(n, np.inf)
         self._scores: dict[int, tuple[float, float, float]] = {}
 
     # ------------------------------------------------------------------ the rule
-    def choose(self, scores: Sequence[float], budget: int) -> Selection:
+    def choose(self, scores: Sequence[float], budget: int) -> StoppingDecision:
         """Accepted positions among ``scores`` (arrival order, read lazily), ``budget`` of them."""
         raise NotImplementedError
 
@@ -127,49 +122,38 @@ class OnlineSelection(Method):
     @property
     def eval_epochs(self) -> int:
         e = self.options.eval_epochs
-        return self.train_cfg.epochs if e is None else int(e)
-
-    def _cache(self) -> dict[int, tuple[float, float, float]]:
-        key = (self.eval_epochs, self.train_cfg, self.cfg.model.model_dump_json())
-        return _EVAL_CACHE.setdefault(self.fed, {}).setdefault(key, self._scores)
+        return self.settings.local_epochs if e is None else int(e)
 
     def candidate_accuracy(self, k: int) -> float:
         """Test accuracy of candidate ``k``: the fresh global model trained E epochs on ``k``'s
-        data (mini-batch order from the federation's ``candidate`` stream), evaluated on the
-        server's test set. Memoised per federation."""
-        cache = self._cache()
-        if k not in cache:
-            self.worker.load_state_dict(self.initial_state)
-            gen = self.fed.train_generator(0, k, tag="candidate")
-            loss = local_train(self.worker, self.fed.clients[k].train, self.train_cfg, gen, epochs=self.eval_epochs)
-            m = evaluate(self.worker, self.fed.test_set)
-            cache[k] = (float(m["accuracy"]), float(m["loss"]), float(loss))
-        self._scores[k] = cache[k]
-        return cache[k][0]
+        data, evaluated on the server's test set (memoised per federation)."""
+        score = self.ctx.evaluate_candidate(k, self.eval_epochs)
+        self._scores[k] = score
+        return score[0]
 
     # ------------------------------------------------------------------ hooks
     def _availability(self) -> None:
-        o, n, T = self.options, self.fed.num_clients, self.cfg.rounds
-        rng = np_rng(self.cfg.seed, "availability")
+        o, n, T = self.options, self.settings.num_clients, self.settings.rounds
+        rng = np_rng(self.settings.seed, "availability")
         late = rng.random(n) >= o.initial_available
         self.arrive = np.where(late, rng.uniform(0, T, size=n), 0.0)
         stay = rng.exponential(o.mean_stay, size=n) if o.mean_stay else np.full(n, np.inf)
         self.leave = self.arrive + stay
 
-    def prepare(self) -> dict[str, Any]:
-        o, T = self.options, self.cfg.rounds
+    def prepare(self) -> Prepared:
+        o, T = self.options, self.settings.rounds
         delta = o.rerun_every or T
         starts = list(range(1, T + 1, delta))
         stream = o.rerun_every > 0 or o.initial_available < 1 or o.mean_stay is not None
         if stream:
             self._availability()
-        order_rng = np_rng(self.cfg.seed, "arrivals")
+        order_rng = np_rng(self.settings.seed, "arrivals")
         up = down = 0
         latency = 0.0
         self.runs = []
         for p, start in enumerate(starts):
             now = start - 1
-            pool = [k for k in range(self.fed.num_clients) if self.arrive[k] <= now < self.leave[k]]
+            pool = [k for k in range(self.settings.num_clients) if self.arrive[k] <= now < self.leave[k]]
             order = [pool[i] for i in order_rng.permutation(len(pool))]
             gaps = order_rng.exponential(1.0 / o.arrival_rate, size=len(order)) if o.arrival_rate else None
             run: dict[str, Any] = {"run": p, "start_round": start, "available": len(order), "arrival_order": order}
@@ -177,15 +161,15 @@ class OnlineSelection(Method):
                 run.update(accepted_clients=[], candidates_evaluated=0, competitive_ratio=None)
                 self.runs.append(run)
                 continue
-            budget = min(self.cfg.clients_per_round, len(order))
+            budget = min(self.settings.clients_per_round, len(order))
             scores = _LazyScores(self, order)
             sel = self.choose(scores, budget)
             contacted = order[: sel.evaluated]
             all_scores = [self.candidate_accuracy(k) for k in order]  # for the competitive ratio
-            draws = self.fed.fleet.draw(now)
+            draws = self.ctx.draw(now)
             for k in contacted:
-                u = self.make_update(0, k, self.initial_state, math.nan, self.eval_epochs, draws)
-                up, down, latency = up + u.upload_bytes, down + u.download_bytes, latency + u.latency_s
+                c = self.ctx.client_cost(k, self.eval_epochs, draws)
+                up, down, latency = up + c.upload_bytes, down + c.download_bytes, latency + c.latency_s
             accepted = [order[i] for i in sel.accepted]
             run.update(
                 accepted_clients=accepted,  # arrival order, aligned with accepted_scores
@@ -199,11 +183,12 @@ class OnlineSelection(Method):
             if gaps is not None:
                 t_arr = np.cumsum(gaps)
                 last = sel.evaluated - 1
-                lat = self.make_update(0, order[last], self.initial_state, math.nan, self.eval_epochs, draws).latency_s
+                lat = self.ctx.client_cost(order[last], self.eval_epochs, draws).latency_s
                 run["selection_time_s"] = float(t_arr[last] + lat)
             self.runs.append(run)
-        return {"upload_bytes": up, "download_bytes": down, "latency_s": latency,
-                "candidates_evaluated": int(sum(r["candidates_evaluated"] for r in self.runs))}
+        evaluated = int(sum(r["candidates_evaluated"] for r in self.runs))
+        return Prepared(PhaseCost(latency, up, down), {"upload_bytes": up, "download_bytes": down, "latency_s": latency,
+                                                       "candidates_evaluated": evaluated})
 
     def _run_at(self, t: int) -> dict[str, Any] | None:
         current = None
@@ -212,15 +197,15 @@ class OnlineSelection(Method):
                 current = r
         return current
 
-    def select(self, t, draws):
+    def select(self, view: RoundView) -> Selection:
+        t = view.round
         run = self._run_at(t)
         if run is None:
-            return []
-        if t == run["start_round"] and run["run"] > 0 and not self.options.keep_global:
-            self.global_model.load_state_dict(self.initial_state)  # Algorithm 1 re-initialises
-        return sorted(k for k in run["accepted_clients"] if self.leave[k] > t - 1)
+            return Selection(())
+        restart = t == run["start_round"] and run["run"] > 0 and not self.options.keep_global  # Algorithm 1 re-initialises
+        return Selection(sorted(k for k in run["accepted_clients"] if self.leave[k] > t - 1), restart=restart)
 
-    def observe(self, t, updates, before, after):
+    def observe(self, t, outcomes, feedback):
         run = self._run_at(t)
         return {"selection_run": run["run"], "competitive_ratio": run["competitive_ratio"]} if run else {}
 
@@ -240,7 +225,7 @@ class OnlineSelection(Method):
             out["selection_time_s"] = float(sum(r.get("selection_time_s", 0.0) for r in self.runs))
         return out
 
-    def finish(self):
+    def finish(self) -> dict[str, Any]:
         out = self._totals()
         out["selection_runs"] = [{k: v for k, v in r.items() if k != "arrival_order"} for r in self.runs]
         out["candidate_accuracy"] = {str(k): v[0] for k, v in sorted(self._scores.items())}
@@ -258,15 +243,3 @@ class OnlineSelection(Method):
         self.runs = state["runs"]
         self.arrive, self.leave = np.asarray(state["arrive"], float), np.asarray(state["leave"], float)
         self._scores = {int(k): tuple(v) for k, v in state["scores"].items()}
-
-
-@register_method
-class BudgetedOnline(OnlineSelection):
-    """The paper's heuristic: reject the first alpha* (BO-eq 7, clamped to [0, N - R]),
-    threshold = their best accuracy, accept strictly better candidates, tail-fill (SPEC 3)."""
-
-    name = "budgeted_online"
-
-    def choose(self, scores, budget):
-        a = alpha_star(len(scores), self.options.r1, self.options.r2, budget=budget)
-        return secretary_rule(scores, budget, a)

@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 
 __all__ = [
-    "Selection",
+    "StoppingDecision",
     "alpha_star",
     "competitive_ratio",
     "offline_best_rule",
@@ -130,7 +130,7 @@ def success_probability(alpha, n: int, r1: int = 1, r2: int = 1):
 
 
 @dataclass
-class Selection:
+class StoppingDecision:
     """Outcome of one pass of an online (or offline) rule over ``N`` arrivals.
 
     Attributes:
@@ -151,7 +151,7 @@ class Selection:
     tail_filled: list[int] = field(default_factory=list)
 
 
-def secretary_rule(scores: Sequence[float], budget: int, alpha: int) -> Selection:
+def secretary_rule(scores: Sequence[float], budget: int, alpha: int) -> StoppingDecision:
     """The paper's three-stage heuristic, stages 1-2 (Algorithm 1; SPEC 3).
 
     Stage 1: observe and reject the first ``alpha`` candidates; the threshold is their best
@@ -174,7 +174,7 @@ def secretary_rule(scores: Sequence[float], budget: int, alpha: int) -> Selectio
         alpha: observation length (usually :func:`alpha_star`), ``0 <= alpha <= N - R``.
 
     Returns:
-        :class:`Selection` with exactly ``R`` accepted positions.
+        :class:`StoppingDecision` with exactly ``R`` accepted positions.
 
     Raises:
         ValueError: bad ``R`` or ``alpha``, or a non-finite score.
@@ -203,11 +203,11 @@ def secretary_rule(scores: Sequence[float], budget: int, alpha: int) -> Selectio
         if _score(scores, i) > threshold:
             accepted.append(i)
         i += 1
-    return Selection(accepted, evaluated=accepted[-1] + 1, threshold=threshold if alpha else None,
+    return StoppingDecision(accepted, evaluated=accepted[-1] + 1, threshold=threshold if alpha else None,
                      alpha=alpha, tail_filled=tail)
 
 
-def online_random_rule(n: int, budget: int, rng: np.random.Generator) -> Selection:
+def online_random_rule(n: int, budget: int, rng: np.random.Generator) -> StoppingDecision:
     """Online random baseline (SPEC 3): accept each arriving candidate with probability
     ``R / N`` without looking at its score, with the same tail-fill as the secretary rule.
 
@@ -217,7 +217,7 @@ def online_random_rule(n: int, budget: int, rng: np.random.Generator) -> Selecti
         rng: seeded generator (one uniform draw per candidate considered).
 
     Returns:
-        :class:`Selection` with exactly ``R`` accepted positions.
+        :class:`StoppingDecision` with exactly ``R`` accepted positions.
 
     Raises:
         ValueError: bad ``N`` or ``R``.
@@ -236,10 +236,10 @@ def online_random_rule(n: int, budget: int, rng: np.random.Generator) -> Selecti
             break
         if rng.random() < p:
             accepted.append(i)
-    return Selection(accepted, evaluated=accepted[-1] + 1, tail_filled=tail)
+    return StoppingDecision(accepted, evaluated=accepted[-1] + 1, tail_filled=tail)
 
 
-def offline_best_rule(scores: Sequence[float], budget: int) -> Selection:
+def offline_best_rule(scores: Sequence[float], budget: int) -> StoppingDecision:
     """Offline best baseline (SPEC 3): evaluate all ``N`` candidates, accept the top ``R``.
 
     Ties are broken by arrival position (earlier first; stable sort). Accepted positions are
@@ -253,7 +253,7 @@ def offline_best_rule(scores: Sequence[float], budget: int) -> Selection:
     _check_budget(budget, n)
     s = np.array([_score(scores, i) for i in range(n)], dtype=np.float64)
     top = np.argsort(-s, kind="stable")[:budget]
-    return Selection(sorted(int(i) for i in top), evaluated=n)
+    return StoppingDecision(sorted(int(i) for i in top), evaluated=n)
 
 
 def competitive_ratio(scores: Sequence[float], accepted: Sequence[int], budget: int) -> float:

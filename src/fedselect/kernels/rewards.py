@@ -14,44 +14,15 @@ Nothing here touches a random number generator or a model: inputs are arrays and
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
-import torch
 
 #: Coordinates of the global model with ``|w[j]| < DIVERGENCE_ZERO_GUARD`` are left out of FR-eq 7.
 DIVERGENCE_ZERO_GUARD = 1e-8
 
 #: Names accepted by :func:`update_reputations` (config key ``reward``).
 REWARD_KINDS = ("utility_latency", "utility", "reputation_accuracy")
-
-
-def flatten_weights(weights: Mapping[str, torch.Tensor] | torch.nn.Module | np.ndarray | torch.Tensor) -> np.ndarray:
-    """Flatten a model, a state dict or an array into one float64 vector.
-
-    For a module or state dict, only floating-point tensors are kept (integer buffers such as
-    BatchNorm's ``num_batches_tracked`` are not weights), concatenated in the dict's order.
-
-    Returns:
-        ``np.ndarray`` of shape ``(P,)``, float64.
-
-    Raises:
-        ValueError: nothing floating-point to flatten.
-    """
-    if isinstance(weights, torch.nn.Module):
-        weights = weights.state_dict()
-    if isinstance(weights, Mapping):
-        parts = [t.detach().reshape(-1).to(torch.float64).cpu().numpy()
-                 for t in weights.values() if torch.is_tensor(t) and t.is_floating_point()]
-        if not parts:
-            raise ValueError("flatten_weights: the state dict holds no floating-point tensors")
-        return np.concatenate(parts)
-    if torch.is_tensor(weights):
-        return weights.detach().reshape(-1).to(torch.float64).cpu().numpy()
-    arr = np.asarray(weights, dtype=np.float64).reshape(-1)
-    if arr.size == 0:
-        raise ValueError("flatten_weights: empty weight vector")
-    return arr
 
 
 def normalised_divergence(local: np.ndarray, global_: np.ndarray, guard: float = DIVERGENCE_ZERO_GUARD) -> float:
@@ -63,8 +34,7 @@ def normalised_divergence(local: np.ndarray, global_: np.ndarray, guard: float =
     are excluded and the mean is taken over the remaining ones (SPEC 1.1).
 
     Args:
-        local: client k's local weights ``w_k``, any shape, flattened (e.g. from
-            :func:`flatten_weights`).
+        local: client k's local weights ``w_k``, any shape (flattened here).
         global_: the global weights ``w`` AFTER this round's aggregation, same size.
         guard: the zero threshold (default 1e-8).
 

@@ -1,0 +1,210 @@
+"""Experiments: a config in, a run directory out (``fedselect run``, comparisons, sweeps, the API).
+
+:func:`run_experiment` validates and resolves the config, builds (or reuses) the federation and
+the simulation, refuses to touch a directory that holds another run, plays the rounds
+(:mod:`fedselect.runner`) into the run files (:mod:`fedselect.runfiles`), and returns the
+summary. :func:`resume_experiment` continues a killed or finished run exactly.
+
+Reliability (docs/reliability.md): checkpoints every ``checkpoint_every`` rounds hold the
+server state, the selector's and the algorithm's state, every generator reachable from them,
+the metrics rows so far and the running totals, so a run killed at any moment and resumed gives
+byte-identical ``metrics.csv`` and ``model.pt``; every input is validated before the first file
+is written.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from fedselect.config import ExperimentConfig, parse_config, read_yaml_file
+from fedselect.federation import Federation, build_federation
+from fedselect.fl.checkpoint import FORMAT_VERSION, NoCheckpointError, load_checkpoint, remove_stale_temp_files
+from fedselect.fl.types import Evaluation
+from fedselect.resolve import Resolved, resolve
+from fedselect.runfiles import RUN_FILES, RoundEvent, RunFiles
+from fedselect.runner import run_rounds
+from fedselect.simulation import Simulation
+
+log = logging.getLogger("fedselect")
+
+__all__ = ["RoundEvent", "run_experiment", "resume_experiment", "check_run_dir", "existing_run_files", "RUN_FILES"]
+
+#: files whose presence means a directory already holds a run
+_RUN_MARKERS = ("config.yaml", "metrics.csv", "summary.json", "checkpoint.pt", "checkpoint.prev.pt")
+
+
+def _setup_logging(run_dir: Path) -> logging.Handler:
+    handler = logging.FileHandler(run_dir / "run.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("fedselect").addHandler(handler)
+    logging.getLogger("fedselect").setLevel(logging.INFO)
+    return handler
+
+
+def existing_run_files(run_dir: str | Path) -> list[str]:
+    """Names of the files in ``run_dir`` showing that it already holds a run."""
+    d = Path(run_dir)
+    return [n for n in _RUN_MARKERS if (d / n).exists()]
+
+
+def check_run_dir(run_dir: str | Path, overwrite: bool = False) -> None:
+    """Refuse to start a new run where one exists (before anything is built or written).
+
+    Raises:
+        FileExistsError: ``run_dir`` is a file, or holds a run and ``overwrite`` is false (the
+        message says to use ``--resume`` or ``--overwrite``).
+    """
+    d = Path(run_dir)
+    if d.exists() and not d.is_dir():
+        raise FileExistsError(f"run directory {d} exists and is not a directory; choose another --out")
+    found = existing_run_files(d)
+    if found and not overwrite:
+        raise FileExistsError(
+            f"run directory {d} already holds a run ({', '.join(found)}); nothing was changed. "
+            f"Continue it with `fedselect run --resume {d}`, replace it with --overwrite, or choose another --out"
+        )
+
+
+def run_experiment(
+    cfg: ExperimentConfig, run_dir: str | Path, on_round: Callable[[RoundEvent], None] | None = None,
+    resume: bool = False, federation: Federation | None = None, stop_after: int | None = None,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Run ``cfg`` into ``run_dir`` and return the summary (also in ``summary.json``).
+
+    Args:
+        cfg: an experiment config (validated; resolved here if it is not yet).
+        run_dir: output directory (created).
+        on_round: called after every round (progress bars).
+        resume: continue from the last checkpoint in ``run_dir`` (the round budget counts the
+            rounds already done). With no checkpoint file at all (the run stopped before its
+            first one) the run starts again from round 0, which gives the same results.
+        federation: reuse an already built federation (comparisons share one).
+        stop_after: stop after this round without finishing (tests of interruption).
+        overwrite: replace the run files of a run already in ``run_dir`` (only with
+            ``resume=False``; files that are not run files are left alone).
+
+    Raises:
+        FileExistsError: ``run_dir`` already holds a run and neither ``resume`` nor ``overwrite``.
+        ValueError / ConfigError / DatasetNotFoundError: bad input (config, data, fault names,
+            a resume whose config.yaml no longer matches its checkpoint, ``cfg.rounds`` below the
+            rounds already done), raised before anything is written.
+        CheckpointError: ``resume`` and checkpoint files exist but none is readable.
+    """
+    run_dir = Path(run_dir)
+    if not resume:
+        check_run_dir(run_dir, overwrite)
+    elif not run_dir.is_dir():
+        raise FileNotFoundError(f"--resume {run_dir}: no such run directory")
+    r = resolve(cfg, cfg.name)
+    fed = federation or build_federation(r.config)
+    sim = Simulation(r, fed)
+    ck = _load_resume_point(run_dir, r, sim.columns) if resume else None
+    # ---- validation done: from here on files are written
+    if ck is None and (overwrite or resume):
+        for name in RUN_FILES:
+            if not (resume and name == "run.log"):  # a restarted resume appends to its log
+                (run_dir / name).unlink(missing_ok=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_temp_files(run_dir, RUN_FILES)
+    handler = _setup_logging(run_dir)
+    files = RunFiles(run_dir, r, sim, on_round, stop_after, ck)
+    try:
+        if ck is not None:
+            _warn_threads(ck)
+            log.info("resuming %s at round %d of %d", cfg.name, ck["round"] + 1, cfg.rounds)
+            state = sim.restore(ck["snapshot"])
+            finished = run_rounds(sim, files, state, Evaluation.from_dict(ck["before"]), ck["round"])
+        else:
+            log.info("run %s: %s (selector %s, algorithm %s), N=%d, U=%d, T=%d, seed %d", cfg.name, r.method, r.config.selector.name,
+                     r.config.algorithm.name, fed.num_clients, cfg.clients_per_round, cfg.rounds, cfg.seed)
+            if sim.faults.active:
+                log.info("faults: mean dropout %.3g, %d injection(s), round deadline %s s", float(sim.faults.dropout.mean()),
+                         len(sim.faults.injections), sim.faults.deadline_s)
+            finished = run_rounds(sim, files, start=0)
+        if finished is None:
+            return {"stopped_after": stop_after}
+        return files.finish(finished, sim.selector.finish())
+    finally:
+        files.close()
+        sim.close()
+        logging.getLogger("fedselect").removeHandler(handler)
+        handler.close()
+
+
+def _warn_threads(ck: dict[str, Any]) -> None:
+    threads = ck.get("torch_threads")
+    if threads is not None and threads != torch.get_num_threads():
+        log.warning("the checkpoint was written with %d torch threads, this process uses %d: float sums may differ in the "
+                    "last digits; set OMP_NUM_THREADS=%d for bit-identical results", threads, torch.get_num_threads(), threads)
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict):
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: d}
+
+
+def _load_resume_point(run_dir: Path, r: Resolved, columns: list[str]) -> dict[str, Any] | None:
+    """The checkpoint to resume from (None: no checkpoint file at all, start again), checked
+    against the resolved config and the run's columns."""
+    try:
+        ck = load_checkpoint(run_dir)
+    except NoCheckpointError:
+        log.warning("%s holds no checkpoint yet (stopped before its first one): starting again from round 0", run_dir)
+        return None
+    if ck.get("format_version", 1) < FORMAT_VERSION or "snapshot" not in ck:
+        raise ValueError(f"cannot resume {run_dir}: its checkpoint was written by an older fedselect (checkpoint format "
+                         f"{ck.get('format_version', 1)}; this one needs {FORMAT_VERSION}); start the run again with --overwrite")
+    cfg = r.config
+    saved = _flatten(ck.get("config") or {})
+    now = _flatten(cfg.model_dump(mode="json"))
+    diff = [k for k in sorted(set(saved) & set(now)) if k != "rounds" and saved[k] != now[k]]
+    if diff:
+        shown = ", ".join(f"{k} ({saved[k]!r} in the checkpoint, {now[k]!r} now)" for k in diff[:5])
+        raise ValueError(
+            f"cannot resume {run_dir}: the config differs from the one the checkpoint was written with at {shown}"
+            f"{' ...' if len(diff) > 5 else ''}; only `rounds` may change on resume. Restore config.yaml or start a new run"
+        )
+    if cfg.rounds < ck["round"]:
+        raise ValueError(f"cannot resume {run_dir} with rounds={cfg.rounds}: the checkpoint already holds {ck['round']} rounds; "
+                         f"rounds must be >= {ck['round']}")
+    if "metrics_rows" not in ck:
+        raise ValueError(f"cannot resume {run_dir}: its checkpoint was written by an older fedselect without the metrics rows; "
+                         f"start the run again with --overwrite")
+    if ck.get("columns") != columns:
+        raise ValueError(f"cannot resume {run_dir}: metrics.csv columns {ck.get('columns')} differ from the run's current "
+                         f"columns {columns} (the selector's or algorithm's code changed); start the run again with --overwrite")
+    return ck
+
+
+def resume_experiment(run_dir: str | Path, on_round=None, rounds: int | None = None) -> dict[str, Any]:
+    """Continue the run in ``run_dir`` from its last complete checkpoint, using the config
+    saved there (``rounds`` may extend the budget; config.yaml is rewritten only once the new
+    value has been validated).
+
+    Raises:
+        FileNotFoundError: no such directory, or no config.yaml in it.
+        ConfigError: config.yaml unreadable or invalid (with ``rounds`` applied).
+        ValueError / CheckpointError: see :func:`run_experiment`.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"--resume {run_dir}: no such run directory")
+    cfg_path = run_dir / "config.yaml"
+    if not cfg_path.is_file():
+        raise FileNotFoundError(f"--resume {run_dir}: no config.yaml there (not a run directory)")
+    doc = read_yaml_file(cfg_path)
+    if isinstance(doc, dict) and rounds is not None:
+        doc["rounds"] = rounds
+    source = str(cfg_path) + (f" (with rounds={rounds})" if rounds is not None else "")
+    cfg = resolve(parse_config(doc, source), source).config
+    return run_experiment(cfg, run_dir, on_round=on_round, resume=True)
+
