@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from fedselect.methods.secretary import (
+from fedselect.kernels.secretary import (
     alpha_star,
     competitive_ratio,
     offline_best_rule,

@@ -31,7 +31,7 @@ from fedselect.simulation import Simulation
 
 log = logging.getLogger("fedselect")
 
-__all__ = ["RoundEvent", "run_experiment", "resume_experiment", "check_run_dir", "existing_run_files", "RUN_FILES"]
+__all__ = ["RoundEvent", "make_simulation", "run_experiment", "resume_experiment", "check_run_dir", "existing_run_files", "RUN_FILES"]
 
 #: files whose presence means a directory already holds a run
 _RUN_MARKERS = ("config.yaml", "metrics.csv", "summary.json", "checkpoint.pt", "checkpoint.prev.pt")
@@ -67,6 +67,17 @@ def check_run_dir(run_dir: str | Path, overwrite: bool = False) -> None:
             f"run directory {d} already holds a run ({', '.join(found)}); nothing was changed. "
             f"Continue it with `fedselect run --resume {d}`, replace it with --overwrite, or choose another --out"
         )
+
+
+def make_simulation(cfg: ExperimentConfig, federation: Federation | None = None) -> Simulation:
+    """The selector, algorithm, faults and trainer of ``cfg`` on ``federation`` (built from the
+    config when None), without running anything (notebooks, tests, other engines).
+
+    Raises:
+        ConfigError: invalid config (every problem named). ValueError / DatasetNotFoundError: bad data.
+    """
+    r = resolve(cfg, cfg.name)
+    return Simulation(r, federation or build_federation(r.config))
 
 
 def run_experiment(

@@ -98,7 +98,8 @@ def _options(label: str, model: type[BaseModel], options: dict[str, Any], errors
     except ValidationError as e:
         for err in e.errors():
             loc = ".".join(str(p) for p in err["loc"])
-            msg = "unknown key (not allowed here)" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+            msg = (f"unknown key (not allowed here); allowed: {sorted(model.model_fields)}" if err["type"] == "extra_forbidden"
+                   else err["msg"].removeprefix("Value error, "))
             errors.append(f"{label}.{loc}: {msg}" if loc else f"{label}: {msg}")
         return None
 
@@ -179,7 +180,7 @@ def resolve(cfg: ExperimentConfig, source: str = "<config>") -> Resolved:
         s_raw = dict(preset.selector_options) if preset and sel_spec.name == preset.selector else {}
         a_raw = dict(preset.algorithm_options) if preset and alg_spec.name == preset.algorithm else {}
         s_fields, a_fields = _fields(sel_cls), _fields(alg_cls)
-        label = cfg.method or "method"
+        label = preset.name if preset is not None else f"{sel_spec.name}+{alg_spec.name}"
         for key, value in cfg.method_options.items():
             if key not in s_fields and key not in a_fields:
                 errors.append(
