@@ -1,10 +1,16 @@
-"""Tables and plots from saved metrics, without re-running anything.
+"""Tables, plots and ``report.html`` from saved metrics, without re-running anything.
 
-``build_report(DIR)`` works on a comparison directory (``compare.json``) or a single run
-directory (``metrics.csv``). Everything is computed from ``metrics.csv`` / ``timing.csv`` (and
-``summary.json`` where a method's ``finish`` produced final figures), so re-running it gives
-byte-identical tables. A run without ``summary.json`` is reported as incomplete, with the
-rounds it has.
+``build_report(DIR)`` works on a comparison directory (``compare.json``), a single run
+directory (``metrics.csv``) or a sweep directory (``sweep.json``, handed to
+:func:`fedselect.sweep.build_sweep_table`). Everything is computed from ``metrics.csv`` /
+``timing.csv`` (and ``summary.json`` where a method's ``finish`` produced final figures), so
+re-running it gives byte-identical tables. A run without ``summary.json`` is reported as
+incomplete, with the rounds it has.
+
+Besides the seed means, the table gives the mean of the metric over the last k evaluated rounds
+(``metrics.summary_window``), which the "vs baseline" lines use, and, per method, the paired
+differences against the baseline over seeds with a 95% Student-t interval
+(:mod:`fedselect.stats`).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import csv
 import io
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,8 +62,9 @@ class RunResult:
     metric: str = "accuracy"  # the config's metrics.metric: "accuracy" or "f1_macro"
 
 
-def load_run(run_dir: Path, label: str, seed: int, target: float | None = None, metric: str = "accuracy") -> RunResult:
-    """Summarise one run directory from its metrics (see module docstring)."""
+def load_run(run_dir: Path, label: str, seed: int, target: float | None = None, metric: str = "accuracy", window: int = 10) -> RunResult:
+    """Summarise one run directory from its metrics (see module docstring); the target,
+    metric and summary window come from its ``config.yaml`` when it has one."""
     rows = read_csv_rows(run_dir / "metrics.csv") if (run_dir / "metrics.csv").exists() else []
     planned = None
     if (run_dir / "config.yaml").exists():
@@ -66,7 +74,8 @@ def load_run(run_dir: Path, label: str, seed: int, target: float | None = None, 
         planned = cfg.get("rounds")
         target = cfg.get("metrics", {}).get("target", target) if target is None else target
         metric = cfg.get("metrics", {}).get("metric", metric)
-    s = summarize(rows, target, metric) if rows else {"rounds": 0}
+        window = cfg.get("metrics", {}).get("summary_window", window)
+    s = summarize(rows, target, metric, window) if rows else {"rounds": 0, "summary_window": window}
     timing = run_dir / "timing.csv"
     trows = read_csv_rows(timing) if timing.exists() else []
     s["wall_s"] = float(trows[-1]["cum_wall_s"]) if trows else None
@@ -97,9 +106,34 @@ def _value(r: RunResult, key: str):
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+def summary_window(results: list[RunResult]) -> int | None:
+    """The ``metrics.summary_window`` k of the runs (None when they differ or there are none)."""
+    ks = {r.summary.get("summary_window") for r in results}
+    return ks.pop() if len(ks) == 1 else None
+
+
+def metric_of(results: list[RunResult]) -> str:
+    """The runs' ``metrics.metric`` (that of the first run)."""
+    return results[0].metric if results else "accuracy"
+
+
+def _short(metric: str) -> str:
+    return "F1" if metric == "f1_macro" else "acc"
+
+
+def last_k_column(results: list[RunResult]) -> tuple[str, str, int, bool]:
+    """The stable-summary column: the metric's mean over the last k evaluated rounds; its
+    header says k (``acc mean last 10``)."""
+    metric, k = metric_of(results), summary_window(results)
+    return (f"last_k_{metric}", f"{_short(metric)} mean last {k if k else 'k'}", 4, True)
+
+
 def columns_for(results: list[RunResult]) -> list[tuple[str, str, int, bool]]:
-    """The standard columns plus the optional ones some run reports."""
-    return COLUMNS + [c for c in OPTIONAL_COLUMNS if any(_value(r, c[0]) is not None for r in results)]
+    """The standard columns, the last-k mean of the metric (after best acc) and the optional
+    columns some run reports."""
+    cols = list(COLUMNS)
+    cols.insert(2, last_k_column(results))
+    return cols + [c for c in OPTIONAL_COLUMNS if any(_value(r, c[0]) is not None for r in results)]
 
 
 def aggregate_table(results: list[RunResult], labels: list[str], baseline: str | None, columns=None) -> list[dict[str, Any]]:
@@ -120,7 +154,7 @@ def aggregate_table(results: list[RunResult], labels: list[str], baseline: str |
             e[key + "_vs"] = None
             if base is None or e is base or e[key] is None or base[key] is None:
                 continue
-            if key in POINT_KEYS:
+            if key in POINT_KEYS or key.startswith("last_k_"):
                 e[key + "_vs"] = 100.0 * (e[key] - base[key])
             elif base[key] != 0:
                 e[key + "_vs"] = 100.0 * (e[key] - base[key]) / base[key]
@@ -139,19 +173,108 @@ def _cell(e: dict[str, Any], key: str, digits: int) -> str:
     return txt
 
 
-def relative_phrases(e: dict[str, Any], baseline: str) -> list[str]:
-    """Paper-style phrases, e.g. ``latency -24.8% vs FedAvg``, ``accuracy +0.4 pts vs FedAvg``."""
-    names = {"final_accuracy": "accuracy", "final_f1_macro": "F1", "e2e_latency_s": "latency", "rounds_to_target": "rounds to target", "communication_mb": "communication"}
+def relative_phrases(e: dict[str, Any], baseline: str, window: int | None = None) -> list[str]:
+    """Paper-style phrases, e.g. ``accuracy (mean last 10) +0.4 pts vs FedAvg``, ``final
+    accuracy +0.2 pts vs FedAvg``, ``latency -24.8% vs FedAvg``. The first uses the stable
+    summary (the metric's mean over the last ``window`` evaluated rounds)."""
+    k = f"mean last {window}" if window else "mean last k"
+    names = {"last_k_accuracy": f"accuracy ({k})", "last_k_f1_macro": f"F1 ({k})", "final_accuracy": "final accuracy",
+             "final_f1_macro": "final F1", "e2e_latency_s": "latency", "rounds_to_target": "rounds to target", "communication_mb": "communication"}
     out = []
     for key, name in names.items():
         v = e.get(key + "_vs")
         if v is None:
             continue
-        out.append(f"{name} {v:+.1f} pts vs {baseline}" if key in POINT_KEYS else f"{name} {v:+.1f}% vs {baseline}")
+        out.append(f"{name} {v:+.1f} pts vs {baseline}" if key in POINT_KEYS or key.startswith("last_k_") else f"{name} {v:+.1f}% vs {baseline}")
     return out
 
 
-def render_markdown(title: str, table: list[dict[str, Any]], baseline: str | None, paper: dict | None = None, paper_source: str | None = None, columns=COLUMNS) -> str:
+#: quantities of the paired comparison: key (``{metric}`` = the config's metrics.metric), name, unit
+PAIRED = [
+    ("last_k_{metric}", "{name} mean last {k}", "pts"),
+    ("final_{metric}", "final {name}", "pts"),
+    ("e2e_latency_s", "e2e latency", "%"),
+    ("rounds_to_target", "rounds to target", "%"),
+    ("latency_to_target_s", "latency to target", "%"),
+    ("communication_mb", "comm", "%"),
+]
+
+
+def paired_quantities(metric: str, window: int | None) -> list[tuple[str, str, str]]:
+    """``(key, header, unit)`` of the paired comparison for ``metric``."""
+    name = "F1" if metric == "f1_macro" else "acc"
+    return [(k.format(metric=metric), h.format(name=name, k=window or "k"), u) for k, h, u in PAIRED]
+
+
+def paired_table(results: list[RunResult], labels: list[str], baseline: str | None, quantities=None, confidence: float = 0.95) -> list[dict[str, Any]]:
+    """Per method but the baseline: for each quantity the per-seed differences against the
+    baseline run of the same seed (same federation) and their mean with a ``confidence``
+    Student-t interval (:func:`fedselect.stats.paired_interval`).
+
+    Returns ``[{"label", "seeds": [...], "cells": {key: {"diffs": {seed: d}, "interval":
+    PairedInterval, "unit"}}}]``; empty without a baseline among ``labels``.
+    """
+    from fedselect.stats import paired_differences, paired_interval
+
+    if baseline is None or baseline not in labels:
+        return []
+    quantities = quantities or paired_quantities(metric_of(results), summary_window(results))
+    base = {r.seed: r for r in results if r.label == baseline}
+    out = []
+    for lab in labels:
+        if lab == baseline:
+            continue
+        ours = {r.seed: r for r in results if r.label == lab}
+        seeds = sorted(set(ours) & set(base))
+        cells = {}
+        for key, _, unit in quantities:
+            diffs = paired_differences({s: _value(ours[s], key) for s in seeds}, {s: _value(base[s], key) for s in seeds}, unit)
+            cells[key] = {"diffs": diffs, "interval": paired_interval(diffs.values(), confidence), "unit": unit}
+        out.append({"label": lab, "seeds": seeds, "cells": cells})
+    return out
+
+
+def paired_cell(cell: dict[str, Any], nseeds: int) -> str:
+    """A paired-difference cell: ``+2.00 [-0.48, +4.48]``, ``*`` when the interval excludes 0,
+    ``(2/3 seeds)`` when some seeds have no pair (e.g. one side missed the target)."""
+    from fedselect.stats import format_interval
+
+    iv = cell["interval"]
+    digits = 2 if cell["unit"] == "pts" else 1
+    if iv.mean is None:
+        return "-"
+    if nseeds <= 1:  # the section says that no interval is possible
+        return f"{iv.mean:+.{digits}f}"
+    txt = format_interval(iv, cell["unit"], digits).replace("(1 seed: no interval)", "(1 pair: no interval)")
+    return txt + (f" ({iv.n}/{nseeds} seeds)" if iv.n < nseeds else "")
+
+
+def paired_intro(baseline: str, nseeds: int, confidence: float = 0.95) -> str:
+    """The sentence above the paired table (one seed: why there is no interval)."""
+    if nseeds <= 1:
+        return (f"One seed: no interval is possible (an interval needs the differences of at least two seeds; run with "
+                f"--seeds 0,1,2). The cells give that seed's difference against {baseline}.")
+    return (f"For each seed a method and {baseline} ran on the same federation; a cell is the mean over the seeds of the "
+            f"difference (method - {baseline}) with its {confidence:.0%} confidence interval [low, high] (Student t, "
+            f"n - 1 degrees of freedom). `*`: the interval excludes 0, the difference is larger than the seed-to-seed noise. "
+            f"pts = accuracy points (x100); % = percent of {baseline}'s value in the same seed (negative = less latency, "
+            f"fewer rounds, fewer MB).")
+
+
+def render_paired(paired: list[dict[str, Any]], baseline: str, quantities, nseeds: int) -> list[str]:
+    """Markdown lines of the paired section."""
+    if not paired:
+        return []
+    heads = ["method"] + [f"{h} ({u})" for _, h, u in quantities]
+    lines = ["", f"## Paired differences vs {baseline}" + (f" ({nseeds} seeds, 95% CI)" if nseeds > 1 else " (1 seed)"), "",
+             paired_intro(baseline, nseeds), "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for p in paired:
+        lines.append("| " + " | ".join([p["label"]] + [paired_cell(p["cells"][k], nseeds) for k, _, _ in quantities]) + " |")
+    return lines
+
+
+def render_markdown(title: str, table: list[dict[str, Any]], baseline: str | None, paper: dict | None = None, paper_source: str | None = None, columns=COLUMNS,
+                    window: int | None = None, paired: list[dict[str, Any]] | None = None, quantities=None) -> str:
     heads = ["method"] + [h for _, h, _, _ in columns]
     lines = [f"# {title}", "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for e in table:
@@ -159,11 +282,17 @@ def render_markdown(title: str, table: list[dict[str, Any]], baseline: str | Non
     lines.append("")
     seeds = max((e["seeds"] for e in table), default=0)
     lines.append(f"Mean over {seeds} seed(s)" + (" ± sample standard deviation." if seeds > 1 else "."))
+    lastk = next((h for k, h, _, _ in columns if k.startswith("last_k_")), None)
+    if lastk:
+        lines.append(f"`{lastk}`: the mean of the metric over each run's last {window or 'k'} evaluated rounds "
+                     f"(metrics.summary_window; all of them when a run has fewer), steadier than the final round's value.")
     if baseline:
-        lines += ["", f"Relative to {baseline}:", ""]
+        lines += ["", f"Relative to {baseline}" + (f" (accuracy: {lastk}; final: after the last round)" if lastk else "") + ":", ""]
         for e in table:
             if e["label"] != baseline:
-                lines.append(f"- {e['label']}: " + (", ".join(relative_phrases(e, baseline)) or "no comparable figures"))
+                lines.append(f"- {e['label']}: " + (", ".join(relative_phrases(e, baseline, window)) or "no comparable figures"))
+    if paired and baseline:
+        lines += render_paired(paired, baseline, quantities, seeds)
     incomplete = [x for e in table for x in e["incomplete"]]
     if incomplete:
         lines += ["", "Incomplete runs (their existing rounds are used): " + ", ".join(incomplete)]
@@ -178,13 +307,33 @@ def render_markdown(title: str, table: list[dict[str, Any]], baseline: str | Non
 
 
 def render_csv(table: list[dict[str, Any]], columns=COLUMNS) -> str:
+    """``table.csv``: the columns in table order, except the last-k mean, which comes last so
+    that the earlier columns keep their positions."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    keys = [k for k, *_ in columns]
+    keys = [k for k, *_ in columns if not k.startswith("last_k_")] + [k for k, *_ in columns if k.startswith("last_k_")]
     w.writerow(["method", "seeds"] + [x for k in keys for x in (k, k + "_std", k + "_vs_baseline")])
     fmt = lambda v: "" if v is None else repr(float(v))  # noqa: E731
     for e in table:
         w.writerow([e["label"], e["seeds"]] + [x for k in keys for x in (fmt(e[k]), fmt(e[k + "_std"]), fmt(e[k + "_vs"]))])
+    return buf.getvalue()
+
+
+def render_paired_csv(paired: list[dict[str, Any]], quantities) -> str:
+    """``paired.csv``: one row per method and quantity: unit, pairs n, mean difference, sd,
+    interval low/high (empty with fewer than two pairs), whether it excludes 0, and the
+    per-seed differences (``seed:value`` separated by ``;``)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["method", "quantity", "unit", "n", "mean", "sd", "low", "high", "excludes_zero", "per_seed"])
+    fmt = lambda v: "" if v is None else repr(float(v))  # noqa: E731
+    for p in paired:
+        for key, _, unit in quantities:
+            c = p["cells"][key]
+            iv = c["interval"]
+            sig = "" if iv.significant is None else str(int(iv.significant))
+            w.writerow([p["label"], key, unit, iv.n, fmt(iv.mean), fmt(iv.sd), fmt(iv.low), fmt(iv.high), sig,
+                        ";".join(f"{s}:{d!r}" for s, d in c["diffs"].items())])
     return buf.getvalue()
 
 
@@ -197,8 +346,7 @@ def collect(directory: Path) -> tuple[str, list[RunResult], list[str], str | Non
         spec = json.loads((directory / "compare.json").read_text())
         labels = [m["label"] for m in spec["methods"]]
         results = [load_run(directory / r["dir"], r["label"], r["seed"]) for r in spec["runs"] if (directory / r["dir"]).exists()]
-        feds = [json.loads(p.read_text()) for p in sorted(directory.glob("federation-s*.json"))]
-        return spec["name"], results, labels, spec.get("baseline"), spec.get("paper"), spec.get("paper_source"), feds
+        return spec["name"], results, labels, spec.get("baseline"), spec.get("paper"), spec.get("paper_source"), load_federations(directory)
     if (directory / "metrics.csv").exists():
         import yaml
 
@@ -208,22 +356,52 @@ def collect(directory: Path) -> tuple[str, list[RunResult], list[str], str | Non
     raise FileNotFoundError(f"{directory}: neither a comparison directory (compare.json) nor a run directory (metrics.csv)")
 
 
+def load_federations(directory: Path) -> list[dict[str, Any]]:
+    """The ``federation-s<seed>.json`` files of a comparison, in seed order, each with its
+    ``seed`` added."""
+    feds = []
+    for p in Path(directory).glob("federation-s*.json"):
+        m = re.fullmatch(r"federation-s(\d+)\.json", p.name)
+        if m:
+            feds.append({**json.loads(p.read_text()), "seed": int(m.group(1))})
+    return sorted(feds, key=lambda f: f["seed"])
+
+
 def build_report(directory: str | Path, plots: bool = True) -> dict[str, Any]:
-    """Write ``table.md``, ``table.csv`` and ``plots/*.png`` into ``directory``; return the table.
+    """Write ``table.md``, ``table.csv``, ``plots/*.png`` and ``report.html`` into
+    ``directory``; return the table. A sweep directory (``sweep.json``) gets its sweep table
+    and page (:func:`fedselect.sweep.build_sweep_table`; ``"kind": "sweep"`` in the result).
+
+    ``plots=False`` keeps the plots already in ``plots/`` (report.html embeds those).
 
     Raises:
-        FileNotFoundError: ``directory`` is not a run or comparison directory.
+        FileNotFoundError: ``directory`` is not a run, comparison or sweep directory.
     """
     directory = Path(directory)
+    if (directory / "sweep.json").is_file() and not (directory / "compare.json").exists():
+        from fedselect.sweep import build_sweep_table
+
+        return {"kind": "sweep", **build_sweep_table(directory)}
     title, results, labels, baseline, paper, paper_source, feds = collect(directory)
     columns = columns_for(results)
     table = aggregate_table(results, labels, baseline, columns)
-    md = render_markdown(title, table, baseline, paper, paper_source, columns)
+    window = summary_window(results)
+    quantities = paired_quantities(metric_of(results), window)
+    paired = paired_table(results, labels, baseline, quantities)
+    md = render_markdown(title, table, baseline, paper, paper_source, columns, window, paired, quantities)
     atomic_write(directory / "table.md", lambda fh: fh.write(md))
     atomic_write(directory / "table.csv", lambda fh: fh.write(render_csv(table, columns)), newline="")
+    if paired:
+        atomic_write(directory / "paired.csv", lambda fh: fh.write(render_paired_csv(paired, quantities)), newline="")
     files = []
     if plots:
         from fedselect.plots import make_plots
 
         files = make_plots(directory / "plots", results, labels, feds)
-    return {"title": title, "table": table, "markdown": md, "plots": files, "columns": columns}
+    rep = {"kind": "compare", "title": title, "table": table, "markdown": md, "plots": files, "columns": columns, "baseline": baseline,
+           "paired": paired, "quantities": quantities, "window": window, "results": results, "labels": labels,
+           "paper": paper, "paper_source": paper_source, "federations": feds}
+    from fedselect.html_report import write_compare_html
+
+    rep["html"] = write_compare_html(directory, rep)
+    return rep

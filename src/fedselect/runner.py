@@ -505,7 +505,7 @@ def failure_counts(rows: list[dict[str, str]]) -> dict[str, Any]:
 
 def write_summary(run_dir: Path, cfg: ExperimentConfig, fed: Federation, method: Method, final: dict[str, Any], prep_info: dict[str, Any], wall: float) -> dict[str, Any]:
     rows = read_csv_rows(run_dir / "metrics.csv")
-    summary = summarize(rows, cfg.metrics.target, cfg.metrics.metric)
+    summary = summarize(rows, cfg.metrics.target, cfg.metrics.metric, cfg.metrics.summary_window)
     if final:
         for key in ("accuracy", "f1_macro"):
             if key in final:
