@@ -213,3 +213,16 @@ def test_sweep_baseline_must_be_a_label():
 
     with pytest.raises(ConfigError, match="baseline 'nobody' is not one of the method labels"):
         parse_sweep({"base": {}, "methods": [{"method": "fedavg"}], "baseline": "nobody"})
+
+
+def test_window_override_and_caveat(tmp_path):
+    c = _fabricated(tmp_path)
+    md = build_report(c, plots=False)["markdown"]
+    assert "Caution: in 4 of 4 runs the window covers more than half of the evaluated rounds (up to 2 of 2)" in md
+    rep = build_report(c, plots=False, window=1)  # the last round only: the final accuracy
+    a, b = rep["table"]
+    assert a["last_k_accuracy"] == pytest.approx(a["final_accuracy"]) and b["last_k_accuracy"] == pytest.approx(0.87)
+    assert "| acc mean last 1 |" in rep["markdown"].replace("best acc | acc mean", "| acc mean")
+    assert "Caution" not in rep["markdown"]  # 1 of 2 rounds is not more than half
+    with pytest.raises(ValueError, match="summary window must be >= 1"):
+        build_report(c, plots=False, window=0)

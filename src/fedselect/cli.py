@@ -266,6 +266,7 @@ def compare(
 def report(
     directory: Path = typer.Argument(..., help="a comparison directory (compare.json), a sweep directory (sweep.json) or a run directory (metrics.csv)"),
     no_plots: bool = typer.Option(False, "--no-plots", help="do not redraw plots/ (report.html embeds the plots already there)"),
+    window: Optional[int] = typer.Option(None, "--window", min=1, help="k of the 'mean last k' column (default: each run's metrics.summary_window, 10)"),
 ) -> None:
     """Rebuild table.md, table.csv, paired.csv, plots/ and report.html from saved metrics,
     without re-running anything.
@@ -278,7 +279,7 @@ def report(
     from fedselect.report import build_report
 
     try:
-        rep = build_report(directory, plots=not no_plots)
+        rep = build_report(directory, plots=not no_plots, window=window)
     except (ValueError, FileNotFoundError) as e:
         _fail(e)
     if rep.get("kind") == "sweep":
@@ -321,7 +322,7 @@ def print_table(rep: dict) -> None:
         if nseeds <= 1:
             console.print(paired_intro(name, nseeds), markup=False, highlight=False)
     for line in rep["markdown"].splitlines():
-        if line.startswith("Incomplete runs"):
+        if line.startswith(("Incomplete runs", "Caution:")):
             console.print(f"[yellow]{line}[/yellow]")
 
 

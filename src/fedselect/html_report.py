@@ -286,6 +286,8 @@ def results_html(rep: dict[str, Any]) -> str:
         note += (f" <code>{esc(lastk)}</code>: the metric's mean over each run's last {esc(rep.get('window') or 'k')} evaluated rounds "
                  "(metrics.summary_window; all of them when a run has fewer), steadier than the final round.")
     out.append(f'<p class="note">{note} Latency is simulated seconds; comm in MB (10<sup>6</sup> bytes).</p>')
+    if rep.get("caveat"):
+        out.append(f'<p class="warn">{esc(rep["caveat"])}</p>')
     base = rep.get("baseline")
     if base and len(rep["table"]) > 1:
         items = [f"<li><b>{esc(e['label'])}</b>: {esc(', '.join(relative_phrases(e, base, rep.get('window'))) or 'no comparable figures')}</li>"

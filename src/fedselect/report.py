@@ -62,9 +62,11 @@ class RunResult:
     metric: str = "accuracy"  # the config's metrics.metric: "accuracy" or "f1_macro"
 
 
-def load_run(run_dir: Path, label: str, seed: int, target: float | None = None, metric: str = "accuracy", window: int = 10) -> RunResult:
+def load_run(run_dir: Path, label: str, seed: int, target: float | None = None, metric: str = "accuracy", window: int = 10,
+             window_override: int | None = None) -> RunResult:
     """Summarise one run directory from its metrics (see module docstring); the target,
-    metric and summary window come from its ``config.yaml`` when it has one."""
+    metric and summary window come from its ``config.yaml`` when it has one
+    (``window_override`` replaces the window)."""
     rows = read_csv_rows(run_dir / "metrics.csv") if (run_dir / "metrics.csv").exists() else []
     planned = None
     if (run_dir / "config.yaml").exists():
@@ -75,6 +77,10 @@ def load_run(run_dir: Path, label: str, seed: int, target: float | None = None, 
         target = cfg.get("metrics", {}).get("target", target) if target is None else target
         metric = cfg.get("metrics", {}).get("metric", metric)
         window = cfg.get("metrics", {}).get("summary_window", window)
+    if window_override is not None:
+        if window_override < 1:
+            raise ValueError(f"summary window must be >= 1, got {window_override}")
+        window = window_override
     s = summarize(rows, target, metric, window) if rows else {"rounds": 0, "summary_window": window}
     timing = run_dir / "timing.csv"
     trows = read_csv_rows(timing) if timing.exists() else []
@@ -274,7 +280,7 @@ def render_paired(paired: list[dict[str, Any]], baseline: str, quantities, nseed
 
 
 def render_markdown(title: str, table: list[dict[str, Any]], baseline: str | None, paper: dict | None = None, paper_source: str | None = None, columns=COLUMNS,
-                    window: int | None = None, paired: list[dict[str, Any]] | None = None, quantities=None) -> str:
+                    window: int | None = None, paired: list[dict[str, Any]] | None = None, quantities=None, caveat: str | None = None) -> str:
     heads = ["method"] + [h for _, h, _, _ in columns]
     lines = [f"# {title}", "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for e in table:
@@ -286,6 +292,8 @@ def render_markdown(title: str, table: list[dict[str, Any]], baseline: str | Non
     if lastk:
         lines.append(f"`{lastk}`: the mean of the metric over each run's last {window or 'k'} evaluated rounds "
                      f"(metrics.summary_window; all of them when a run has fewer), steadier than the final round's value.")
+        if caveat:
+            lines.append(caveat)
     if baseline:
         lines += ["", f"Relative to {baseline}" + (f" (accuracy: {lastk}; final: after the last round)" if lastk else "") + ":", ""]
         for e in table:
@@ -337,22 +345,23 @@ def render_paired_csv(paired: list[dict[str, Any]], quantities) -> str:
     return buf.getvalue()
 
 
-def collect(directory: Path) -> tuple[str, list[RunResult], list[str], str | None, dict | None, str | None, list[dict]]:
-    """Results of a comparison directory or of a single run directory."""
+def collect(directory: Path, window: int | None = None) -> tuple[str, list[RunResult], list[str], str | None, dict | None, str | None, list[dict]]:
+    """Results of a comparison directory or of a single run directory (``window`` overrides
+    each run's metrics.summary_window)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"{directory}: no such directory (give a comparison or run directory)")
     if (directory / "compare.json").exists():
         spec = json.loads((directory / "compare.json").read_text())
         labels = [m["label"] for m in spec["methods"]]
-        results = [load_run(directory / r["dir"], r["label"], r["seed"]) for r in spec["runs"] if (directory / r["dir"]).exists()]
+        results = [load_run(directory / r["dir"], r["label"], r["seed"], window_override=window) for r in spec["runs"] if (directory / r["dir"]).exists()]
         return spec["name"], results, labels, spec.get("baseline"), spec.get("paper"), spec.get("paper_source"), load_federations(directory)
     if (directory / "metrics.csv").exists():
         import yaml
 
         cfg = yaml.safe_load((directory / "config.yaml").read_text()) if (directory / "config.yaml").exists() else {}
         label = cfg.get("method", directory.name)
-        return cfg.get("name", directory.name), [load_run(directory, label, cfg.get("seed", 0))], [label], None, None, None, []
+        return cfg.get("name", directory.name), [load_run(directory, label, cfg.get("seed", 0), window_override=window)], [label], None, None, None, []
     raise FileNotFoundError(f"{directory}: neither a comparison directory (compare.json) nor a run directory (metrics.csv)")
 
 
@@ -367,12 +376,31 @@ def load_federations(directory: Path) -> list[dict[str, Any]]:
     return sorted(feds, key=lambda f: f["seed"])
 
 
-def build_report(directory: str | Path, plots: bool = True) -> dict[str, Any]:
+def window_caveat(results: list[RunResult]) -> str | None:
+    """A warning when the last-k window covers more than half of some run's evaluated rounds:
+    the mean then includes the early learning phase (None otherwise)."""
+    wide = []
+    for r in results:
+        n_eval = sum(1 for row in r.rows if int(row["round"]) >= 1 and row.get(r.metric) not in ("", None, "nan"))
+        w = r.summary.get("summary_window_rounds")
+        if n_eval and w and w > n_eval / 2:
+            wide.append((w, n_eval))
+    if not wide:
+        return None
+    w, n = max(wide, key=lambda x: x[0] / x[1])
+    return (f"Caution: in {len(wide)} of {len(results)} runs the window covers more than half of the evaluated rounds "
+            f"(up to {w} of {n}), early rounds included, so the last-k mean also measures how fast a method learned, not only "
+            f"where it ended. For the end state use a shorter window: fedselect report DIR --window {max(1, n // 3)} "
+            f"(or metrics.summary_window), or more rounds.")
+
+
+def build_report(directory: str | Path, plots: bool = True, window: int | None = None) -> dict[str, Any]:
     """Write ``table.md``, ``table.csv``, ``plots/*.png`` and ``report.html`` into
     ``directory``; return the table. A sweep directory (``sweep.json``) gets its sweep table
     and page (:func:`fedselect.sweep.build_sweep_table`; ``"kind": "sweep"`` in the result).
 
     ``plots=False`` keeps the plots already in ``plots/`` (report.html embeds those).
+    ``window`` overrides the runs' ``metrics.summary_window`` (the last-k mean).
 
     Raises:
         FileNotFoundError: ``directory`` is not a run, comparison or sweep directory.
@@ -381,14 +409,18 @@ def build_report(directory: str | Path, plots: bool = True) -> dict[str, Any]:
     if (directory / "sweep.json").is_file() and not (directory / "compare.json").exists():
         from fedselect.sweep import build_sweep_table
 
+        if window is not None:
+            raise ValueError(f"{directory} is a sweep directory: its table takes the runs' summary.json as they are, so a "
+                             f"summary window cannot be changed here (set metrics.summary_window in the sweep's base)")
         return {"kind": "sweep", **build_sweep_table(directory)}
-    title, results, labels, baseline, paper, paper_source, feds = collect(directory)
+    title, results, labels, baseline, paper, paper_source, feds = collect(directory, window)
     columns = columns_for(results)
     table = aggregate_table(results, labels, baseline, columns)
     window = summary_window(results)
+    caveat = window_caveat(results)
     quantities = paired_quantities(metric_of(results), window)
     paired = paired_table(results, labels, baseline, quantities)
-    md = render_markdown(title, table, baseline, paper, paper_source, columns, window, paired, quantities)
+    md = render_markdown(title, table, baseline, paper, paper_source, columns, window, paired, quantities, caveat)
     atomic_write(directory / "table.md", lambda fh: fh.write(md))
     atomic_write(directory / "table.csv", lambda fh: fh.write(render_csv(table, columns)), newline="")
     if paired:
@@ -400,7 +432,7 @@ def build_report(directory: str | Path, plots: bool = True) -> dict[str, Any]:
         files = make_plots(directory / "plots", results, labels, feds)
     rep = {"kind": "compare", "title": title, "table": table, "markdown": md, "plots": files, "columns": columns, "baseline": baseline,
            "paired": paired, "quantities": quantities, "window": window, "results": results, "labels": labels,
-           "paper": paper, "paper_source": paper_source, "federations": feds}
+           "paper": paper, "paper_source": paper_source, "federations": feds, "caveat": caveat}
     from fedselect.html_report import write_compare_html
 
     rep["html"] = write_compare_html(directory, rep)
