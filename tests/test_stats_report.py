@@ -204,6 +204,7 @@ def test_sweep_paired_differences_per_grid_point(tmp_path):
     assert "## Paired differences vs random (3 seeds, 95% CI)" in md
     # R = 4: +10 points every seed (no spread) -> significant; latency 0, +10, -10 %
     assert "| 4 | smart | +10.00 [+10.00, +10.00] * | +0.0 [-24.8, +24.8] |" in md
+    assert p2["same_federation"] and "†" not in md  # clients_per_round does not change the federation
     page = (tmp_path / "report.html").read_text()
     assert '<section id="paired">' in page and '<section id="config">' in page and "<script" not in page
 
@@ -226,3 +227,14 @@ def test_window_override_and_caveat(tmp_path):
     assert "Caution" not in rep["markdown"]  # 1 of 2 rounds is not more than half
     with pytest.raises(ValueError, match="summary window must be >= 1"):
         build_report(c, plots=False, window=0)
+
+
+def test_sweep_pair_across_federations_is_flagged(tmp_path):
+    from fedselect.sweep import parse_sweep, sweep_paired
+
+    base = {"rounds": 1, "clients_per_round": 2, "data": {"dataset": "mnist-embedded", "num_clients": 8}, "model": {"name": "mlp"}}
+    sc = parse_sweep({"name": "sw", "base": base, "seeds": [0, 1], "baseline": "random",
+                      "methods": [{"label": "smart", "method": "fedavg"}, {"label": "random", "method": "fedavg", "grid_keys": []}],
+                      "grid": {"data.num_clients": [8, 16]}, "columns": ["final_accuracy"]})
+    same = [p["same_federation"] for p in sweep_paired(tmp_path, sc)]
+    assert same == [True, False]  # N = 16 is compared with the baseline at the base N = 8

@@ -320,7 +320,9 @@ def sweep_paired(out: str | Path, sc: SweepConfig, confidence: float = 0.95) -> 
     for every table column (points for accuracy/F1 columns, percent of the baseline's value
     otherwise), and their mean with a ``confidence`` Student-t interval. Rows with the same
     pair of runs are listed once; ``point`` gives the grid values either side depends on
-    (``-`` for the others).
+    (``-`` for the others); ``same_federation`` is False when the two runs differ in data,
+    model or system settings (the baseline ignores a grid key that changes them), so that the
+    pair does not share a federation.
     """
     from fedselect.stats import paired_differences, paired_interval
 
@@ -348,7 +350,8 @@ def sweep_paired(out: str | Path, sc: SweepConfig, confidence: float = 0.95) -> 
                 diffs = paired_differences({s: ours[s].get(c) for s in seeds}, {s: base[s].get(c) for s in seeds}, unit)
                 cells[c] = {"diffs": diffs, "interval": paired_interval(diffs.values(), confidence), "unit": unit}
             point = {k: (rp[k] if k in rp else brp.get(k, "-")) for k in sc.grid}
-            result.append({"label": m.label, "point": point, "seeds": seeds, "cells": cells})
+            same = _fed_key(sc.experiment(m, rp, sc.seeds[0])) == _fed_key(sc.experiment(base_m, brp, sc.seeds[0]))
+            result.append({"label": m.label, "point": point, "seeds": seeds, "cells": cells, "same_federation": same})
     return result
 
 
@@ -364,8 +367,19 @@ def _paired_markdown(sc: SweepConfig, paired: list[dict[str, Any]]) -> list[str]
              paired_intro(sc.baseline, n).replace("accuracy points", "accuracy/F1 points"), "",
              "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for p in paired:
-        lines.append("| " + " | ".join([str(p["point"][k]) for k in keys] + [p["label"]] + [paired_cell(p["cells"][c], n) for c in sc.columns]) + " |")
+        lines.append("| " + " | ".join([str(p["point"][k]) for k in keys] + [_paired_label(p)] + [paired_cell(p["cells"][c], n) for c in sc.columns]) + " |")
+    if not all(p["same_federation"] for p in paired):
+        lines += ["", FED_NOTE]
     return lines
+
+
+#: footnote for paired rows whose runs do not share a federation
+FED_NOTE = ("†: the baseline's run of this row has other data, model or system settings (it does not depend on a grid key that "
+            "changes them), so the two runs of a seed do not share a federation: the difference also contains that change.")
+
+
+def _paired_label(p: dict[str, Any]) -> str:
+    return p["label"] + ("" if p["same_federation"] else " †")
 
 
 def _write_html(out: Path, sc: SweepConfig, rows: list[dict[str, Any]], cell, paired: list[dict[str, Any]]) -> Path:
@@ -380,9 +394,10 @@ def _write_html(out: Path, sc: SweepConfig, rows: list[dict[str, Any]], cell, pa
     if sc.baseline and paired:
         n = len(sc.seeds)
         pheads = [k.split(".")[-1] for k in keys] + ["method"] + [f"{c} ({_unit(c)})" for c in sc.columns]
-        prows = [[str(p["point"][k]) for k in keys] + [p["label"]] + [paired_cell(p["cells"][c], n) for c in sc.columns] for p in paired]
+        prows = [[str(p["point"][k]) for k in keys] + [_paired_label(p)] + [paired_cell(p["cells"][c], n) for c in sc.columns] for p in paired]
         pcls = [[""] * (len(keys) + 1) + ["sig" if p["cells"][c]["interval"].significant else "" for c in sc.columns] for p in paired]
-        ptab = (paired_intro(sc.baseline, n).replace("accuracy points", "accuracy/F1 points"), pheads, prows, pcls)
+        intro = paired_intro(sc.baseline, n).replace("accuracy points", "accuracy/F1 points")
+        ptab = (intro + ("" if all(p["same_federation"] for p in paired) else " " + FED_NOTE), pheads, prows, pcls)
     paper = None
     if sc.paper:
         prow = []
