@@ -168,6 +168,12 @@ def test_selection_profile_counts_and_order():
     rounds, counts = selection_profile_counts(rows, feds[0]["device"], classes)
     assert rounds.tolist() == [1, 2, 3]  # the warm-up row 0 is not a selection
     assert counts.tolist() == [[0, 0, 2], [1, 1, 0], [0, 0, 0]]
+    # with the compute part saved (federation-s<seed>.json of this version) devices are ranked by
+    # compute seconds per sample, networks by upload seconds: the device alone, not its data size
+    fed = {"device": ["pi", "nano"], "network": ["wifi-1", "wifi-4"], "num_samples": [10, 1000], "expected_compute_s": [1.0, 10.0],
+           "expected_upload_s": [0.5, 0.01], "expected_latency_s": [1.5, 10.01]}
+    assert class_order([fed], "device") == ["nano", "pi"]  # 0.01 s vs 0.1 s per sample
+    assert class_order([fed], "network") == ["wifi-4", "wifi-1"]
     with pytest.raises(ValueError, match="selected client 7"):
         selection_profile_counts([{"round": "1", "selected": "7"}], feds[0]["device"], classes)
 

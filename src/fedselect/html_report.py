@@ -226,18 +226,21 @@ def federation_html(feds: list[dict[str, Any]]) -> str:
                                                       "labels per client (min / median / max)", "expected latency per round, s (min / median / max)"], rows)]
     out.append('<p class="note">Expected latency: compute + upload of the whole model at the client\'s profiles\' mean frequency and bandwidth. '
                "The label distribution of the first seed is plotted in <code>label_distribution.png</code>.</p>")
-    for kind in ("device", "network"):
-        from fedselect.plots import class_order
+    from fedselect.plots import class_order, class_speed
 
+    for kind in ("device", "network"):
         classes = class_order(feds, kind)
         if not classes:
             continue
+        split = all(("expected_compute_s" if kind == "device" else "expected_upload_s") in f for f in feds)
+        scale, head = ((1e3, "compute per training sample, ms (median)") if kind == "device" else (1.0, "model upload, s (median)")) if split \
+            else (1.0, "expected latency, s (median)")
         rows = []
         for c in classes:
-            lats = [x for f in feds for name, x in zip(f.get(kind, []), f.get("expected_latency_s", [])) if name == c]
-            rows.append([c] + [sum(1 for name in f.get(kind, []) if name == c) for f in feds] + [f"{np.median(lats):.2f}" if lats else "-"])
+            speeds = [x for f in feds for name, x in zip(f.get(kind, []), class_speed(f, kind)) if name == c]
+            rows.append([c] + [sum(1 for name in f.get(kind, []) if name == c) for f in feds] + [f"{scale * np.median(speeds):.4g}" if speeds else "-"])
         out += [f"<h3>{kind.capitalize()} mix (clients per class, fastest first)</h3>",
-                table_html([f"{kind} class"] + [f"seed {f.get('seed', '?')}" for f in feds] + ["median expected latency (s)"], rows)]
+                table_html([f"{kind} class"] + [f"seed {f.get('seed', '?')}" for f in feds] + [head], rows)]
     for f in feds:
         names = f.get("class_names") or [str(i) for i in range(int(f.get("num_classes", 0)))]
         lc = f.get("label_counts", [])

@@ -185,12 +185,24 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
     return written
 
 
+def class_speed(fed: dict[str, Any], kind: str) -> list[float]:
+    """Per client, a cost that ranks its ``kind`` class (lower = faster): for devices the
+    expected compute seconds per training sample (the device alone, FR-eq 3), for networks the
+    expected upload seconds of the model (the link alone, FR-eq 4). Federation files without
+    these parts (older versions) fall back to the whole expected latency."""
+    if kind == "device" and "expected_compute_s" in fed:
+        return [c / max(n, 1) for c, n in zip(fed["expected_compute_s"], fed.get("num_samples", []))]
+    if kind == "network" and "expected_upload_s" in fed:
+        return list(fed["expected_upload_s"])
+    return list(fed.get("expected_latency_s", []))
+
+
 def class_order(feds: list[dict[str, Any]], kind: str) -> list[str]:
     """Profile classes (``kind`` = "device" or "network") of the federations, fastest first:
-    ordered by the median expected per-round latency of their clients."""
+    ordered by the median :func:`class_speed` of their clients."""
     lat: dict[str, list[float]] = defaultdict(list)
     for fed in feds:
-        for name, x in zip(fed.get(kind, []), fed.get("expected_latency_s", [])):
+        for name, x in zip(fed.get(kind, []), class_speed(fed, kind)):
             lat[name].append(float(x))
     return sorted(lat, key=lambda c: (float(np.median(lat[c])), c))
 
