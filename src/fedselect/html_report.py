@@ -379,11 +379,13 @@ def write_sweep_html(directory: Path, title: str, markdown_note: str, table: tup
     (at the first grid point) and the wall times. Any PNG in ``directory/plots`` is embedded."""
     directory = Path(directory)
     heads, rows = table
-    sections = [("results", "Results", f'<p class="note">{esc(markdown_note)}</p>' + table_html(heads, rows, num_from=0, cls="results"))]
+    first_num = heads.index("method") + 1 if "method" in heads else 0
+    sections = [("results", "Results", f'<p class="note">{esc(markdown_note)}</p>' + table_html(heads, rows, num_from=first_num, cls="results"))]
     if paired is not None:
         intro, pheads, prows, pcls = paired
-        sections.append(("paired", f"Paired differences vs {baseline}", f'<p class="note">{esc(intro)} Highlighted: the interval excludes 0.</p>'
-                         + table_html(pheads, prows, num_from=0, classes=pcls, cls="paired")))
+        pnum = pheads.index("method") + 1 if "method" in pheads else 0
+        sections.append(("paired", f"Paired differences vs {baseline}", f'<p class="note">{esc(intro).replace("`*`", "<code>*</code>")} Highlighted: the interval excludes 0.</p>'
+                         + table_html(pheads, prows, num_from=pnum, classes=pcls, cls="paired")))
     if paper is not None:
         src, prow = paper
         sections.append(("paper", "Ours vs the paper", (f'<p class="note">Source: {esc(src)}.</p>' if src else "")
