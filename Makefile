@@ -7,7 +7,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 ARGS    ?=
 
-.PHONY: demo test install data bench clean
+.PHONY: demo test install data bench clean chromium
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -20,12 +20,20 @@ $(STAMP): $(BIN)/python requirements.txt pyproject.toml
 	$(BIN)/pip install -q --no-deps -e .
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) chromium
+
+# headless Chromium renders report.html in one test (skipped without it); installed where
+# apt-get is available and allowed, otherwise the install goes on without it.
+chromium:
+	-@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  (command -v apt-get >/dev/null 2>&1 && (apt-get install -y -q chromium >/dev/null 2>&1 || \
+	   (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1))) || \
+	  echo "note: chromium not installed (no apt-get or no permission); the report.html rendering test will be skipped"
 
 demo: $(STAMP)
 	$(BIN)/fedselect compare $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) chromium
 	$(BIN)/python -m pytest $(ARGS)
 
 # Optional real data sets (not needed for the demo or the tests):

@@ -15,12 +15,13 @@ LAYERS = {
     "fedselect": 0, "fedselect.seeding": 0, "fedselect.config": 0, "fedselect.presets": 0, "fedselect.registry": 0,
     "fedselect.system": 1, "fedselect.models": 1, "fedselect.data": 1,
     "fedselect.federation": 2,
-    "fedselect.fl": 3, "fedselect.kernels": 3,
+    "fedselect.fl": 3, "fedselect.kernels": 3, "fedselect.stats": 3,
     "fedselect.selectors": 4, "fedselect.algorithms": 4,
     "fedselect.resolve": 5,
     "fedselect.simulation": 6, "fedselect.runner": 6, "fedselect.runfiles": 6,
     "fedselect.experiment": 7, "fedselect.api": 7,
-    "fedselect.compare": 8, "fedselect.sweep": 8, "fedselect.report": 8, "fedselect.plots": 8,
+    "fedselect.compare": 8, "fedselect.sweep": 8, "fedselect.report": 8, "fedselect.plots": 8, "fedselect.html_report": 8,
+    "fedselect.tables": 8,
     "fedselect.flower": 9, "fedselect.backends": 9, "fedselect.cli": 9,
 }
 

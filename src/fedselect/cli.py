@@ -229,7 +229,9 @@ def compare(
     """Run several methods (and seeds) on one shared federation; write table and plots.
 
     Every method sees the same partition, device profiles, per-round draws and test set.
-    Output: <out>/table.md, table.csv, plots/*.png, runs/<method>-s<seed>/ (one run directory each).
+    Output: <out>/table.md, table.csv, paired.csv (differences vs the baseline over seeds with
+    95% intervals), plots/*.png, report.html (everything on one offline page) and
+    runs/<method>-s<seed>/ (one run directory each).
     """
     from fedselect.compare import DEFAULT_COMPARE, load_compare, parse_compare, run_comparison
     from fedselect.report import build_report
@@ -278,30 +280,40 @@ def compare(
     except (OSError, ValueError, RuntimeError) as e:
         _fail(e)
     print_table(rep)
-    console.print(f"comparison directory: {out_dir} (table.md, table.csv, plots/)")
+    console.print(f"comparison directory: {out_dir} (table.md, table.csv, plots/; open report.html in a browser)")
 
 
 @app.command()
 def report(
-    directory: Path = typer.Argument(..., help="a comparison directory (compare.json) or a run directory (metrics.csv)"),
-    no_plots: bool = typer.Option(False, "--no-plots", help="tables only"),
+    directory: Path = typer.Argument(..., help="a comparison directory (compare.json), a sweep directory (sweep.json) or a run directory (metrics.csv)"),
+    no_plots: bool = typer.Option(False, "--no-plots", help="do not redraw plots/ (report.html embeds the plots already there)"),
+    window: Optional[int] = typer.Option(None, "--window", min=1, help="k of the 'mean last k' column (default: each run's metrics.summary_window, 10)"),
 ) -> None:
-    """Rebuild table.md, table.csv and plots/ from saved metrics, without re-running anything.
+    """Rebuild table.md, table.csv, paired.csv, plots/ and report.html from saved metrics,
+    without re-running anything.
 
-    Incomplete runs (interrupted) are reported with the rounds they have.
+    report.html is one self-contained page (plots embedded, no script): the table with the
+    paired 95% intervals, every plot, the paper's figures, each method's resolved config, the
+    federation and the wall times. Incomplete runs (interrupted) are reported with the rounds
+    they have.
     """
     from fedselect.report import build_report
 
     try:
-        rep = build_report(directory, plots=not no_plots)
+        rep = build_report(directory, plots=not no_plots, window=window)
     except (ValueError, FileNotFoundError) as e:
         _fail(e)
+    if rep.get("kind") == "sweep":
+        console.print(rep["markdown"], highlight=False, markup=False)
+        console.print(f"wrote {directory / 'table.md'}, {directory / 'table.csv'} and {directory / 'report.html'}")
+        return
     print_table(rep)
-    console.print(f"wrote {directory / 'table.md'}, {directory / 'table.csv'}" + (f" and {len(rep['plots'])} plots in {directory / 'plots'}" if rep["plots"] else ""))
+    console.print(f"wrote {directory / 'table.md'}, {directory / 'table.csv'}" + (f", {len(rep['plots'])} plots in {directory / 'plots'}" if rep["plots"] else "")
+                  + f" and {directory / 'report.html'}")
 
 
 def print_table(rep: dict) -> None:
-    from fedselect.report import _cell, relative_phrases
+    from fedselect.tables import _cell, relative_phrases
 
     wide = Console(width=max(console.width, 160))
     table = Table(title=rep["title"])
@@ -311,14 +323,27 @@ def print_table(rep: dict) -> None:
     for e in rep["table"]:
         table.add_row(e["label"], *[_cell(e, k, d) for k, _, d, _ in rep["columns"]])
     wide.print(table)
-    base = next((ln for ln in rep["markdown"].splitlines() if ln.startswith("Relative to ")), None)
-    if base:
-        name = base.removeprefix("Relative to ").rstrip(":")
+    name = rep.get("baseline")
+    if name and len(rep["table"]) > 1:
+        console.print(f"Relative to {name}:", markup=False, highlight=False)
         for e in rep["table"]:
             if e["label"] != name:
-                console.print(f"  {e['label']}: " + (", ".join(relative_phrases(e, name)) or "no comparable figures"), markup=False, highlight=False)
+                console.print(f"  {e['label']}: " + (", ".join(relative_phrases(e, name, rep.get("window"))) or "no comparable figures"), markup=False, highlight=False)
+    if rep.get("paired"):
+        from fedselect.tables import paired_cell, paired_intro
+
+        nseeds = max(len(p["seeds"]) for p in rep["paired"])
+        pt = Table(title=f"paired differences vs {name}" + (f" over {nseeds} seeds: mean [95% CI], * = excludes 0" if nseeds > 1 else " (1 seed: no interval possible)"))
+        pt.add_column("method")
+        for _, head, unit in rep["quantities"]:
+            pt.add_column(f"{head} ({unit})", justify="right")
+        for p in rep["paired"]:
+            pt.add_row(p["label"], *[paired_cell(p["cells"][k], nseeds) for k, _, _ in rep["quantities"]])
+        wide.print(pt)
+        if nseeds <= 1:
+            console.print(paired_intro(name, nseeds), markup=False, highlight=False)
     for line in rep["markdown"].splitlines():
-        if line.startswith("Incomplete runs"):
+        if line.startswith(("Incomplete runs", "Caution:")):
             console.print(f"[yellow]{line}[/yellow]")
 
 
@@ -333,8 +358,9 @@ def sweep(
     """Run a grid of experiments (every method x grid point x seed) and write one table.
 
     Output: <out>/table.md and table.csv (mean and std over seeds per grid point and method:
-    final accuracy, candidates evaluated, competitive ratio, wall time by default) and
-    runs/<label>-<point>-s<seed>/ per run. Runs sharing data, model and seed share one federation.
+    final accuracy, candidates evaluated, competitive ratio, wall time by default; with
+    `baseline:` in the config, paired differences vs that method over seeds with 95%
+    intervals), report.html (one offline page) and runs/<label>-<point>-s<seed>/ per run. Runs sharing data, model and seed share one federation.
     """
     from fedselect.sweep import build_sweep_table, load_sweep, run_sweep
 
@@ -355,7 +381,7 @@ def sweep(
     except (OSError, ValueError, RuntimeError) as e:
         _fail(e)
     console.print(rep["markdown"], highlight=False, markup=False)
-    console.print(f"sweep directory: {out_dir} (table.md, table.csv, runs/)")
+    console.print(f"sweep directory: {out_dir} (table.md, table.csv, report.html, runs/)")
 
 
 def main() -> None:

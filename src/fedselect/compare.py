@@ -150,15 +150,14 @@ def partition_params(fed: Federation) -> dict[str, Any]:
 def federation_info(fed: Federation, local_epochs: int) -> dict[str, Any]:
     """Per-client facts for reports: samples, label counts, profiles and the expected latency
     (s) at the profiles' mean frequency and bandwidth for ``local_epochs`` epochs, uploading the
-    whole model."""
+    whole model (also split into its compute and upload parts)."""
     model = fed.new_model()
     model_bits = sum(v.numel() for v in model.state_dict().values()) * BITS_PER_FLOAT
     fl = fed.fleet
-    expected = [
-        compute_time(local_epochs, fed.client_bits(k), fed.system.cycles_per_bit, fl.cores[k], fl.mean_mhz[k])
-        + transmit_time(model_bits, fl.mean_mbps[k])
-        for k in range(fed.num_clients)
-    ]
+    compute = [compute_time(local_epochs, fed.client_bits(k), fed.system.cycles_per_bit, fl.cores[k], fl.mean_mhz[k])
+               for k in range(fed.num_clients)]
+    upload = [transmit_time(model_bits, fl.mean_mbps[k]) for k in range(fed.num_clients)]
+    expected = [c + u for c, u in zip(compute, upload)]
     return {
         "num_clients": fed.num_clients,
         "num_classes": fed.num_classes,
@@ -170,6 +169,8 @@ def federation_info(fed: Federation, local_epochs: int) -> dict[str, Any]:
         "device": [d.name for d in fl.devices],
         "network": [n.name for n in fl.networks],
         "expected_latency_s": [float(x) for x in expected],
+        "expected_compute_s": [float(x) for x in compute],
+        "expected_upload_s": [float(x) for x in upload],
         "train_indices_hash": [int(np.bitwise_xor.reduce(c.train_indices * 2654435761 % (2**31))) if len(c.train_indices) else 0 for c in fed.clients],
     }
 

@@ -157,6 +157,9 @@ class FaultsConfig(_Strict):
 class MetricsConfig(_Strict):
     target: float | None = Field(None, description="target value of `metric` for rounds-to-target")
     metric: Literal["accuracy", "f1_macro"] = "accuracy"
+    summary_window: int = Field(
+        10, ge=1, description="k: tables also give the mean of `metric` over the last k evaluated rounds (all of them if fewer), "
+        "a figure that one noisy round does not move; the 'vs baseline' lines and paired intervals use it")
 
 
 class ExperimentConfig(_Strict):

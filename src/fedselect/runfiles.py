@@ -197,7 +197,7 @@ def write_summary(run_dir: Path, r: Resolved, sim: Simulation, final: dict[str, 
     """``summary.json`` from the saved metrics rows plus the final figures (atomic)."""
     cfg = r.config
     rows = read_csv_rows(run_dir / "metrics.csv")
-    summary = summarize(rows, cfg.metrics.target, cfg.metrics.metric)
+    summary = summarize(rows, cfg.metrics.target, cfg.metrics.metric, cfg.metrics.summary_window)
     if final:
         for key in ("accuracy", "f1_macro"):
             if key in final:

@@ -137,12 +137,34 @@ def first_reaching(values: Sequence[float], target: float) -> int | None:
     return None
 
 
-def summarize(rows: Iterable[dict[str, Any]], target: float | None = None, metric: str = "accuracy") -> dict[str, Any]:
+def last_k_mean(values: Sequence[float], k: int) -> tuple[float | None, int]:
+    """Mean of the last ``k`` evaluated (non-NaN) values, or of all of them if fewer.
+
+    Returns ``(mean, n)`` with ``n`` the number of values averaged; ``(None, 0)`` when no value
+    was evaluated. E.g. accuracies 0.05, 0.10, ..., 1.00 over 20 rounds, ``k = 10``: the mean of
+    0.55 .. 1.00 = 0.775.
+
+    Raises:
+        ValueError: ``k < 1``.
+    """
+    if k < 1:
+        raise ValueError(f"summary window k must be >= 1, got {k}")
+    xs = [float(v) for v in values if not math.isnan(float(v))]
+    if not xs:
+        return None, 0
+    tail = xs[-k:]
+    return math.fsum(tail) / len(tail), len(tail)
+
+
+def summarize(rows: Iterable[dict[str, Any]], target: float | None = None, metric: str = "accuracy", window: int = 10) -> dict[str, Any]:
     """Summary of per-round rows (round >= 1; a round-0 row of the initial model is skipped).
 
-    Returns final and best accuracy / macro-F1, ``rounds_to_target`` and ``latency_to_target``
-    (first round whose ``metric`` >= ``target``; None if never or no target), end-to-end
-    latency (s), total communication in MB (1e6 bytes) up, down and total, and the rounds run.
+    Returns final and best accuracy / macro-F1, their mean over the last ``window`` evaluated
+    rounds (``last_k_accuracy``, ``last_k_f1_macro``; all evaluated rounds if fewer;
+    ``summary_window`` = ``window`` and ``summary_window_rounds`` = the rounds averaged),
+    ``rounds_to_target`` and ``latency_to_target`` (first round whose ``metric`` >= ``target``;
+    None if never or no target), end-to-end latency (s), total communication in MB (1e6 bytes)
+    up, down and total, and the rounds run.
     """
     rs = [r for r in rows if int(_num(r["round"])) >= 1]
     acc = [_num(r["accuracy"]) for r in rs]
@@ -153,6 +175,9 @@ def summarize(rows: Iterable[dict[str, Any]], target: float | None = None, metri
     out["best_accuracy"] = clean(acc, max)
     out["final_f1_macro"] = f1[-1] if f1 else None
     out["best_f1_macro"] = clean(f1, max)
+    out["last_k_accuracy"], n_acc = last_k_mean(acc, window)
+    out["last_k_f1_macro"], n_f1 = last_k_mean(f1, window)
+    out["summary_window"], out["summary_window_rounds"] = window, n_f1 if metric == "f1_macro" else n_acc
     out["e2e_latency_s"] = _num(rs[-1]["e2e_latency_s"]) if rs else 0.0
     last = rs[-1] if rs else {"cum_upload_bytes": 0, "cum_download_bytes": 0}
     up, down = _num(last["cum_upload_bytes"]), _num(last["cum_download_bytes"])
