@@ -107,7 +107,7 @@ class Oort(Selector):
         known = np.flatnonzero(self.explored)
         unknown = np.flatnonzero(~self.explored)
         eps = self.epsilon if unknown.size else 0.0
-        n_exploit = min(int(u * (1.0 - eps)), known.size)
+        n_exploit = min(int(np.floor(u * (1.0 - eps) + 1e-9)), known.size)  # floor, robust to 0.8 * 5 = 3.999...
 
         exploited: list[int] = []
         if n_exploit > 0:
