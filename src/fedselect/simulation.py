@@ -106,9 +106,9 @@ class Simulation:
         """What the selector sees at the start of round ``t``."""
         probe = None
         if self.selector.probes:
-            def probe(ids: Sequence[int]) -> list[float]:
+            def probe(ids: Sequence[int], samples: Sequence[Sequence[int]] | None = None) -> list[float]:
                 ids = [int(k) for k in ids]
-                return self.ctx.client_losses([self.algorithm.start_state(state, k) for k in ids], ids)
+                return self.ctx.client_losses([self.algorithm.start_state(state, k) for k in ids], ids, samples)
         return RoundView(t, draws, state.model if self.selector.wants_global_state else None, probe)
 
     def check_selection(self, t: int, sel: Selection) -> None:

@@ -126,12 +126,29 @@ class SimulatedContext:
             cache[k] = (float(m.accuracy), float(m.loss), float(loss))
         return cache[k]
 
-    def client_losses(self, states: Sequence[State], ids: Sequence[int]) -> list[float]:
-        """Mean cross-entropy of ``states[i]`` on client ``ids[i]``'s training data."""
+    def client_losses(self, states: Sequence[State], ids: Sequence[int],
+                      samples: Sequence[Sequence[int]] | None = None) -> list[float]:
+        """Mean cross-entropy of ``states[i]`` on client ``ids[i]``'s training data (only the
+        samples ``samples[i]`` of it when ``samples`` is given; nan for an empty set).
+
+        Raises:
+            ValueError: ``samples`` not one index array per id, or an index outside the client's data.
+        """
+        if samples is not None and len(samples) != len(ids):
+            raise ValueError(f"client_losses: {len(samples)} sample index arrays for {len(ids)} clients")
         out = []
-        for st, k in zip(states, ids):
+        for i, (st, k) in enumerate(zip(states, ids)):
+            data = self._fed.clients[k].train
+            if samples is not None:
+                idx = np.asarray(samples[i], dtype=np.int64)
+                if idx.size and (idx.min() < 0 or idx.max() >= len(data)):
+                    raise ValueError(f"client_losses: sample index out of range for client {k} ({len(data)} samples)")
+                data = data.subset(idx)
+            if len(data) == 0:
+                out.append(float("nan"))
+                continue
             self._worker.load_state_dict(st)
-            out.append(float(predict(self._worker, self._fed.clients[k].train)[1]))
+            out.append(float(predict(self._worker, data)[1]))
         return out
 
     def shared_cache(self, namespace: str) -> dict[Any, Any]:

@@ -116,15 +116,18 @@ class RoundView:
         draws: this round's CPU frequencies (MHz) and bandwidths (Mb/s), arrays ``(N,)``.
         global_state: the server model at the start of the round (only for selectors with
             ``wants_global_state``; else None). Read it, never change it.
-        probe: ``probe(ids) -> [loss, ...]``: the mean cross-entropy of the model each client
-            would train from, on that client's training data (only for selectors with
-            ``probes``; else None). Its cost is the selector's to charge.
+        probe: ``probe(ids, samples=None) -> [loss, ...]``: the mean cross-entropy of the model
+            each client would train from, on that client's training data (only for selectors
+            with ``probes``; else None). ``samples``, when given, holds one index array per id:
+            the training samples to score (e.g. a mini-batch drawn with the selector's own
+            generator, Power-of-Choice's cpow-d); None scores every sample. Its cost is the
+            selector's to charge.
     """
 
     round: int
     draws: RoundDraws
     global_state: State | None = None
-    probe: Callable[[Sequence[int]], list[float]] | None = None
+    probe: Callable[..., list[float]] | None = None
 
 
 @dataclass(frozen=True)
