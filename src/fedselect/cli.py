@@ -384,6 +384,40 @@ def sweep(
     console.print(f"sweep directory: {out_dir} (table.md, table.csv, report.html, runs/)")
 
 
+@app.command("list")
+def list_components() -> None:
+    """List the method presets, selectors and algorithms, with their options (defaults).
+
+    A config names a preset (`method: NAME`) or a selector and an algorithm
+    (`selector: {name, options}`, `algorithm: {name, options}`); docs/selectors.md and
+    docs/architecture.md describe them.
+    """
+    from fedselect.algorithms import ALGORITHMS
+    from fedselect.presets import PRESETS
+    from fedselect.selectors import SELECTORS
+
+    wide = Console(width=max(console.width, 160))
+    t = Table(title="method presets (method: NAME)")
+    for c in ("method", "selector", "algorithm", "what it is"):
+        t.add_column(c)
+    for p in PRESETS.values():
+        extra = f" ({', '.join(f'{k}: {v}' for k, v in p.algorithm_options.items())})" if p.algorithm_options else ""
+        t.add_row(p.name, p.selector, p.algorithm + extra, p.description)
+    wide.print(t)
+    for title, reg in (("selectors (selector: {name, options})", SELECTORS), ("algorithms (algorithm: {name, options})", ALGORITHMS)):
+        t = Table(title=title)
+        t.add_column("name")
+        t.add_column("options (default)")
+        t.add_column("what it is")
+        for name in reg.builtin_names():
+            cls = reg.get(name)
+            opts = getattr(cls, "Options", None)
+            fields = ", ".join(f"{k}={v.default!r}" for k, v in opts.model_fields.items()) if opts is not None else ""
+            doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+            t.add_row(name, fields or "-", doc)
+        wide.print(t)
+
+
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for h in logging.getLogger().handlers:  # the console shows warnings; run.log gets everything

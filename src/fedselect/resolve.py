@@ -261,13 +261,3 @@ def load_experiment(path: str | Path, overrides: dict[str, Any] | None = None) -
     """
     return resolve(load_config(path, overrides), str(path)).config
 
-
-def describe_components() -> dict[str, Any]:
-    """Names and option fields of every built-in selector, algorithm and preset (for ``--help``
-    and docs)."""
-    return {
-        "selectors": {n: sorted(_fields(SELECTORS.get(n))) for n in SELECTORS.builtin_names()},
-        "algorithms": {n: sorted(_fields(ALGORITHMS.get(n))) for n in ALGORITHMS.builtin_names()},
-        "methods": {n: f"{p.selector} + {p.algorithm}" for n, p in PRESETS.items()},
-    }
-
