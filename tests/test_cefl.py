@@ -362,3 +362,29 @@ def test_cefl_resume_is_exact(tmp_path, fed):
     res = resume_experiment(tmp_path / "run")
     assert (tmp_path / "ref" / "metrics.csv").read_bytes() == (tmp_path / "run" / "metrics.csv").read_bytes()
     assert res["client_accuracy"] == ref["client_accuracy"] and res["clusters"] == ref["clusters"]
+
+
+def test_louvain_fallback_is_reported_once_in_the_cli_output_and_the_run_log(tmp_path, monkeypatch):
+    """The merge/split fallback's warning reaches the console and run.log exactly once."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from fedselect.cli import app
+    from fedselect.kernels import similarity
+    from fedselect.selectors import cefl_leaders
+
+    real = similarity.louvain_k
+
+    def fallback(s, k, rng):
+        out = real(s, k, rng)
+        warnings.warn("Louvain gave 1 communities at best (test); merge/split fallback produced 2", ClusterCountWarning, stacklevel=2)
+        return out
+
+    monkeypatch.setattr(cefl_leaders, "louvain_k", fallback)
+    doc = _cfg("cefl", rounds=1, clusters=2, base_layers=1, transfer_epochs=1).model_dump(mode="json")
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    r = CliRunner().invoke(app, ["run", str(path), "-o", str(tmp_path / "run"), "-q"])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("merge/split fallback produced 2") <= 1
+    assert (tmp_path / "run" / "run.log").read_text().count("merge/split fallback produced 2") == 1

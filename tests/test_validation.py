@@ -40,7 +40,14 @@ CONFIG_CASES = [
     (with_(rounds=0), "rounds: Input should be greater than or equal to 1"),
     (with_(rounds="ten"), "rounds: Input should be a valid integer"),
     (with_(rounds=True), "rounds: expected int, got the boolean True"),
-    (with_(rounds=2.5), "rounds: Input should be a valid integer, got a number with a fractional part"),
+    (with_(rounds=2.5), "rounds: Input should be a valid integer"),
+    (with_(rounds=3.0), "rounds: Input should be a valid integer"),  # counts are integers, not floats that happen to be whole
+    (with_(data__num_clients="4"), "data.num_clients: Input should be a valid integer"),
+    (with_(train__lr="0.1"), "train.lr: Input should be a valid number"),
+    (with_(data__partition__min_size=10.0), "data.partition.min_size: Input should be a valid integer, got 10.0"),
+    (with_(method="cefl", method_options={"clusters": 2.0}), "method_options.clusters: Input should be a valid integer"),
+    (with_(participation=0.5, clients_per_round=2), "participation and clients_per_round are exclusive: participation 0.5 of N = 6 gives U = 3, clients_per_round says 2"),
+    (with_(participation=0), "participation: Input should be greater than 0"),
     (with_(seed=-1), "seed: Input should be greater than or equal to 0"),
     (with_(clients_per_round=7), "clients_per_round (U = 7) must be <= data.num_clients (N = 6)"),
     (with_(method="fedsgd"), "unknown method 'fedsgd'; allowed: ["),
@@ -201,7 +208,7 @@ def test_bad_resume_requests_change_nothing(tmp_path):
     before = snapshot()
     code, text = invoke("run", "--resume", out, "-q")
     assert code == 2
-    assert "the config differs from the one the checkpoint was written with at train.lr (0.05 in the checkpoint, 0.5 now)" in text
+    assert "the config differs from the one the checkpoint was written with at train.lr (0.05 in the saved run, 0.5 now)" in text
     assert snapshot() == before
 
 
@@ -216,3 +223,13 @@ def test_resume_of_a_run_written_before_its_metrics_were_checkpointed_is_refused
     os.remove(out / "checkpoint.prev.pt")
     code, text = invoke("run", "--resume", out, "-q")
     assert code == 2 and "without the metrics rows; start the run again with --overwrite" in text
+
+
+def test_participation_is_a_fraction_of_n():
+    d = with_(participation=0.25)
+    del d["clients_per_round"]
+    cfg = parse_config(d)
+    assert cfg.clients_per_round == 2 and cfg.participation == 0.25  # ceil(0.25 * 6)
+    assert parse_config(cfg.model_dump(mode="json")).clients_per_round == 2  # the written config resolves to itself
+    d["participation"] = 0.01
+    assert parse_config(d).clients_per_round == 1  # at least one client

@@ -297,9 +297,13 @@ def report(
     federation and the wall times. Incomplete runs (interrupted) are reported with the rounds
     they have.
     """
+    from fedselect.compare import check_comparison_runs
     from fedselect.report import build_report
+    from fedselect.sweep import check_sweep_runs
 
     try:
+        check_comparison_runs(directory)  # never a table that mixes results of different configs
+        check_sweep_runs(directory)
         rep = build_report(directory, plots=not no_plots, window=window)
     except (ValueError, FileNotFoundError) as e:
         _fail(e)

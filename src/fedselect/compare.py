@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedselect.config import ConfigError, ExperimentConfig, MethodSpec, apply_overrides, validate_model
-from fedselect.experiment import RoundEvent, run_experiment
+from fedselect.experiment import RoundEvent, check_saved_runs, run_experiment
 from fedselect.federation import Federation, build_federation
 from fedselect.fl.metrics import write_json_atomic
 from fedselect.resolve import parse_experiment
@@ -175,6 +175,24 @@ def federation_info(fed: Federation, local_epochs: int) -> dict[str, Any]:
     }
 
 
+def check_comparison_runs(directory: str | Path) -> None:
+    """Before reporting on a comparison directory: every run's saved config must be the one its
+    ``compare.json`` would run now (defaults included; a finished run's round budget too).
+
+    Raises:
+        ValueError: naming every differing run and key. ConfigError: compare.json is invalid.
+    """
+    import json
+
+    d = Path(directory)
+    if not (d / "compare.json").is_file():
+        return
+    spec = json.loads((d / "compare.json").read_text())
+    cc = parse_compare({k: v for k, v in spec.items() if k != "runs"}, str(d / "compare.json"))
+    check_saved_runs([(d / run_dir_name(e.label, s), cc.experiment(e, s)) for s in cc.seeds for e in cc.methods],
+                     f"comparison {d}", "The table would mix results of different configs: re-run the comparison into another --out")
+
+
 def run_dir_name(label: str, seed: int) -> str:
     """A run's directory inside a comparison directory."""
     return f"runs/{label.replace(' ', '_')}-s{seed}"
@@ -193,6 +211,10 @@ def run_comparison(
     from fedselect.report import build_report
 
     out = Path(out_dir)
+    if resume:  # every kept or continued run must come from the config that would run now
+        check_saved_runs([(out / run_dir_name(e.label, s), cc.experiment(e, s)) for s in cc.seeds for e in cc.methods],
+                         f"comparison {out}", "Restore its config (compare.json and the runs' config.yaml) or run the comparison "
+                         "into another --out")
     out.mkdir(parents=True, exist_ok=True)
     runs = [{"label": e.label, "method": e.method, "selector": None if e.selector is None else e.selector.name,
              "algorithm": None if e.algorithm is None else e.algorithm.name, "seed": s, "dir": run_dir_name(e.label, s)}

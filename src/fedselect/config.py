@@ -11,6 +11,7 @@ checked by one resolve step, :func:`fedselect.resolve.resolve`, before any data 
 
 from __future__ import annotations
 
+import math
 import re
 import typing
 from pathlib import Path
@@ -31,8 +32,10 @@ def _accepts_bool(annotation: Any) -> bool:
 
 
 class _Strict(BaseModel):
-    # no NaN/inf numbers anywhere; booleans are not numbers (YAML `rounds: yes` is an error)
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+    # no NaN/inf numbers anywhere; booleans are not numbers (YAML `rounds: yes` is an error);
+    # strict types: a count is an integer (`rounds: 3.0` and `num_clients: "4"` are errors), a
+    # number is a number (an integer is accepted where a float is expected)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -178,6 +181,7 @@ class ExperimentConfig(_Strict):
     algorithm: ComponentConfig | None = Field(None, description="what happens to their updates: {name, options}")
     rounds: int = Field(30, ge=1, description="T, communication rounds")
     clients_per_round: int = Field(5, ge=1, description="U, clients selected per round")
+    participation: float | None = Field(None, gt=0, le=1, description="U as a fraction f of N: U = max(1, ceil(f N)); exclusive with clients_per_round")
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainSection = Field(default_factory=TrainSection)
@@ -191,6 +195,14 @@ class ExperimentConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> "ExperimentConfig":
+        if self.participation is not None:
+            u = max(1, math.ceil(self.participation * self.data.num_clients - 1e-9))
+            if "clients_per_round" in self.model_fields_set and self.clients_per_round != u:
+                raise ValueError(
+                    f"participation and clients_per_round are exclusive: participation {self.participation} of N = "
+                    f"{self.data.num_clients} gives U = {u}, clients_per_round says {self.clients_per_round}; give one of them")
+            if self.clients_per_round != u:
+                object.__setattr__(self, "clients_per_round", u)  # U from the fraction (written out in config.yaml)
         if self.clients_per_round > self.data.num_clients:
             raise ValueError(
                 f"clients_per_round (U = {self.clients_per_round}) must be <= data.num_clients (N = {self.data.num_clients})"

@@ -114,7 +114,7 @@ def run_experiment(
     r = resolve(cfg, cfg.name)
     fed = federation or build_federation(r.config)
     sim = Simulation(r, fed)
-    ck = _load_resume_point(run_dir, r, sim.columns) if resume else None
+    ck = _load_resume_point(run_dir, r, sim) if resume else None
     # ---- validation done: from here on files are written
     if ck is None and (overwrite or resume):
         for name in RUN_FILES:
@@ -163,7 +163,71 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: d}
 
 
-def _load_resume_point(run_dir: Path, r: Resolved, columns: list[str]) -> dict[str, Any] | None:
+_MISSING = object()
+
+
+def config_differences(saved: dict[str, Any], now: dict[str, Any], ignore: tuple[str, ...] = ()) -> list[str]:
+    """Every dotted key whose value differs between two resolved configs (defaults included;
+    a key present on one side only differs too), as ``"key (old in the saved run, new now)"``."""
+    a, b = _flatten(saved), _flatten(now)
+    out = []
+    for k in sorted(set(a) | set(b)):
+        if k in ignore:
+            continue
+        x, y = a.get(k, _MISSING), b.get(k, _MISSING)
+        if x != y:
+            show = lambda v: "absent" if v is _MISSING else repr(v)  # noqa: E731
+            out.append(f"{k} ({show(x)} in the saved run, {show(y)} now)")
+    return out
+
+
+def saved_run_differences(run_dir: str | Path, cfg: ExperimentConfig, finished: bool) -> list[str]:
+    """How the resolved config saved in ``run_dir`` differs from ``cfg`` (resolved), every key
+    and default included; the round budget counts only for a finished run (an interrupted one
+    may still be extended). [] when the directory holds no run."""
+    import yaml
+
+    p = Path(run_dir) / "config.yaml"
+    if not p.is_file():
+        return []
+    saved = yaml.safe_load(p.read_text()) or {}
+    return config_differences(saved, cfg.model_dump(mode="json"), ignore=() if finished else ("rounds",))
+
+
+def check_saved_runs(items: list[tuple[Path, ExperimentConfig]], where: str, how: str) -> None:
+    """Refuse to reuse results whose config differs from the one that would produce them now.
+
+    Args:
+        items: (run directory, the resolved config it should hold) pairs.
+        where: what reuses them (for the message). how: what the user can do instead.
+
+    Raises:
+        ValueError: naming every run directory and every differing key.
+    """
+    bad = []
+    for run_dir, cfg in items:
+        diff = saved_run_differences(run_dir, cfg, finished=(Path(run_dir) / "summary.json").exists())
+        if diff:
+            bad.append(f"{run_dir}: " + "; ".join(diff))
+    if bad:
+        raise ValueError(f"{where} holds runs made with another config than the one it would run now, which would mix old and new "
+                         f"results: " + " | ".join(bad) + f". {how}")
+
+
+def budget_problems(sim: Simulation, old_rounds: int, new_rounds: int, done: int) -> list[str]:
+    """Why continuing a run planned for ``old_rounds`` (``done`` of them played) to
+    ``new_rounds`` would not equal a fresh ``new_rounds``-round run ([] when it would)."""
+    out = []
+    every = sim.settings.eval_every
+    if done >= old_rounds and old_rounds % every:
+        out.append(f"round {old_rounds} was evaluated because it was the last, while a {new_rounds}-round run evaluates every "
+                   f"{every} rounds only (eval_every)")
+    out += [f"selector {sim.selector.name!r}: {p}" for p in sim.selector.budget_problems(old_rounds, new_rounds, done)]
+    out += [f"algorithm {sim.algorithm.name!r}: {p}" for p in sim.algorithm.budget_problems(old_rounds, new_rounds, done)]
+    return out
+
+
+def _load_resume_point(run_dir: Path, r: Resolved, sim: Simulation) -> dict[str, Any] | None:
     """The checkpoint to resume from (None: no checkpoint file at all, start again), checked
     against the resolved config and the run's columns."""
     try:
@@ -175,24 +239,28 @@ def _load_resume_point(run_dir: Path, r: Resolved, columns: list[str]) -> dict[s
         raise ValueError(f"cannot resume {run_dir}: its checkpoint was written by an older fedselect (checkpoint format "
                          f"{ck.get('format_version', 1)}; this one needs {FORMAT_VERSION}); start the run again with --overwrite")
     cfg = r.config
-    saved = _flatten(ck.get("config") or {})
-    now = _flatten(cfg.model_dump(mode="json"))
-    diff = [k for k in sorted(set(saved) & set(now)) if k != "rounds" and saved[k] != now[k]]
+    diff = config_differences(ck.get("config") or {}, cfg.model_dump(mode="json"), ignore=("rounds",))
     if diff:
-        shown = ", ".join(f"{k} ({saved[k]!r} in the checkpoint, {now[k]!r} now)" for k in diff[:5])
         raise ValueError(
-            f"cannot resume {run_dir}: the config differs from the one the checkpoint was written with at {shown}"
-            f"{' ...' if len(diff) > 5 else ''}; only `rounds` may change on resume. Restore config.yaml or start a new run"
+            f"cannot resume {run_dir}: the config differs from the one the checkpoint was written with at "
+            f"{'; '.join(diff)}; only `rounds` may change on resume. Restore config.yaml or start a new run"
         )
     if cfg.rounds < ck["round"]:
         raise ValueError(f"cannot resume {run_dir} with rounds={cfg.rounds}: the checkpoint already holds {ck['round']} rounds; "
                          f"rounds must be >= {ck['round']}")
+    saved_rounds = int((ck.get("config") or {}).get("rounds", cfg.rounds))
+    if cfg.rounds != saved_rounds:
+        problems = budget_problems(sim, saved_rounds, cfg.rounds, ck["round"])
+        if problems:
+            raise ValueError(f"cannot resume {run_dir} with rounds={cfg.rounds} (it was planned for {saved_rounds}): the result would "
+                             f"differ from a fresh {cfg.rounds}-round run because " + "; ".join(problems)
+                             + ". Start a new run with the longer budget (docs/reliability.md)")
     if "metrics_rows" not in ck:
         raise ValueError(f"cannot resume {run_dir}: its checkpoint was written by an older fedselect without the metrics rows; "
                          f"start the run again with --overwrite")
-    if ck.get("columns") != columns:
+    if ck.get("columns") != sim.columns:
         raise ValueError(f"cannot resume {run_dir}: metrics.csv columns {ck.get('columns')} differ from the run's current "
-                         f"columns {columns} (the selector's or algorithm's code changed); start the run again with --overwrite")
+                         f"columns {sim.columns} (the selector's or algorithm's code changed); start the run again with --overwrite")
     return ck
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dis
 import inspect
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,16 @@ def _defaults(fn: Any, skip: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+def _int_only(hint: Any) -> bool | None:
+    """True for ``int``, None-able for ``int | None``; None when the hint is not an integer."""
+    if hint is int:
+        return True
+    args = set(typing.get_args(hint))
+    if args and args <= {int, type(None)} and int in args:
+        return True
+    return None
+
+
 def _check_signature(label: str, what: str, fn: Any, options: dict[str, Any], skip: tuple[str, ...]) -> list[str]:
     named, forwards = option_names(fn, skip)
     reserved = sorted(set(options) & set(skip))
@@ -88,13 +99,21 @@ def _check_signature(label: str, what: str, fn: Any, options: dict[str, Any], sk
     unknown = sorted(set(options) - set(named))
     if unknown and not forwards:
         return [f"{label}: unknown option(s) {unknown} for {what}; allowed: {sorted(named)}"]
-    return []
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # unresolvable annotations: the loader checks its own values
+        hints = {}
+    errors = []
+    for key, value in options.items():
+        if _int_only(hints.get(key)) and value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            errors.append(f"{label}.{key}: Input should be a valid integer, got {value!r}")
+    return errors
 
 
 # ------------------------------------------------------------------------ component options
 def _options(label: str, model: type[BaseModel], options: dict[str, Any], errors: list[str]) -> BaseModel | None:
     try:
-        return model.model_validate(options)
+        return model.model_validate(options, strict=True)
     except ValidationError as e:
         for err in e.errors():
             loc = ".".join(str(p) for p in err["loc"])

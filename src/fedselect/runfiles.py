@@ -77,7 +77,7 @@ class RunFiles:
         if resume is not None:
             self.cum = dict(resume["cum"])
             self.prep_info = dict(resume.get("prep_info", {}))
-            self.prep_cost = dict(resume.get("prep_cost", {"upload_bytes": 0, "download_bytes": 0}))
+            self.prep_cost = dict(resume.get("prep_cost", {"latency_s": 0.0, "upload_bytes": 0, "download_bytes": 0}))
             self.mrows, self.trows = list(resume["metrics_rows"]), list(resume.get("timing_rows", []))
             write_csv(self.dir / "metrics.csv", self.columns, self.mrows)
             write_csv(self.dir / "timing.csv", TIMING_COLUMNS, self.trows)
@@ -85,7 +85,7 @@ class RunFiles:
             self.timing = CsvLog(self.dir / "timing.csv", TIMING_COLUMNS, keep_through=resume["round"])
         else:
             self.cum = {"up": 0, "down": 0, "e2e": 0.0, "wall": 0.0}
-            self.prep_info, self.prep_cost = {}, {"upload_bytes": 0, "download_bytes": 0}
+            self.prep_info, self.prep_cost = {}, {"latency_s": 0.0, "upload_bytes": 0, "download_bytes": 0}
             self.mrows, self.trows = [], []
             self.metrics = CsvLog(self.dir / "metrics.csv", self.columns)
             self.timing = CsvLog(self.dir / "timing.csv", TIMING_COLUMNS)
@@ -106,7 +106,7 @@ class RunFiles:
         """The round-0 row: the preparation's cost and the initial model's figures."""
         c = prepared.cost
         self.prep_info = dict(prepared.summary)
-        self.prep_cost = {"upload_bytes": int(c.upload_bytes), "download_bytes": int(c.download_bytes)}
+        self.prep_cost = {"latency_s": float(c.latency_s), "upload_bytes": int(c.upload_bytes), "download_bytes": int(c.download_bytes)}
         self.cum["up"] += int(c.upload_bytes)
         self.cum["down"] += int(c.download_bytes)
         self.cum["e2e"] += float(c.latency_s)
@@ -178,7 +178,12 @@ class RunFiles:
             final.update(finished.evaluation.as_dict())
         final.update(finished.summary)
         final.update(selector_summary or {})
-        return write_summary(self.dir, self.r, self.sim, final, self.prep_info, self.cum["wall"])
+        phases = {
+            "prepare": dict(self.prep_cost),
+            "finish": {"latency_s": float(finished.cost.latency_s), "upload_bytes": int(finished.cost.upload_bytes),
+                       "download_bytes": int(finished.cost.download_bytes)},
+        }
+        return write_summary(self.dir, self.r, self.sim, final, self.prep_info, self.cum["wall"], phases)
 
 
 def failure_counts(rows: list[dict[str, str]]) -> dict[str, Any]:
@@ -193,15 +198,37 @@ def failure_counts(rows: list[dict[str, str]]) -> dict[str, Any]:
     return {"client_failures": dict(sorted(kinds.items())), "failed_rounds": failed_rounds}
 
 
-def write_summary(run_dir: Path, r: Resolved, sim: Simulation, final: dict[str, Any], prep_info: dict[str, Any], wall: float) -> dict[str, Any]:
-    """``summary.json`` from the saved metrics rows plus the final figures (atomic)."""
+def write_summary(run_dir: Path, r: Resolved, sim: Simulation, final: dict[str, Any], prep_info: dict[str, Any], wall: float,
+                  phases: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``summary.json`` from the saved metrics rows plus the final figures (atomic).
+
+    The end-to-end latency and the traffic cover every phase the run had: the preparation
+    (round 0's row), the rounds, and the work after the last round (``phases.finish``: e.g.
+    CEFL's transfer); ``phases`` gives each part (seconds, MB) and they sum to the totals. The
+    best accuracy / macro-F1 is taken over every evaluation, the final one included."""
     cfg = r.config
     rows = read_csv_rows(run_dir / "metrics.csv")
     summary = summarize(rows, cfg.metrics.target, cfg.metrics.metric, cfg.metrics.summary_window)
+    fin = (phases or {}).get("finish", {"latency_s": 0.0, "upload_bytes": 0, "download_bytes": 0})
+    rows_e2e = float(summary["e2e_latency_s"])
+    rows_up, rows_down = summary["upload_mb"] * 1e6, summary["download_mb"] * 1e6
+    prep = (phases or {}).get("prepare", {"latency_s": 0.0, "upload_bytes": 0, "download_bytes": 0})
+    summary["e2e_latency_s"] = rows_e2e + fin["latency_s"]
+    summary["upload_mb"] = (rows_up + fin["upload_bytes"]) / 1e6
+    summary["download_mb"] = (rows_down + fin["download_bytes"]) / 1e6
+    summary["communication_mb"] = summary["upload_mb"] + summary["download_mb"]
+    summary["phases"] = {
+        "prepare": {"latency_s": prep["latency_s"], "upload_mb": prep["upload_bytes"] / 1e6, "download_mb": prep["download_bytes"] / 1e6},
+        "rounds": {"latency_s": rows_e2e - prep["latency_s"], "upload_mb": (rows_up - prep["upload_bytes"]) / 1e6,
+                   "download_mb": (rows_down - prep["download_bytes"]) / 1e6},
+        "finish": {"latency_s": fin["latency_s"], "upload_mb": fin["upload_bytes"] / 1e6, "download_mb": fin["download_bytes"] / 1e6},
+    }
     if final:
         for key in ("accuracy", "f1_macro"):
             if key in final:
                 summary[f"final_{key}"] = final[key]
+                best = summary.get(f"best_{key}")
+                summary[f"best_{key}"] = final[key] if best is None else max(best, final[key])
         summary.update({k: v for k, v in final.items() if k not in ("accuracy", "f1_macro", "loss")})
     summary.update({
         "name": cfg.name, "method": r.method, "selector": cfg.selector.name, "algorithm": cfg.algorithm.name, "seed": cfg.seed,

@@ -49,7 +49,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedselect.config import ConfigError, ExperimentConfig, MethodSpec, apply_overrides, config_kind, read_yaml_file, validate_model
-from fedselect.experiment import run_experiment
+from fedselect.experiment import check_saved_runs, run_experiment
 from fedselect.federation import build_federation
 from fedselect.fl.metrics import atomic_write, write_json_atomic
 from fedselect.resolve import parse_experiment
@@ -173,6 +173,29 @@ def _fed_key(cfg: ExperimentConfig) -> str:
     return json.dumps({k: d[k] for k in ("data", "model", "system", "seed")}, sort_keys=True)
 
 
+def check_sweep_runs(directory: str | Path) -> None:
+    """Before reporting on a sweep directory: every finished run's saved config must be the one
+    its ``sweep.json`` would run now (defaults included).
+
+    Raises:
+        ValueError: naming every differing run and key.
+    """
+    d = Path(directory)
+    if not (d / "sweep.json").is_file() or (d / "compare.json").exists():
+        return
+    spec = json.loads((d / "sweep.json").read_text())
+    sc = parse_sweep({k: v for k, v in spec.items() if k != "runs"}, str(d / "sweep.json"))
+    items = []
+    for seed in sc.seeds:
+        for p in sc.points():
+            for m in sc.methods:
+                rp = _restrict(p, m)
+                run_dir = run_dir_for(d, m.label, rp, seed)
+                if (run_dir / "summary.json").exists():
+                    items.append((run_dir, sc.experiment(m, rp, seed)))
+    check_saved_runs(items, f"sweep directory {d}", "The table would mix results of different configs: re-run the sweep into another --out")
+
+
 def run_sweep(
     sc: SweepConfig, out_dir: str | Path, on_run: Callable[[int, int, str], None] | None = None,
 ) -> dict[str, Any]:
@@ -191,6 +214,10 @@ def run_sweep(
     for key, (m, rp, seed) in jobs.items():
         cfg = sc.experiment(m, rp, seed)
         groups.setdefault(_fed_key(cfg), []).append((key, m, rp, seed, cfg))
+    finished = [(run_dir_for(out, m.label, rp, seed), cfg) for members in groups.values() for _, m, rp, seed, cfg in members
+                if (run_dir_for(out, m.label, rp, seed) / "summary.json").exists()]
+    check_saved_runs(finished, f"sweep directory {out}", "Restore the sweep config, or run the sweep into another --out "
+                     "(or delete those runs to run them again)")
     write_json_atomic(out / "sweep.json", {**sc.model_dump(mode="json"), "runs": len(jobs)})
     i = 0
     for members in groups.values():

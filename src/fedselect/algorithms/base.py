@@ -163,6 +163,11 @@ class Algorithm:
         """Problems found from the config alone (before any data is loaded). Default: none."""
         return []
 
+    def budget_problems(self, old_rounds: int, new_rounds: int, done: int) -> list[str]:
+        """Why this algorithm's state, built for ``old_rounds`` rounds with ``done`` played,
+        would differ from a fresh ``new_rounds``-round run's. Default: none."""
+        return []
+
     def columns(self) -> list[str]:
         """Per-round columns this algorithm adds to ``metrics.csv``."""
         return ["accuracy_std", "client_accuracy"] if self.per_client else []

@@ -15,7 +15,10 @@ needs its groups and warm-up models.
   ``transfer_epochs`` (eta) epochs, stopping when the loss on a local validation split
   (``validation_fraction`` of its training data) has not improved for ``patience`` (3)
   epochs; the state with the lowest validation loss (epoch 0 = the leader's model included)
-  is kept. No further communication.
+  is kept. No further communication. The phase's simulated time (members in parallel: the
+  slowest member's download of the whole model plus its compute for the epochs it ran, FR-eq 3,
+  4, with the draws of round T + 1) and the part-4 bytes are charged after the last round and
+  counted in the end-to-end latency and the communication (``phases`` in the summary).
 
 Evaluation (SPEC 2): every client on its own held-out split with its own model; during the
 rounds a member is scored with its leader's current model (what it would receive), after the
@@ -47,10 +50,10 @@ from fedselect.data.partition import local_holdout
 from fedselect.fl.aggregate import State, state_bytes
 from fedselect.fl.evaluate import evaluate
 from fedselect.fl.train import TrainConfig, iterate_minibatches, make_optimizer
-from fedselect.fl.types import ClientOutcome
+from fedselect.fl.types import ClientOutcome, PhaseCost
 from fedselect.selectors.base import ClientGroups, Prepared
 from fedselect.seeding import np_rng
-from fedselect.system import to_mb
+from fedselect.system import compute_time, to_mb, transmit_time
 
 log = logging.getLogger(__name__)
 
@@ -264,6 +267,8 @@ class CEFL(Personalised):
         epochs, curves = {}, {}
         clients = list(state.clients)
         groups = self.groups
+        draws = fed.fleet.draw(self.settings.rounds + 1)  # the transfer happens after the last round
+        transfer_latency = 0.0
         for cluster, lead in zip(groups.clusters, groups.leaders):
             for m in cluster:
                 if m == lead:
@@ -275,6 +280,10 @@ class CEFL(Personalised):
                                 o.patience, fed.train_generator(0, m, tag="cefl-transfer"), holdout=client.holdout)
                 clients[m] = clone_state(self.worker.state_dict())
                 epochs[m], curves[m] = res["epochs"], res["curve"]
+                # the member receives the leader's whole model, then trains the epochs it ran (FR-eq 3, 4)
+                lat = compute_time(res["epochs"], fed.client_bits(m), self.settings.cycles_per_bit, fed.fleet.cores[m], draws.freq_mhz[m]) \
+                    + transmit_time(self.full_bytes * 8, draws.bandwidth_mbps[m])
+                transfer_latency = max(transfer_latency, lat)
         final_state = ServerState(state.model, tuple(clients), state.aggregated)
         final = self.evaluate_clients(lambda k: clients[k])
         sizes = [len(c) for c in groups.clusters]
@@ -294,15 +303,16 @@ class CEFL(Personalised):
                  final.accuracy, final.per_client["accuracy_std"], parts["total_mb"])
         warmup_epochs = int(self.prepared_summary.get("warmup_epochs", 0))
         summary = {
-            "communication_parts_mb": parts, "communication_mb": parts["total_mb"],
-            "upload_mb": to_mb(part1 + up), "download_mb": to_mb(down + part4),
+            "communication_parts_mb": parts,
             "clusters": groups.clusters, "leaders": groups.leaders,
             "transfer_epochs": {str(k): v for k, v in epochs.items()}, "transfer_curve": curve,
+            "transfer_latency_s": transfer_latency,
             "transfer_wall_s": time.perf_counter() - t0,
             "episodes": fed.num_clients * warmup_epochs + self.settings.rounds * len(groups.leaders) * self.train_cfg.epochs
             + sum(epochs.values()),
         }
-        return Finished(final_state, final, summary)
+        # members fine-tune in parallel: the phase lasts as long as its slowest member
+        return Finished(final_state, final, summary, PhaseCost(transfer_latency, 0, part4))
 
     # ------------------------------------------------------------ checkpointing
     def state_dict(self) -> dict[str, Any]:

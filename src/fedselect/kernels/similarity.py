@@ -17,7 +17,6 @@ lists of client indices ``0..N-1`` (positions in the inputs).
 
 from __future__ import annotations
 
-import logging
 import math
 import warnings
 from collections.abc import Mapping, Sequence
@@ -26,7 +25,6 @@ import networkx as nx
 import numpy as np
 import torch
 
-log = logging.getLogger(__name__)
 
 __all__ = [
     "layer_groups",
@@ -297,8 +295,7 @@ def louvain_k(
         f"Louvain gave {info['louvain_count']} communities at best (wanted k={k}, resolution searched "
         f"in [{lo:g}, {hi:g}], {info['calls']} calls); merge/split fallback produced {len(comms)}"
     )
-    log.warning(msg)
-    warnings.warn(msg, ClusterCountWarning, stacklevel=2)
+    warnings.warn(msg, ClusterCountWarning, stacklevel=2)  # callers decide where it goes (a run logs it once)
     return comms, info
 
 

@@ -103,6 +103,17 @@ class DDQNSelector(Selector):
                                rng=np_rng(s.seed, f"agent/{self.name}"), torch_generator=torch_rng(s.seed, f"agent-init/{self.name}"))
         self.current_state: np.ndarray | None = None
 
+    def budget_problems(self, old_rounds: int, new_rounds: int, done: int) -> list[str]:
+        """Epsilon decays over T when ``eps_decay_rounds`` is unset, and round T's transition is
+        stored as terminal (and learned from) once round T has been played."""
+        out = []
+        if self.options.eps_decay_rounds is None:
+            out.append(f"epsilon decays over all T rounds (eps_decay_rounds unset: {old_rounds} here, {new_rounds} in a fresh run); "
+                       f"set eps_decay_rounds explicitly in the config of new runs that you may want to extend")
+        if done >= old_rounds:
+            out.append(f"round {old_rounds}'s transition is in the replay memory as terminal and the agent has learned from it")
+        return out
+
     # ---------------------------------------------------------------- to implement
     def state_dim(self) -> int:
         raise NotImplementedError

@@ -113,6 +113,15 @@ class OnlineSelection(Selector):
         self.leave = np.full(n, np.inf)
         self._scores: dict[int, tuple[float, float, float]] = {}
 
+    def budget_problems(self, old_rounds: int, new_rounds: int, done: int) -> list[str]:
+        """Re-runs start every ``rerun_every`` rounds up to T, and the stream's arrival times are
+        spread over T: both are fixed before round 1."""
+        o = self.options
+        if o.rerun_every > 0 or o.initial_available < 1 or o.mean_stay is not None:
+            return [f"the selection runs and the clients' availability over time were drawn before round 1 for T = {old_rounds} "
+                    f"(rerun_every / initial_available / mean_stay)"]
+        return []
+
     # ------------------------------------------------------------------ the rule
     def choose(self, scores: Sequence[float], budget: int) -> StoppingDecision:
         """Accepted positions among ``scores`` (arrival order, read lazily), ``budget`` of them."""

@@ -243,6 +243,12 @@ class Selector:
         problem, naming the setting. Default: none."""
         return []
 
+    def budget_problems(self, old_rounds: int, new_rounds: int, done: int) -> list[str]:
+        """Why this selector's state, built for ``old_rounds`` rounds with ``done`` played, would
+        differ from a fresh ``new_rounds``-round run's (resuming with a new budget is then
+        refused). Default: none (nothing depends on T)."""
+        return []
+
     # ---------------------------------------------------------------- hooks
     def prepare(self) -> Prepared:
         """Work before round 1 (warm-up, PCA, clustering, candidate evaluation)."""

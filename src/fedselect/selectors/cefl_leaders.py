@@ -15,6 +15,7 @@ to the algorithm (CEFL's ``cefl`` algorithm needs them).
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fedselect.fl.aggregate import state_bytes
 from fedselect.fl.types import PhaseCost
-from fedselect.kernels.similarity import edge_weights, louvain_k, select_leaders, similarity_factors
+from fedselect.kernels.similarity import ClusterCountWarning, edge_weights, louvain_k, select_leaders, similarity_factors
 from fedselect.selectors import register_selector
 from fedselect.selectors.base import ClientGroups, Prepared, RoundView, Selection, Selector
 
@@ -73,7 +74,14 @@ class CeflLeaders(Selector):
             lat.append(ctx.client_cost(w.client_id, o.warmup_epochs, draws).compute_s + ctx.transmit_s(full_bytes, w.client_id, draws))
         d = similarity_factors(states, ctx.parameter_names)
         s = edge_weights(d)
-        clusters, info = louvain_k(s, o.clusters, self.rng)
+        with warnings.catch_warnings(record=True) as caught:  # the fallback is reported once, in the run's log
+            warnings.simplefilter("always", ClusterCountWarning)
+            clusters, info = louvain_k(s, o.clusters, self.rng)
+        for w in caught:
+            if issubclass(w.category, ClusterCountWarning):
+                log.warning("%s", w.message)
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         leaders = select_leaders(s, clusters, [int(n) for n in ctx.num_samples])
         self.groups = ClientGroups(clusters, leaders)
         n = self.settings.num_clients
