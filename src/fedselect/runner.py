@@ -515,6 +515,7 @@ def write_summary(run_dir: Path, cfg: ExperimentConfig, fed: Federation, method:
         "name": cfg.name, "method": cfg.method, "seed": cfg.seed, "dataset": cfg.data.dataset,
         "num_clients": fed.num_clients, "clients_per_round": cfg.clients_per_round,
         "wall_s": wall, "complete": True,
+        "data_dropped_rows": fed.data_dropped_rows,  # rows dropped at load by drop_invalid (issue 12)
     })
     summary.update(failure_counts(rows))
     if prep_info:
