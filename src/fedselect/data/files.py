@@ -467,10 +467,12 @@ def _num(x: Any, default: str = "") -> str:
 
 
 # ---------------------------------------------------------------------------------- pickle
-#: the globals a CIFAR-10 "python version" batch needs: numpy array reconstruction only
+#: the globals a CIFAR-10 "python version" batch needs: NumPy's array reconstruction, and
+#: ``_codecs.encode`` (how a protocol-2 pickle written by Python 3 stores ``bytes``; it only
+#: turns a string into bytes)
 CIFAR_GLOBALS: frozenset[tuple[str, str]] = frozenset({
     ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy", "ndarray"), ("numpy", "dtype"),
+    ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode"),
 })
 
 

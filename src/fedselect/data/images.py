@@ -107,7 +107,7 @@ def _check_images_labels(
     yi = np.asarray(y)
     y_bad = ~np.isfinite(yi.astype(np.float64)) | (yi < 0) | (yi >= num_classes) | (yi.astype(np.float64) != np.round(yi.astype(np.float64)))
     dropped: dict[str, int] = {}
-    for bad, path, why in ((y_bad, y_path, lambda i: f"unknown label {yi[i]!r} outside [0, {num_classes - 1}]"),
+    for bad, path, why in ((y_bad, y_path, lambda i: f"unknown label {yi[i].item()!r} outside [0, {num_classes - 1}]"),
                            (x_bad, x_path, lambda i: f"a pixel is not a finite number in [0, {pixel_max:g}]")):
         if not bad.any():
             continue
