@@ -122,6 +122,7 @@ class DDQNSelector(Method):
         self.pca_components: torch.Tensor | None = None  # (m, P)
         self.pca_scale = 1.0
         self.pca_explained: list[float] = []
+        self.pca_explained_total = 0.0
         self.client_rows = np.zeros((n, self.n_components), np.float32)
         self.agent = DDQNAgent(self.state_dim(), n, self.options.agent_config(), cfg.rounds,
                                rng=np_rng(cfg.seed, f"agent/{self.name}"), torch_generator=torch_rng(cfg.seed, f"agent-init/{self.name}"))
@@ -165,13 +166,19 @@ class DDQNSelector(Method):
         from sklearn.decomposition import PCA
 
         m = min(self.n_components, weights.shape[0])
-        pca = PCA(n_components=m, svd_solver="full").fit(weights)
+        with np.errstate(invalid="ignore", divide="ignore"):  # one row: scikit-learn divides by n - 1 = 0
+            pca = PCA(n_components=m, svd_solver="full").fit(weights)
         comps = np.zeros((self.n_components, weights.shape[1]), np.float32)
         comps[:m] = pca.components_
         self.pca_mean = torch.from_numpy(np.asarray(pca.mean_, np.float32))
         self.pca_components = torch.from_numpy(comps)
         self.pca_scale = float(np.sqrt(pca.explained_variance_[0])) if pca.explained_variance_[0] > 0 else 1.0
-        self.pca_explained = [float(v) for v in pca.explained_variance_ratio_]
+        # zero total variance (one client, or identical warm-up models): scikit-learn's ratio
+        # is 0/0 = NaN. The mean alone then reproduces every row exactly: each component
+        # explains 0 and the fit as a whole explains everything (pca_explained_total = 1.0)
+        ratios = np.asarray(pca.explained_variance_ratio_, dtype=np.float64)
+        self.pca_explained = [float(v) if np.isfinite(v) else 0.0 for v in ratios]
+        self.pca_explained_total = float(sum(self.pca_explained)) if np.all(np.isfinite(ratios)) else 1.0
         self.client_rows = (((torch.from_numpy(weights) - self.pca_mean) @ self.pca_components.T) / self.pca_scale).numpy().astype(np.float32)
 
     def prepare(self) -> dict[str, Any]:
@@ -182,7 +189,7 @@ class DDQNSelector(Method):
         lat = max(u.latency_s for u in updates)
         info = {"upload_bytes": sum(u.upload_bytes for u in updates), "download_bytes": sum(u.download_bytes for u in updates),
                 "latency_s": lat if self.options.count_warmup else 0.0, "warmup_latency_s": lat,
-                "pca_components": self.n_components, "pca_explained_variance": float(sum(self.pca_explained))}
+                "pca_components": self.n_components, "pca_explained_variance": self.pca_explained_total}
         log.info("%s warm-up: %d clients, straggler %.2f s, PCA %d components explain %.3f of the variance",
                  self.name, self.fed.num_clients, lat, self.n_components, info["pca_explained_variance"])
         return info
