@@ -220,7 +220,7 @@ class DDQNSelector(Method):
         done = t == self.cfg.rounds
         next_state = self.state_vector(t + 1, self.fed.fleet.draw(t + 1))
         self.agent.remember(self.current_state, [u.client_id for u in updates], rewards, next_state, done)
-        loss = self.agent.learn()
+        loss = self.agent.learn(t)
         self.agent.end_round(t)
         fleet = self.fed.fleet
         return {
