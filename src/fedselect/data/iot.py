@@ -55,7 +55,7 @@ import numpy as np
 import pandas as pd
 
 from fedselect.data.datasets import ArrayDataset, DatasetNotFoundError, register_dataset
-from fedselect.data.files import Col, read_csv_checked
+from fedselect.data.files import Col, flag_option, read_csv_checked
 
 __all__ = [
     "FEATURES",
@@ -472,7 +472,7 @@ def load_iot_flows(
     """
     if not path:
         raise ValueError("dataset 'iot-flows' needs the option path=<CSV file or directory of flow CSVs>")
-    flows = load_flow_csv(path, bool(drop_invalid))
+    flows = load_flow_csv(path, flag_option("iot-flows", "drop_invalid", drop_invalid))
     dropped = dict(flows.attrs.get("dropped_rows") or {})
     table = flow_features(flows, window)
     return feature_table_to_datasets(table, seed, min_records, test_fraction, name="iot-flows",
@@ -509,7 +509,8 @@ def load_iot_features(
     p = Path(path).expanduser()
     if not p.is_file():
         raise DatasetNotFoundError(f"feature CSV {str(p)!r} does not exist (10 feature columns, then the label)")
-    t = read_csv_checked(p, FEATURE_CSV_COLUMNS, header=True, drop_invalid=bool(drop_invalid), min_columns=11,
+    t = read_csv_checked(p, FEATURE_CSV_COLUMNS, header=True, drop_invalid=flag_option("iot-features", "drop_invalid", drop_invalid),
+                         min_columns=11,
                          what="feature CSV (header, then 10 features and the device label per row)")
     dropped = t.report_dropped()
     table = t.frame[list(FEATURES)].astype(np.float64)

@@ -174,7 +174,7 @@ def read_checkpoint_file(path: str | Path) -> dict[str, Any]:
     try:
         payload = torch.load(p, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        m = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e)) or re.search(r"global[s]? \[?'?([\w.]+)", str(e))
+        m = re.search(r"GLOBAL ([\w.]+)", str(e))
         what = m.group(1) if m else "a global outside plain data"
         old = " (checkpoints written by fedselect before format 3 held NumPy pickles: start such a run again with --overwrite)" \
             if what.startswith("numpy") else ""
