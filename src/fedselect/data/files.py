@@ -348,7 +348,7 @@ def _fast_frame(p, data, columns, positions, has_header, first_line, text, ncols
         df = pd.read_csv(
             io.BytesIO(data), header=None, skiprows=first_line if has_header else 0, index_col=False,
             keep_default_na=False, na_values=[""], dtype=str_cols or None, skip_blank_lines=True, engine="c",
-            encoding="utf-8-sig",
+            encoding="utf-8-sig", low_memory=False,
         )
     except (pd.errors.ParserError, ValueError, pd.errors.EmptyDataError):
         return None, None
@@ -370,8 +370,9 @@ def _fast_frame(p, data, columns, positions, has_header, first_line, text, ncols
 
 
 def _slow_frame(p, text, columns, positions, has_header, ncols):
-    """Line by line: every cell as text, then typed; returns the frame, its lines and the
-    parse defects ``[(bad mask, column, reasons)]`` (checked by the caller)."""
+    """Line by line: every cell as text, then typed. Returns the frame, its lines and each
+    row's first parse defect (``bad`` mask, column per row, reason per row), which the caller
+    merges with the value checks."""
     rows: list[list[str]] = []
     lines: list[int] = []
     structural: dict[int, str] = {}
@@ -387,29 +388,39 @@ def _slow_frame(p, text, columns, positions, has_header, ncols):
             structural[len(rows)] = f"{n} fields, expected {ncols}"
         rows.append([fields[positions[c.name]].strip() if c.name in positions and positions[c.name] < n else "" for c in columns])
         lines.append(line)
-    names = [c.name for c in columns]
-    cells = pd.DataFrame(rows, columns=names, dtype=object) if rows else pd.DataFrame(columns=names, dtype=object)
-    n = len(rows)
+    n, m = len(rows), len(columns)
+    cells = np.empty((n, m), dtype=object)
+    if n:
+        cells[:] = rows
     bad = np.zeros(n, bool)
     cols: list[str | None] = [None] * n
     reasons = [""] * n
     for i, r in structural.items():
         bad[i], reasons[i] = True, f"malformed row: {r}"
-    out = {}
+    out: dict[str, Any] = {c.name: cells[:, j] for j, c in enumerate(columns)}
+    num_idx = [j for j, c in enumerate(columns) if c.numeric]
+    if num_idx and n:  # all numeric cells at once (MNIST: 784 columns)
+        flat = pd.Series(cells[:, num_idx].ravel(), dtype=object).astype(str)
+        num = pd.to_numeric(flat.where(flat != "", None), errors="coerce").to_numpy(dtype=float)
+        written_nan = flat.str.lower().isin(["nan", "-nan", "+nan"]).to_numpy(bool)
+        unparsed = ((flat != "").to_numpy(bool) & np.isnan(num) & ~written_nan) | flat.str.contains("_", regex=False).to_numpy(bool)
+        shape = (n, len(num_idx))
+        num, written_nan, unparsed = num.reshape(shape), written_nan.reshape(shape), unparsed.reshape(shape)
+        for i in np.flatnonzero((unparsed | written_nan).any(axis=1) & ~bad):
+            k = int(np.argmax(unparsed[i] | written_nan[i]))
+            text = cells[i, num_idx[k]]
+            bad[i], cols[i] = True, columns[num_idx[k]].name
+            reasons[i] = f"not a finite number: {text!r}" if written_nan[i, k] else f"not a number: {text!r}"
+        for k, j in enumerate(num_idx):
+            out[columns[j].name] = num[:, k]
+    elif num_idx:
+        for j in num_idx:
+            out[columns[j].name] = np.zeros(0, float)
+    frame = pd.DataFrame(out, columns=[c.name for c in columns])
     for c in columns:
-        s = cells[c.name].astype(str) if n else pd.Series([], dtype=object)
-        if c.numeric:
-            num = pd.to_numeric(s.where(s != "", None), errors="coerce").astype(float)
-            written_nan = s.str.lower().isin(["nan", "-nan", "+nan"]).to_numpy(bool)
-            unparsed = ((s != "") & num.isna()).to_numpy(bool) & ~written_nan
-            unparsed |= s.str.contains("_", regex=False).to_numpy(bool)
-            for i in np.flatnonzero((unparsed | written_nan) & ~bad):
-                bad[i], cols[i] = True, c.name
-                reasons[i] = f"not a finite number: {s.iloc[i]!r}" if written_nan[i] else f"not a number: {s.iloc[i]!r}"
-            out[c.name] = num
-        else:
-            out[c.name] = s
-    return pd.DataFrame(out), np.asarray(lines, dtype=np.int64), bad, cols, reasons
+        if not c.numeric:
+            frame[c.name] = frame[c.name].astype(object).astype(str)
+    return frame, np.asarray(lines, dtype=np.int64), bad, cols, reasons
 
 
 def _to_seconds(s: pd.Series) -> tuple[pd.Series, np.ndarray]:
