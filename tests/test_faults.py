@@ -147,7 +147,7 @@ def test_round_where_every_client_drops_leaves_the_model_bit_identical(tmp_path,
 def test_dropout_one_keeps_the_initial_model(tmp_path, fed):
     cfg = parse_config(doc(method="fedavg", clients_per_round=2, faults={"dropout": 1.0}))
     summary = run_experiment(cfg, tmp_path, federation=fed)
-    final = torch.load(tmp_path / "model.pt")
+    final = torch.load(tmp_path / "model.pt", weights_only=True)
     init = fed.new_model().state_dict()
     assert all(torch.equal(final[k], init[k]) for k in init)
     assert summary["failed_rounds"] == 3 and summary["client_failures"] == {"dropout": 6}

@@ -16,6 +16,7 @@ from torch import nn
 from fedselect.config import DataConfig, ExperimentConfig, ModelConfig, SystemConfig
 from fedselect.data.catalog import load_dataset, make_partitioner
 from fedselect.data.datasets import ArrayDataset
+from fedselect.data.files import dropped_rows_total
 from fedselect.data.partition import local_holdout
 from fedselect.models import build_model
 from fedselect.seeding import np_rng, torch_rng
@@ -75,6 +76,17 @@ class Federation:
         """Mini-batch order of client ``k`` in round ``t``: independent of the method and of
         which other clients train, so runs compare and resume exactly."""
         return torch_rng(self.seed, f"{tag}/{t}/{k}")
+
+    @property
+    def data_dropped_rows(self) -> int:
+        """Rows of the user's data files dropped at load by the loader option
+        ``drop_invalid: true`` (0 when nothing was dropped); reported in ``summary.json``."""
+        return dropped_rows_total(self.train_set, self.test_set)[0]
+
+    @property
+    def data_dropped_by_file(self) -> dict[str, int]:
+        """``{file: rows dropped}`` behind :attr:`data_dropped_rows`."""
+        return dropped_rows_total(self.train_set, self.test_set)[1]
 
     def label_counts(self) -> np.ndarray:
         """``(N, num_classes)`` training-label counts per client."""

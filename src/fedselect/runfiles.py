@@ -234,6 +234,7 @@ def write_summary(run_dir: Path, r: Resolved, sim: Simulation, final: dict[str, 
         "name": cfg.name, "method": r.method, "selector": cfg.selector.name, "algorithm": cfg.algorithm.name, "seed": cfg.seed,
         "dataset": cfg.data.dataset, "num_clients": sim.fed.num_clients, "clients_per_round": cfg.clients_per_round,
         "wall_s": wall, "complete": True,
+        "data_dropped_rows": sim.fed.data_dropped_rows,  # rows dropped at load by a loader's drop_invalid
     })
     summary.update(failure_counts(rows))
     if prep_info:

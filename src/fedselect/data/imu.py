@@ -375,23 +375,29 @@ def load_imu_watch(seed: int = 0, rate_hz: float = WATCH_RATE_HZ, **options: Any
 
 @register_dataset("mobiact")
 def load_mobiact(seed: int = 0, path: str | None = None, rate_hz: float = 50.0,
-                 activities: Sequence[str] | None = None, **options: Any) -> tuple[ArrayDataset, ArrayDataset]:
+                 activities: Sequence[str] | None = None, drop_invalid: bool = False,
+                 **options: Any) -> tuple[ArrayDataset, ArrayDataset]:
     """MobiAct v2 from the user's copy (SPEC 4; FLASH-RL IV-A; CEFL IV).
 
     Options: ``path`` (required: the folder holding ``Annotated Data``), ``rate_hz``
     (resampling rate, default 50 Hz), ``activities`` (codes to read, default the 16 ADL + fall
-    codes), plus those of :func:`build_imu_datasets` (default ``task="fall"``, 17 of the 67
-    subjects held out, i.e. the fraction 17/67).
+    codes), ``drop_invalid`` (drop defective rows instead of refusing the file; counted in
+    ``info["dropped_rows"]``), plus those of :func:`build_imu_datasets` (default
+    ``task="fall"``, 17 of the 67 subjects held out, i.e. the fraction 17/67).
 
     Raises:
         ValueError: ``path`` missing, unknown options.
+        DataFileError: a defective annotated CSV (names the file, the line and the column).
         DatasetNotFoundError: ``<path>/Annotated Data`` does not exist (names it).
     """
     _check_options("mobiact", options)
     if path is None:
         raise ValueError(f"dataset 'mobiact' needs the option 'path'. {DOWNLOAD_HINT}")
     options.setdefault("task", "fall")
-    recs, info = read_mobiact(path, rate_hz=rate_hz, activities=activities)
+    from fedselect.data.files import flag_option
+
+    recs, info = read_mobiact(path, rate_hz=rate_hz, activities=activities,
+                              drop_invalid=flag_option("mobiact", "drop_invalid", drop_invalid))
     info = {**info, "source": f"MobiAct v2 (real) at {info['source']}", "resampled_hz": rate_hz}
     return build_imu_datasets(recs, name="mobiact", seed=seed, info=info, **options)
 

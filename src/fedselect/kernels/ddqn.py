@@ -13,6 +13,11 @@ Shared by the FLASH-RL and FAVOR selectors (:mod:`fedselect.selectors.flashrl`, 
   ``Y = r_k + gamma * Q_target(s', argmax_a Q_main(s', a)) * (1 - done)`` and
   ``loss = mean over (sample, action) of (Y - Q_main(s, a_k))^2``; one Adam step.
 * The target network is hard-copied from the main network every P rounds (:meth:`end_round`).
+* Non-finite numbers never win and never stick: a NaN or infinite Q value ranks below every
+  finite one (selection and the double-Q argmax; ties by lowest id), and a learning step whose
+  TD loss, updated weights or outputs on its minibatch are not finite is discarded (weights
+  and Adam state restored to their last finite values), logged as a warning naming the round
+  the first time (INFO afterwards), and the run goes on.
 
 Randomness: the caller passes a ``numpy.random.Generator`` (epsilon draws, random slots,
 minibatch sampling) and a ``torch.Generator`` (network initialisation). No global RNG is used.
@@ -23,6 +28,8 @@ the optimiser, the memory, the counters and both generators' states.
 from __future__ import annotations
 
 import copy
+import logging
+import math
 from dataclasses import dataclass, asdict
 from typing import Any
 
@@ -31,6 +38,15 @@ import torch
 from torch import nn
 
 from fedselect.models import MLP, reset_parameters
+
+log = logging.getLogger("fedselect.ddqn")
+
+
+def rank_scores(q) -> np.ndarray:
+    """Scores for ranking: non-finite values (NaN, +-inf) become ``-inf``, so they are never
+    preferred to a finite score; ``np.argmax`` then breaks ties by the lowest index."""
+    q = np.asarray(q, dtype=np.float64)
+    return np.where(np.isfinite(q), q, -np.inf)
 
 
 def linear_epsilon(round_: int, eps_init: float = 0.9, eps_end: float = 0.2, decay_rounds: int = 100) -> float:
@@ -213,7 +229,9 @@ def double_q_targets(main: nn.Module, target: nn.Module, r: torch.Tensor, s2: to
         ``(B, U)`` float32 tensor, no gradient.
     """
     with torch.no_grad():
-        best = main(s2).argmax(dim=1, keepdim=True)            # (B, 1) chosen by the main net
+        q_main = main(s2)
+        q_main = torch.where(torch.isfinite(q_main), q_main, torch.full_like(q_main, -math.inf))  # NaN never wins
+        best = q_main.argmax(dim=1, keepdim=True)              # (B, 1) chosen by the main net
         q_next = target(s2).gather(1, best).squeeze(1)         # (B,) valued by the target net
         return r + gamma * (q_next * (1.0 - done)).unsqueeze(1)
 
@@ -254,6 +272,9 @@ class DDQNAgent:
         self.memory = ReplayMemory(config.memory_capacity, self.state_dim)
         self.learn_steps = 0
         self.last_loss: float | None = None
+        self.discarded_steps = 0          # learning steps dropped for a non-finite loss / weights
+        self.nonfinite_q_rounds = 0       # selections that met a non-finite Q value
+        self._round: int | None = None    # the round of the last select(), for messages
 
     # ---- exploration -------------------------------------------------------------------
     @property
@@ -276,8 +297,9 @@ class DDQNAgent:
         """Choose ``k`` distinct clients, epsilon-greedy per slot (SPEC 1.3).
 
         For each of the k slots, with probability eps a uniformly random not-yet-chosen client,
-        else the not-yet-chosen client with the highest Q (ties: lowest id). Round 1 is uniform
-        when ``uniform_first_round``.
+        else the not-yet-chosen client with the highest Q (ties: lowest id; a NaN or infinite Q
+        ranks below every finite one, see :func:`rank_scores`). Round 1 is uniform when
+        ``uniform_first_round``.
 
         Args:
             state: ``(state_dim,)`` state vector s_t.
@@ -292,10 +314,18 @@ class DDQNAgent:
         """
         if not 1 <= k <= self.num_actions:
             raise ValueError(f"DDQNAgent.select: cannot choose {k} clients out of {self.num_actions}")
+        self._round = int(round_)
         if round_ == 1 and self.config.uniform_first_round:
             return [int(c) for c in self.rng.choice(np.arange(self.num_actions), size=k, replace=False)]
         eps = self.epsilon(round_)
-        q = self.q_values(state)
+        raw = self.q_values(state)
+        q = rank_scores(raw)
+        if not np.all(np.isfinite(raw)):
+            self.nonfinite_q_rounds += 1
+            log.log(logging.WARNING if self.nonfinite_q_rounds == 1 else logging.INFO,
+                    "round %d: Q values of clients %s are not finite; they rank below every finite value%s", round_,
+                    np.flatnonzero(~np.isfinite(raw)).tolist(), " (later rounds like this are logged at INFO level)"
+                    if self.nonfinite_q_rounds == 1 else "")
         free = np.ones(self.num_actions, bool)
         chosen: list[int] = []
         for _ in range(k):
@@ -316,30 +346,65 @@ class DDQNAgent:
             raise ValueError(f"DDQNAgent.remember: actions must lie in [0, {self.num_actions}), got {a.tolist()}")
         self.memory.push(s, a, r, s2, done)
 
-    def learn(self) -> float | None:
+    def learn(self, round_: int | None = None) -> float | None:
         """``learn_steps`` (default 1) Adam steps, each on a fresh minibatch, if the memory holds
         >= batch_size transitions.
 
+        A step whose TD loss is not finite is not taken, and a step that leaves a weight, or
+        the network's output on the minibatch's states, non-finite is undone (main network and
+        Adam state restored from a snapshot taken before it): the network keeps its last finite
+        weights and the run goes on. The first
+        discarded step is logged as a warning naming ``round_`` (default: the round of the
+        last :meth:`select`), later ones at INFO level; :attr:`discarded_steps` counts them.
+
         Returns:
             The TD loss (mean over samples and taken actions of the squared error; averaged over
-            the steps), or None when the memory is still too small.
+            the kept steps), or None when the memory is still too small or every step was
+            discarded.
         """
         if len(self.memory) < self.config.batch_size:
             return None
-        losses = [self._learn_step() for _ in range(self.config.learn_steps)]
+        losses = [loss for loss in (self._learn_step(round_) for _ in range(self.config.learn_steps)) if loss is not None]
+        if not losses:
+            return None
         self.last_loss = float(np.mean(losses))
         return self.last_loss
 
-    def _learn_step(self) -> float:
+    def _learn_step(self, round_: int | None = None) -> float | None:
         s, a, r, s2, done = self.memory.sample(self.config.batch_size, self.rng)
         y = double_q_targets(self.main, self.target, r, s2, done, self.config.gamma)
         q_taken = self.main(s).gather(1, a)                      # (B, U)
         loss = torch.mean((y - q_taken) ** 2)
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            self._discard(round_, f"TD loss {value}")
+            return None
+        snapshot = (copy.deepcopy(self.main.state_dict()), copy.deepcopy(self.optimizer.state_dict()))
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
+        finite = all(bool(torch.isfinite(p).all()) for p in self.main.parameters())
+        if finite:
+            with torch.no_grad():
+                finite = bool(torch.isfinite(self.main(s)).all() and torch.isfinite(self.main(s2)).all())
+        if not finite:
+            self.main.load_state_dict(snapshot[0])
+            self.optimizer.load_state_dict(snapshot[1])
+            self.optimizer.zero_grad(set_to_none=True)
+            self._discard(round_, f"the step would make the Q network's weights or outputs non-finite (TD loss {value:.6g})")
+            return None
         self.learn_steps += 1
-        return float(loss.detach())
+        return value
+
+    def _discard(self, round_: int | None, why: str) -> None:
+        self.discarded_steps += 1
+        t = round_ if round_ is not None else self._round
+        where = f"round {t}" if t is not None else "a round"
+        if self.discarded_steps == 1:
+            log.warning("%s: DDQN learning step discarded: %s; the Q network keeps its last finite weights and the "
+                        "run goes on (further discarded steps are logged at INFO level)", where, why)
+        else:
+            log.info("%s: DDQN learning step discarded: %s (%d discarded so far)", where, why, self.discarded_steps)
 
     def sync_target(self) -> None:
         """Hard copy main -> target."""
@@ -371,6 +436,8 @@ class DDQNAgent:
             "memory": self.memory.state_dict(),
             "learn_steps": self.learn_steps,
             "last_loss": self.last_loss,
+            "discarded_steps": self.discarded_steps,
+            "nonfinite_q_rounds": self.nonfinite_q_rounds,
             "rng": copy.deepcopy(self.rng.bit_generator.state),
             "torch_generator": self.torch_generator.get_state().clone(),
         }
@@ -393,5 +460,7 @@ class DDQNAgent:
         self.memory.load_state_dict(state["memory"])
         self.learn_steps = int(state["learn_steps"])
         self.last_loss = state["last_loss"]
+        self.discarded_steps = int(state.get("discarded_steps", 0))
+        self.nonfinite_q_rounds = int(state.get("nonfinite_q_rounds", 0))
         self.rng.bit_generator.state = copy.deepcopy(state["rng"])
         self.torch_generator.set_state(state["torch_generator"])

@@ -17,17 +17,25 @@ irrevocable accept/reject decision. ``R`` (``budget``) candidates are to be acce
 Every rule tail-fills: when the candidates left (including the current one) are no more than the
 budget left, all of them are accepted, so exactly ``min(R, N)`` candidates are always accepted.
 
+A non-finite score (NaN, +-inf: a candidate whose evaluation broke) never wins: it ranks below
+every finite score (it never beats the threshold, never raises it, and offline best takes it
+last), it counts as 0 in the competitive ratio's sums, and it is logged as a warning. Only the
+tail-fill can accept such a candidate.
+
 Knows nothing of federated learning; the method modules (``budgeted_online``, ``online_random``,
 ``offline_best``) feed it scores.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
+
+log = logging.getLogger("fedselect.secretary")
 
 __all__ = [
     "StoppingDecision",
@@ -177,7 +185,8 @@ def secretary_rule(scores: Sequence[float], budget: int, alpha: int) -> Stopping
         :class:`StoppingDecision` with exactly ``R`` accepted positions.
 
     Raises:
-        ValueError: bad ``R`` or ``alpha``, or a non-finite score.
+        ValueError: bad ``R`` or ``alpha``. (A non-finite score ranks below every finite one;
+        module docstring.)
     """
     n = len(scores)
     _check_n(n)
@@ -242,11 +251,11 @@ def online_random_rule(n: int, budget: int, rng: np.random.Generator) -> Stoppin
 def offline_best_rule(scores: Sequence[float], budget: int) -> StoppingDecision:
     """Offline best baseline (SPEC 3): evaluate all ``N`` candidates, accept the top ``R``.
 
-    Ties are broken by arrival position (earlier first; stable sort). Accepted positions are
-    returned in arrival order.
+    Ties are broken by arrival position (earlier first; stable sort); non-finite scores rank
+    last. Accepted positions are returned in arrival order.
 
     Raises:
-        ValueError: bad ``R`` or a non-finite score.
+        ValueError: bad ``R``.
     """
     n = len(scores)
     _check_n(n)
@@ -258,20 +267,28 @@ def offline_best_rule(scores: Sequence[float], budget: int) -> StoppingDecision:
 
 def competitive_ratio(scores: Sequence[float], accepted: Sequence[int], budget: int) -> float:
     """Sum of the accepted candidates' scores divided by the offline best's (sum of the top
-    ``R`` scores) (SPEC 3). 1.0 means as good as offline best.
+    ``R`` scores) (SPEC 3). 1.0 means as good as offline best. A non-finite score counts as 0.
 
     Raises:
         ValueError: bad ``R``, or the offline best's sum is not positive.
     """
     best = offline_best_rule(scores, budget)
-    denom = float(sum(_score(scores, i) for i in best.accepted))
+    denom = float(sum(_value(scores, i) for i in best.accepted))
     if not denom > 0:
         raise ValueError(f"competitive ratio undefined: offline best's score sum is {denom}")
-    return float(sum(_score(scores, i) for i in accepted)) / denom
+    return float(sum(_value(scores, i) for i in accepted)) / denom
+
+
+def _value(scores: Sequence[float], i: int) -> float:
+    """Candidate ``i``'s score in a sum: a non-finite score counts as 0."""
+    s = _score(scores, i)
+    return s if math.isfinite(s) else 0.0
 
 
 def _score(scores: Sequence[float], i: int) -> float:
+    """Candidate ``i``'s score for ranking: a non-finite score becomes ``-inf`` (never wins)."""
     s = float(scores[i])
     if not math.isfinite(s):
-        raise ValueError(f"score of candidate at position {i} is not finite: {s}")
+        log.warning("candidate at position %d has a non-finite score (%s); it ranks below every finite score", i, s)
+        return -math.inf
     return s

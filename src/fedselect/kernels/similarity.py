@@ -132,7 +132,9 @@ def edge_weights(d: np.ndarray) -> np.ndarray:
     if d.ndim != 2 or d.shape[0] != d.shape[1]:
         raise ValueError(f"d must be a square (N, N) matrix, got shape {d.shape}")
     if not np.all(np.isfinite(d)) or np.any(d < 0):
-        raise ValueError("d must be finite and non-negative")
+        bad = sorted({int(i) for i in np.argwhere(~np.isfinite(d) | (d < 0))[:, 0]})
+        raise ValueError(f"d must be finite and non-negative; clients {bad} have non-finite or negative similarity "
+                         f"factors (a diverged warm-up model?)")
     if not np.allclose(d, d.T, rtol=1e-12, atol=1e-12):
         raise ValueError("d must be symmetric")
     n = d.shape[0]
@@ -329,7 +331,8 @@ def select_leaders(
 
     Ties (sums equal within relative tolerance ``rtol``) go to the client with the larger
     data set (``sizes[i]``, training samples), then to the lower index. A single-member
-    community is its own leader.
+    community is its own leader. A non-finite sum ranks below every finite one (a client
+    with NaN similarities never leads unless every member has one).
 
     Args:
         s: ``(N, N)`` edge weights (CE-eq 4).
@@ -354,8 +357,9 @@ def select_leaders(
         if min(c) < 0 or max(c) >= n:
             raise ValueError(f"community {c} has an index outside 0..{n - 1}")
         scores = {i: float(sum(s[i, j] for j in c if j != i)) for i in c}
+        scores = {i: v if math.isfinite(v) else -math.inf for i, v in scores.items()}  # NaN never leads
         top = max(scores.values())
-        tol = rtol * max(abs(top), 1.0)
+        tol = rtol * max(abs(top), 1.0) if math.isfinite(top) else 0.0
         tied = [i for i in c if scores[i] >= top - tol]
         leaders.append(min(tied, key=lambda i: (-int(sizes[i]), i)))
     return leaders

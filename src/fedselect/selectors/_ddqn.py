@@ -98,6 +98,7 @@ class DDQNSelector(Selector):
         self.pca_components: torch.Tensor | None = None  # (m, P)
         self.pca_scale = 1.0
         self.pca_explained: list[float] = []
+        self.pca_explained_total = 0.0
         self.client_rows = np.zeros((n, self.n_components), np.float32)
         self.agent = DDQNAgent(self.state_dim(), n, self.options.agent_config(), s.rounds,
                                rng=np_rng(s.seed, f"agent/{self.name}"), torch_generator=torch_rng(s.seed, f"agent-init/{self.name}"))
@@ -145,13 +146,18 @@ class DDQNSelector(Selector):
         from sklearn.decomposition import PCA
 
         m = min(self.n_components, weights.shape[0])
-        pca = PCA(n_components=m, svd_solver="full").fit(weights)
+        with np.errstate(invalid="ignore", divide="ignore"):  # one row: scikit-learn divides by n - 1 = 0
+            pca = PCA(n_components=m, svd_solver="full").fit(weights)
         comps = np.zeros((self.n_components, weights.shape[1]), np.float32)
         comps[:m] = pca.components_
         self.pca_mean = torch.from_numpy(np.asarray(pca.mean_, np.float32))
         self.pca_components = torch.from_numpy(comps)
         self.pca_scale = float(np.sqrt(pca.explained_variance_[0])) if pca.explained_variance_[0] > 0 else 1.0
-        self.pca_explained = [float(v) for v in pca.explained_variance_ratio_]
+        # with one model (N = 1) or identical models scikit-learn's ratios are 0/0 = NaN: the single
+        # component then explains 0 and the fit as a whole explains everything (total 1.0)
+        ratios = np.asarray(pca.explained_variance_ratio_, dtype=np.float64)
+        self.pca_explained = [float(v) if np.isfinite(v) else 0.0 for v in ratios]
+        self.pca_explained_total = float(sum(self.pca_explained)) if np.all(np.isfinite(ratios)) else 1.0
         self.client_rows = (((torch.from_numpy(weights) - self.pca_mean) @ self.pca_components.T) / self.pca_scale).numpy().astype(np.float32)
 
     def prepare(self) -> Prepared:
@@ -165,7 +171,7 @@ class DDQNSelector(Selector):
         up, down = sum(c.upload_bytes for c in costs), sum(c.download_bytes for c in costs)
         charged = lat if self.options.count_warmup else 0.0
         info = {"upload_bytes": up, "download_bytes": down, "latency_s": charged, "warmup_latency_s": lat,
-                "pca_components": self.n_components, "pca_explained_variance": float(sum(self.pca_explained))}
+                "pca_components": self.n_components, "pca_explained_variance": self.pca_explained_total}
         log.info("%s warm-up: %d clients, straggler %.2f s, PCA %d components explain %.3f of the variance",
                  self.name, self.settings.num_clients, lat, self.n_components, info["pca_explained_variance"])
         return Prepared(PhaseCost(charged, up, down), info)
@@ -196,7 +202,7 @@ class DDQNSelector(Selector):
         done = t == self.settings.rounds
         next_state = self.state_vector(t + 1, self.ctx.draw(t + 1), feedback.global_state)
         self.agent.remember(self.current_state, [o.client_id for o in outcomes], rewards, next_state, done)
-        loss = self.agent.learn()
+        loss = self.agent.learn(t)
         self.agent.end_round(t)
         fleet = self.ctx.fleet
         return {
@@ -215,7 +221,7 @@ class DDQNSelector(Selector):
             "client_rows": self.client_rows.copy(),
             "pca": None if not self.options.checkpoint_pca else {
                 "mean": self.pca_mean.clone(), "components": self.pca_components.clone(),
-                "scale": self.pca_scale, "explained": list(self.pca_explained)},
+                "scale": self.pca_scale, "explained": list(self.pca_explained), "explained_total": self.pca_explained_total},
         })
         return st
 
@@ -226,6 +232,7 @@ class DDQNSelector(Selector):
             p = state["pca"]
             self.pca_mean, self.pca_components = p["mean"].clone(), p["components"].clone()
             self.pca_scale, self.pca_explained = float(p["scale"]), list(p["explained"])
+            self.pca_explained_total = float(p.get("explained_total", sum(self.pca_explained)))
         super().load_state_dict(state)
         self.agent.load_state_dict(state["agent"])
         self.client_rows = np.array(state["client_rows"], dtype=np.float32, copy=True)
