@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.installed
 FLOWER  := $(VENV)/.installed-flower
 ARGS    ?=
 
-.PHONY: demo test install install-flower data bench clean
+.PHONY: demo test install install-flower data bench clean chromium
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -21,7 +21,15 @@ $(STAMP): $(BIN)/python requirements.txt pyproject.toml
 	$(BIN)/pip install -q --no-deps -e .
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) chromium
+
+# headless Chromium renders report.html in one test (skipped without it); installed where
+# apt-get is available and allowed, otherwise the install goes on without it.
+chromium:
+	-@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  (command -v apt-get >/dev/null 2>&1 && (apt-get install -y -q chromium >/dev/null 2>&1 || \
+	   (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1))) || \
+	  echo "note: chromium not installed (no apt-get or no permission); the report.html rendering test will be skipped"
 
 # The optional extra fedselect[flower] (Flower + Ray), needed by the Flower tests and
 # `--backend ray`. torch==2.13.0 is named again so the resolver can never swap it; the check
@@ -36,7 +44,7 @@ install-flower: $(FLOWER)
 demo: $(STAMP)
 	$(BIN)/fedselect compare $(ARGS)
 
-test: $(STAMP) $(FLOWER)
+test: $(STAMP) $(FLOWER) chromium
 	$(BIN)/python -m pytest $(ARGS)
 
 # Optional real data sets (not needed for the demo or the tests):

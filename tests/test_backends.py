@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from fedselect.backends import LocalBackend, RayBackend, RunSpec, make_backend, run_one
-from fedselect.config import parse_config
-from fedselect.runner import run_experiment
+from fedselect.experiment import run_experiment
+from fedselect.resolve import parse_experiment as parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -151,11 +151,11 @@ def test_ray_sweep_gives_the_local_table_and_files(tmp_path, ray_instance):
 
     on_ray = tmp_path / "ray"
     secretary, online = sc.methods[0], sc.methods[1]
-    finished = run_dir_for(on_ray, online, {"data.num_clients": 100, "clients_per_round": 10}, 0)
-    shutil.copytree(run_dir_for(local, online, {"data.num_clients": 100, "clients_per_round": 10}, 0), finished)
+    finished = run_dir_for(on_ray, online.label, {"data.num_clients": 100, "clients_per_round": 10}, 0)
+    shutil.copytree(run_dir_for(local, online.label, {"data.num_clients": 100, "clients_per_round": 10}, 0), finished)
     kept = (finished / "summary.json").read_bytes()
     point = {"data.num_clients": 100, "clients_per_round": 10, "method_options.r2": 2}
-    interrupted = run_dir_for(on_ray, secretary, point, 1)
+    interrupted = run_dir_for(on_ray, secretary.label, point, 1)
     run_experiment(sc.experiment(secretary, point, 1), interrupted, stop_after=1)
 
     res = _cli("sweep", str(cfg_file), "--backend", "ray", "--address", ray_instance, "--out", str(on_ray))

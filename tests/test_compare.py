@@ -133,7 +133,7 @@ def test_compare_config_errors(tiny_cfg_doc, tmp_path):
 def test_compare_checks_method_options_before_running(tiny_cfg_doc):
     bad = _doc(tiny_cfg_doc)
     bad["methods"][0]["method_options"] = {"warp": 9}
-    with pytest.raises(ConfigError, match="method 'FedAvg', method_options:\n  warp: unknown key"):
+    with pytest.raises(ConfigError, match="method 'FedAvg', seed 0:\n  method_options.warp: unknown key"):
         parse_compare(bad)
 
 

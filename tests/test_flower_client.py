@@ -35,32 +35,29 @@ def _cfg_doc(n: int) -> dict:
 
 
 def _expected(n: int, t: int = 1) -> dict[int, tuple]:
-    """Our simulator's FedAvg local update of every client from the initial global model:
-    k -> (digest of the trained state, train loss, latency, upload bytes)."""
+    """Our simulator's FedAvg local update of every client from the initial global model
+    (``Simulation.train``, the round loop's path): k -> (digest of the trained state, train
+    loss, latency, upload bytes, profile names)."""
     from flower_probe import arrays_digest
 
-    from fedselect.config import parse_config
-    from fedselect.federation import build_federation
-    from fedselect.runner import make_method
+    from fedselect.experiment import make_simulation
+    from fedselect.resolve import parse_experiment
 
-    cfg = parse_config(_cfg_doc(n))
-    fed = build_federation(cfg)
-    m = make_method(cfg, fed)
-    draws = fed.fleet.draw(t)
-    out = {}
-    for k in range(n):
-        u = m.local_update(t, k, draws)
-        out[k] = (arrays_digest(u.state), u.train_loss, u.latency_s, u.upload_bytes, fed.fleet.describe(k))
-    return out
+    sim = make_simulation(parse_experiment(_cfg_doc(n)))
+    fed = sim.fed
+    state = sim.algorithm.initial_state()
+    outcomes = sim.train(t, list(range(n)), state, fed.fleet.draw(t))
+    return {o.client_id: (arrays_digest(o.state), o.train_loss, o.latency_s, o.upload_bytes, fed.fleet.describe(o.client_id))
+            for o in outcomes}
 
 
 # ---------------------------------------------------------------------------- settings
 def test_node_settings_build_the_simulators_experiment(tmp_path):
-    from fedselect.config import parse_config
     from fedselect.flower.client_app import node_experiment
+    from fedselect.resolve import parse_experiment
 
     k, cfg = node_experiment(SETTINGS, {"partition-id": 2, "num-partitions": 8})
-    assert k == 2 and cfg.model_dump() == parse_config(_cfg_doc(8)).model_dump()
+    assert k == 2 and cfg.model_dump() == parse_experiment(_cfg_doc(8)).model_dump()
     # a YAML file on the node, overridden key by key; node config over run config
     f = tmp_path / "exp.yaml"
     f.write_text("seed: 7\ndata: {dataset: mnist-embedded, num_clients: 6}\nmodel: {name: mlp}\ntrain: {lr: 0.1}\n")
@@ -95,7 +92,7 @@ def test_train_reply_is_the_simulators_local_update():
     k, cfg = node_experiment(SETTINGS, {"partition-id": 2, "num-partitions": n})
     fed = federation_for(cfg)
     init = fed.new_model().state_dict()
-    rec = train_reply(fed, k, RecordDict({"arrays": ArrayRecord(init), "config": ConfigRecord({"server-round": t})}))
+    rec = train_reply(fed, cfg, k, RecordDict({"arrays": ArrayRecord(init), "config": ConfigRecord({"server-round": t})}))
     m = dict(rec["metrics"])
     assert tuple(m) == TRAIN_METRICS
     assert arrays_digest(rec["arrays"].to_torch_state_dict()) == exp[k][0]
@@ -125,7 +122,7 @@ def test_partial_layers_and_kept_state():
     personal = [n for n in init if n not in shared]
     state = RecordDict()
     conf = {"upload-keys": shared, "keep-state": True}
-    r1 = train_reply(fed, k, RecordDict({"arrays": ArrayRecord({n: init[n] for n in shared}),
+    r1 = train_reply(fed, cfg, k, RecordDict({"arrays": ArrayRecord({n: init[n] for n in shared}),
                                          "config": ConfigRecord({"server-round": 1, **conf})}), state)
     assert list(r1["arrays"].keys()) == shared
     m = dict(r1["metrics"])
@@ -135,7 +132,7 @@ def test_partial_layers_and_kept_state():
     assert all(not torch.equal(kept[n], init[n]) for n in personal)  # trained and kept on the node
     # round 2: new shared entries from the server, personal ones from the kept state
     new_shared = {n: init[n] + 0.01 for n in shared}
-    r2 = train_reply(fed, k, RecordDict({"arrays": ArrayRecord(new_shared), "config": ConfigRecord({"server-round": 2, **conf})}), state)
+    r2 = train_reply(fed, cfg, k, RecordDict({"arrays": ArrayRecord(new_shared), "config": ConfigRecord({"server-round": 2, **conf})}), state)
     # the same start trained in our simulator's way
     model = fed.new_model()
     model.load_state_dict({**kept, **new_shared})
@@ -147,11 +144,11 @@ def test_partial_layers_and_kept_state():
     got = r2["arrays"].to_torch_state_dict()
     assert all(torch.equal(got[n], model.state_dict()[n]) for n in shared)
     with pytest.raises(ValueError, match=r"upload-keys \['nope'\] are not entries"):
-        train_reply(fed, k, RecordDict({"arrays": ArrayRecord(init), "config": ConfigRecord({"server-round": 1, "upload-keys": ["nope"]})}))
+        train_reply(fed, cfg, k, RecordDict({"arrays": ArrayRecord(init), "config": ConfigRecord({"server-round": 1, "upload-keys": ["nope"]})}))
     with pytest.raises(ValueError, match="config needs 'server-round'"):
-        train_reply(fed, k, RecordDict({"arrays": ArrayRecord(init)}))
+        train_reply(fed, cfg, k, RecordDict({"arrays": ArrayRecord(init)}))
     with pytest.raises(ValueError, match="needs an ArrayRecord 'arrays'"):
-        train_reply(fed, k, RecordDict({"config": ConfigRecord({"server-round": 1})}))
+        train_reply(fed, cfg, k, RecordDict({"config": ConfigRecord({"server-round": 1})}))
 
 
 def test_evaluate_reply_is_the_budgeted_candidate_evaluation():
@@ -159,29 +156,26 @@ def test_evaluate_reply_is_the_budgeted_candidate_evaluation():
     the budgeted-online candidate evaluation of our simulator."""
     from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-    from fedselect.config import parse_config
-    from fedselect.federation import build_federation
-    from fedselect.flower.client_app import federation_for, node_experiment, evaluate_reply
-    from fedselect.runner import make_method
+    from fedselect.experiment import make_simulation
+    from fedselect.flower.client_app import evaluate_reply, federation_for, node_experiment
+    from fedselect.resolve import parse_experiment
 
-    n, k = 6, 4
-    cfg_sim = parse_config({**_cfg_doc(n), "method": "offline_best", "rounds": 1})
-    method = make_method(cfg_sim, build_federation(cfg_sim))
-    acc = method.candidate_accuracy(k)
-    _, _, loss = method._scores[k]
+    n, k, epochs = 6, 4, 2
+    sim = make_simulation(parse_experiment({**_cfg_doc(n), "method": "offline_best", "rounds": 1}))
+    acc, _, loss = sim.ctx.evaluate_candidate(k, epochs)
     kk, cfg = node_experiment(SETTINGS, {"partition-id": k, "num-partitions": n})
     fed = federation_for(cfg)
-    rec = evaluate_reply(fed, kk, RecordDict({"arrays": ArrayRecord(fed.new_model().state_dict()), "config": ConfigRecord(
-        {"train-epochs": method.eval_epochs, "eval-split": "test"})}))
+    rec = evaluate_reply(fed, cfg, kk, RecordDict({"arrays": ArrayRecord(fed.new_model().state_dict()), "config": ConfigRecord(
+        {"train-epochs": epochs, "eval-split": "test"})}))
     m = dict(rec["metrics"])
     assert (m["accuracy"], m["train-loss"], m["num-examples"]) == (acc, loss, len(fed.test_set))
     # no training: the given weights scored on the client's own training data
-    rec = evaluate_reply(fed, kk, RecordDict({"arrays": ArrayRecord(fed.new_model().state_dict())}))
+    rec = evaluate_reply(fed, cfg, kk, RecordDict({"arrays": ArrayRecord(fed.new_model().state_dict())}))
     m = dict(rec["metrics"])
     assert m["num-examples"] == fed.clients[k].num_samples and math.isnan(m["train-loss"]) and m["compute-s"] == 0.0
     assert 0.0 <= m["accuracy"] <= 1.0 and "arrays" not in rec
     with pytest.raises(ValueError, match=r"'eval-split' must be one of \['train', 'holdout', 'test'\]"):
-        evaluate_reply(fed, kk, RecordDict({"arrays": ArrayRecord(fed.new_model().state_dict()),
+        evaluate_reply(fed, cfg, kk, RecordDict({"arrays": ArrayRecord(fed.new_model().state_dict()),
                                             "config": ConfigRecord({"eval-split": "all"})}))
 
 

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from fedselect.config import ExperimentConfig, parse_config
+from fedselect.config import ExperimentConfig
+from fedselect.experiment import RoundEvent, existing_run_files, run_experiment
 from fedselect.federation import Federation, build_federation, federation_key
-from fedselect.runner import RoundEvent, existing_run_files, run_experiment
 
 __all__ = ["RunSpec", "RunCallbacks", "run_one", "is_finished", "federation_key", "LocalBackend", "RayBackend",
            "make_backend", "BACKENDS"]
@@ -120,7 +120,7 @@ def run_one(
 
     Raises:
         FileExistsError, ValueError, ConfigError, CheckpointError: see
-        :func:`fedselect.runner.run_experiment` (e.g. a checkpoint written with a different
+        :func:`fedselect.experiment.run_experiment` (e.g. a checkpoint written with a different
         config: the message names the keys that differ).
     """
     run_dir = Path(run_dir)
@@ -189,7 +189,9 @@ def _ray_run(cfg_doc: dict[str, Any], run_dir: str, resume: bool, threads: int, 
             f"the output directory {out_dir} is not visible on Ray node {host}: Ray tasks write their run directories "
             f"there directly, so on a cluster of several machines it must be on a filesystem every node mounts at the "
             f"same path (e.g. NFS)")
-    cfg = parse_config(cfg_doc, f"{run_dir}/config (Ray task)")
+    from fedselect.resolve import parse_experiment
+
+    cfg = parse_experiment(cfg_doc, f"{run_dir}/config (Ray task)")
     key = federation_key(cfg)
     if _WORKER_FED.get("key") != key:
         _WORKER_FED.clear()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -50,7 +49,7 @@ def iterate_minibatches(n: int, batch_size: int, generator: torch.Generator):
 
 def local_train(
     model: nn.Module, data: ArrayDataset, cfg: TrainConfig, generator: torch.Generator, epochs: int | None = None,
-    trainable: set[str] | None = None,
+    trainable: set[str] | None = None, stats: dict | None = None,
 ) -> float:
     """Train ``model`` in place on ``data`` for ``epochs`` (default ``cfg.epochs``) epochs.
 
@@ -59,6 +58,10 @@ def local_train(
         data: the client's training set, inputs ``(n, *input_shape)``.
         generator: seeded torch generator for the mini-batch order.
         trainable: optional names of parameters to update (the rest are frozen).
+        stats: optional dict that receives ``sum_sq_sample_loss`` (the sum over every sample of
+            every mini-batch of its squared cross-entropy, computed from the detached logits so
+            training is unchanged) and ``num_sample_losses`` (how many there were); Oort's
+            statistical utility (Lai et al. 2021) is built from them.
 
     Returns:
         Mean cross-entropy over all mini-batches seen (``nan`` when no batch was run).
@@ -66,6 +69,8 @@ def local_train(
     epochs = cfg.epochs if epochs is None else epochs
     n = len(data)
     if epochs <= 0 or n == 0:
+        if stats is not None:
+            stats["sum_sq_sample_loss"], stats["num_sample_losses"] = 0.0, 0
         return math.nan
     x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
     if trainable is not None:
@@ -75,20 +80,25 @@ def local_train(
     loss_fn = nn.CrossEntropyLoss()
     model.train()
     total, batches = 0.0, 0
+    sq_sum, sq_count = 0.0, 0
     for _ in range(epochs):
         for idx in iterate_minibatches(n, cfg.batch_size, generator):
             opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x[idx]), y[idx])
+            logits = model(x[idx])
+            loss = loss_fn(logits, y[idx])
             loss.backward()
             opt.step()
             total += float(loss.detach())
             batches += 1
+            if stats is not None:
+                with torch.no_grad():
+                    per = nn.functional.cross_entropy(logits.detach(), y[idx], reduction="none")
+                    sq_sum += float((per.double() ** 2).sum())
+                    sq_count += int(per.numel())
     if trainable is not None:
         for p in model.parameters():
             p.requires_grad_(True)
+    if stats is not None:
+        stats["sum_sq_sample_loss"], stats["num_sample_losses"] = sq_sum, sq_count
     return total / batches if batches else math.nan
 
-
-def num_features(data: ArrayDataset) -> int:
-    """Values per input sample (for |D_k| in bits, SPEC 0.3)."""
-    return int(np.prod(data.input_shape)) if data.input_shape else 1

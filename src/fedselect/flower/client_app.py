@@ -76,11 +76,12 @@ except ImportError as e:  # pragma: no cover - depends on the installation
 import torch
 
 import fedselect
-from fedselect.config import ConfigError, ExperimentConfig, apply_overrides, config_kind, parse_config, read_yaml_file
+from fedselect.config import ConfigError, ExperimentConfig, apply_overrides, config_kind, read_yaml_file
 from fedselect.federation import Federation, build_federation, federation_key
 from fedselect.fl.aggregate import state_bytes
 from fedselect.fl.evaluate import evaluate
 from fedselect.fl.train import TrainConfig, local_train
+from fedselect.resolve import parse_experiment
 from fedselect.system import compute_time, transmit_time
 
 __all__ = ["app", "make_client_app", "node_experiment", "federation_for", "client_profile", "train_reply", "evaluate_reply", "query_reply",
@@ -158,13 +159,13 @@ def node_experiment(run_config: dict[str, Any], node_config: dict[str, Any]) -> 
             raise ConfigError(f"node config: num-partitions = {n} but data.num_clients = {given}; they must agree "
                               f"(in the simulation engine num-partitions is the number of SuperNodes)")
         overrides["data.num_clients"] = n
-    if "clients_per_round" not in overrides and "clients_per_round" not in doc:
+    if not ({"clients_per_round", "participation"} & (set(overrides) | set(doc))):
         # not used by a client; keeps the default valid for small federations
         doc_data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
         n_clients = overrides.get("data.num_clients", doc_data.get("num_clients", 20))
         if isinstance(n_clients, int) and not isinstance(n_clients, bool) and n_clients >= 1:
             overrides["clients_per_round"] = min(ExperimentConfig.model_fields["clients_per_round"].default, n_clients)
-    cfg = parse_config(apply_overrides(doc, overrides), source)
+    cfg = parse_experiment(apply_overrides(doc, overrides), source)
     if not 0 <= k < cfg.data.num_clients:
         raise ConfigError(f"node config: partition-id {k} is not a client id 0..{cfg.data.num_clients - 1} "
                           f"(data.num_clients = {cfg.data.num_clients})")
@@ -202,6 +203,16 @@ def _train_config(cfg: ExperimentConfig) -> TrainConfig:
 
 
 # ----------------------------------------------------------------------------- records
+def _federation_hash(fed: Federation) -> str:
+    """sha256 of what the federation was built from (its data, model, system sections and seed;
+    the same JSON as :func:`fedselect.federation.federation_key`)."""
+    import json
+
+    ident = {"data": fed.data.model_dump(mode="json"), "model": fed.model.model_dump(mode="json"),
+             "system": fed.system.model_dump(mode="json"), "seed": fed.seed}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+
+
 def client_profile(fed: Federation, k: int, t: int | None = None) -> ConfigRecord:
     """What a node tells the server about itself (the ``profile`` record).
 
@@ -223,7 +234,7 @@ def client_profile(fed: Federation, k: int, t: int | None = None) -> ConfigRecor
         "device": fl.devices[k].name, "network": fl.networks[k].name, "cores": int(fl.cores[k]),
         "mean-mhz": float(fl.mean_mhz[k]), "std-mhz": float(fl.std_mhz[k]),
         "mean-mbps": float(fl.mean_mbps[k]), "std-mbps": float(fl.std_mbps[k]),
-        "federation": hashlib.sha256(federation_key(fed.cfg).encode()).hexdigest(), "fedselect-version": fedselect.__version__,
+        "federation": _federation_hash(fed), "fedselect-version": fedselect.__version__,
     }
     if t is not None:
         d = fl.draw(t)
@@ -262,7 +273,7 @@ def _start_model(fed: Federation, content: RecordDict, state: RecordDict | None,
     received = arrays.to_torch_state_dict()
     unknown = sorted(set(received) - set(start))
     if unknown:
-        raise ValueError(f"{what} message: arrays {unknown} are not entries of model {fed.cfg.model.name!r}; "
+        raise ValueError(f"{what} message: arrays {unknown} are not entries of model {fed.model.name!r}; "
                          f"its entries: {list(start)}")
     for name, value in received.items():
         if tuple(value.shape) != tuple(start[name].shape):
@@ -275,7 +286,7 @@ def _start_model(fed: Federation, content: RecordDict, state: RecordDict | None,
 def _costs(fed: Federation, k: int, t: int, epochs: int, state: dict[str, torch.Tensor], up_keys: list[str],
            down_keys: list[str]) -> dict[str, Any]:
     """Simulated costs of round ``t`` (the formula of ``Method.make_update``; FR-eq 3-5)."""
-    sysc, fl = fed.cfg.system, fed.fleet
+    sysc, fl = fed.system, fed.fleet
     d = fl.draw(t)
     up = state_bytes(state, up_keys)
     down = state_bytes(state, down_keys)
@@ -295,9 +306,10 @@ def query_reply(fed: Federation, k: int, content: RecordDict) -> RecordDict:
     return RecordDict({"profile": client_profile(fed, k, t)})
 
 
-def train_reply(fed: Federation, k: int, content: RecordDict, state: RecordDict | None = None) -> RecordDict:
-    """Train client ``k`` as asked by a ``train`` message; the reply's content (module
-    docstring). ``state`` is the node's ``Context.state`` (for ``keep-state``).
+def train_reply(fed: Federation, cfg: ExperimentConfig, k: int, content: RecordDict, state: RecordDict | None = None) -> RecordDict:
+    """Train client ``k`` of ``fed`` (built from ``cfg``, whose ``train`` section sets the local
+    training) as asked by a ``train`` message; the reply's content (module docstring).
+    ``state`` is the node's ``Context.state`` (for ``keep-state``).
 
     Raises:
         ValueError: missing/invalid records or config values (named), unknown array names.
@@ -305,10 +317,10 @@ def train_reply(fed: Federation, k: int, content: RecordDict, state: RecordDict 
     t0 = time.perf_counter()
     conf = _config(content, "train")
     t = _int(conf, "server-round", None, "train")
-    epochs = _int(conf, "local-epochs", fed.cfg.train.local_epochs, "train")
+    epochs = _int(conf, "local-epochs", cfg.train.local_epochs, "train")
     tag = str(conf.get("train-tag", "train"))
     model, down_keys = _start_model(fed, content, state, "train")
-    loss = local_train(model, fed.clients[k].train, _train_config(fed.cfg), fed.train_generator(t, k, tag), epochs=epochs)
+    loss = local_train(model, fed.clients[k].train, _train_config(cfg), fed.train_generator(t, k, tag), epochs=epochs)
     trained = {n: v.detach().clone() for n, v in model.state_dict().items()}
     up_keys = conf.get("upload-keys")
     if up_keys is None:
@@ -317,7 +329,7 @@ def train_reply(fed: Federation, k: int, content: RecordDict, state: RecordDict 
         raise ValueError(f"train message: config 'upload-keys' must be a list of model entry names, got {up_keys!r}")
     unknown = sorted(set(up_keys) - set(trained))
     if unknown:
-        raise ValueError(f"train message: upload-keys {unknown} are not entries of model {fed.cfg.model.name!r}; its entries: {list(trained)}")
+        raise ValueError(f"train message: upload-keys {unknown} are not entries of model {fed.model.name!r}; its entries: {list(trained)}")
     if conf.get("keep-state", False) and state is not None:
         state[STATE_KEY] = ArrayRecord({n: v.clone() for n, v in trained.items()})
     metrics = {"client-id": int(k), "server-round": t, "num-examples": fed.clients[k].num_samples,
@@ -327,7 +339,7 @@ def train_reply(fed: Federation, k: int, content: RecordDict, state: RecordDict 
                        "profile": client_profile(fed, k)})
 
 
-def evaluate_reply(fed: Federation, k: int, content: RecordDict, state: RecordDict | None = None) -> RecordDict:
+def evaluate_reply(fed: Federation, cfg: ExperimentConfig, k: int, content: RecordDict, state: RecordDict | None = None) -> RecordDict:
     """Evaluate (optionally after training) as asked by an ``evaluate`` message; the reply's
     content (module docstring).
 
@@ -344,7 +356,7 @@ def evaluate_reply(fed: Federation, k: int, content: RecordDict, state: RecordDi
         raise ValueError(f"evaluate message: config 'eval-split' must be one of {list(_EVAL_SPLITS)}, got {split!r}")
     model, down_keys = _start_model(fed, content, state, "evaluate")
     client = fed.clients[k]
-    loss = local_train(model, client.train, _train_config(fed.cfg), fed.train_generator(t, k, tag), epochs=epochs) if epochs else math.nan
+    loss = local_train(model, client.train, _train_config(cfg), fed.train_generator(t, k, tag), epochs=epochs) if epochs else math.nan
     data = {"train": client.train, "holdout": client.holdout, "test": fed.test_set}[split]
     m = evaluate(model, data)
     trained = {n: v.detach().clone() for n, v in model.state_dict().items()}
@@ -372,26 +384,26 @@ def make_client_app(settings: dict[str, Any] | None = None) -> ClientApp:
     base = dict(settings or {})
     client = ClientApp()
 
-    def node(context: Context) -> tuple[int, Federation]:
+    def node(context: Context) -> tuple[int, ExperimentConfig, Federation]:
         run_config = {**base, **dict(context.run_config)}
         _set_threads({**run_config, **dict(context.node_config)})
         k, cfg = node_experiment(run_config, context.node_config)
-        return k, federation_for(cfg)
+        return k, cfg, federation_for(cfg)
 
     @client.query()
     def query(msg: Message, context: Context) -> Message:
-        k, fed = node(context)
+        k, _, fed = node(context)
         return Message(query_reply(fed, k, msg.content), reply_to=msg)
 
     @client.train()
     def train(msg: Message, context: Context) -> Message:
-        k, fed = node(context)
-        return Message(train_reply(fed, k, msg.content, context.state), reply_to=msg)
+        k, cfg, fed = node(context)
+        return Message(train_reply(fed, cfg, k, msg.content, context.state), reply_to=msg)
 
     @client.evaluate()
     def evaluate_(msg: Message, context: Context) -> Message:
-        k, fed = node(context)
-        return Message(evaluate_reply(fed, k, msg.content, context.state), reply_to=msg)
+        k, cfg, fed = node(context)
+        return Message(evaluate_reply(fed, cfg, k, msg.content, context.state), reply_to=msg)
 
     return client
 
