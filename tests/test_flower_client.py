@@ -179,6 +179,36 @@ def test_evaluate_reply_is_the_budgeted_candidate_evaluation():
                                             "config": ConfigRecord({"eval-split": "all"})}))
 
 
+def test_oort_sample_losses_and_power_of_choice_probes():
+    """What Oort (per-sample losses of local training) and Power-of-Choice (the loss of the
+    global model on some of a client's samples) ask of the simulator, from the ClientApp."""
+    from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+
+    from fedselect.experiment import make_simulation
+    from fedselect.fl.clients import SequentialTrainer, TrainJob
+    from fedselect.flower.client_app import evaluate_reply, federation_for, node_experiment, train_reply
+    from fedselect.resolve import parse_experiment
+
+    n, k, t = 5, 3, 2
+    sim = make_simulation(parse_experiment(_cfg_doc(n)))
+    init = sim.ctx.initial_state()
+    r = SequentialTrainer(sim.fed.new_model, [c.train for c in sim.fed.clients], sim.resolved.train_cfg).train(
+        [TrainJob(k, init, 1, sim.fed.seed, f"train/{t}/{k}", True)])[0]
+    idx = [0, 2, 5, 7]
+    probe = sim.ctx.client_losses([init], [k], [idx])[0]
+    kk, cfg = node_experiment(SETTINGS, {"partition-id": k, "num-partitions": n})
+    fed = federation_for(cfg)
+    m = dict(train_reply(fed, cfg, kk, RecordDict({"arrays": ArrayRecord(init), "config": ConfigRecord(
+        {"server-round": t, "sample-losses": True})}))["metrics"])
+    assert (m["train-loss"], m["sum-sq-sample-loss"], m["num-sample-losses"]) == (r.loss, r.sum_sq_sample_loss, r.num_sample_losses)
+    assert m["num-sample-losses"] == fed.clients[k].num_samples  # one epoch: every sample once
+    e = dict(evaluate_reply(fed, cfg, kk, RecordDict({"arrays": ArrayRecord(init), "config": ConfigRecord(
+        {"sample-indices": idx})}))["metrics"])
+    assert (e["loss"], e["num-examples"]) == (probe, 4)
+    with pytest.raises(ValueError, match="sample-indices outside"):
+        evaluate_reply(fed, cfg, kk, RecordDict({"arrays": ArrayRecord(init), "config": ConfigRecord({"sample-indices": [10**6]})}))
+
+
 def _check_probe(res: dict, n: int) -> None:
     """What the probe ServerApp saw matches our simulator, client by client."""
     exp = _expected(n)

@@ -34,7 +34,8 @@ Messages (``message_type``; records by name)
 ``train``  in: ``arrays`` (ArrayRecord: the model entries the server sends, all or a subset),
     ``config`` (ConfigRecord): ``server-round`` (required: t, seeds the mini-batch order),
     ``local-epochs`` (default ``train.local_epochs``), ``upload-keys`` (entries to send back;
-    default all), ``train-tag`` (generator stream, default ``"train"``), ``keep-state``
+    default all), ``train-tag`` (generator stream, default ``"train"``), ``sample-losses``
+    (also report ``sum-sq-sample-loss`` and ``num-sample-losses``, Oort's statistical utility), ``keep-state``
     (keep the trained model on the node; entries the server does not send start from it next
     time: personalised layers). Entries not sent start from the kept state, else from the
     federation's common initial model.
@@ -44,7 +45,8 @@ Messages (``message_type``; records by name)
     ``train-epochs`` (default 0: evaluate the weights as given; E > 0 trains E epochs first,
     e.g. the budgeted-online candidate evaluation), ``train-tag`` (default ``"candidate"``),
     ``eval-split`` (``train`` (default), ``holdout`` or ``test``: the client's training data,
-    its held-out split, or the federation's test set), ``return-arrays`` (send the trained
+    its held-out split, or the federation's test set), ``sample-indices`` (only these of the
+    client's training samples: Power-of-Choice's probes), ``return-arrays`` (send the trained
     weights back; default false). out: ``metrics`` (:data:`EVALUATE_METRICS`), ``profile``,
     and ``arrays`` when asked.
 
@@ -320,7 +322,8 @@ def train_reply(fed: Federation, cfg: ExperimentConfig, k: int, content: RecordD
     epochs = _int(conf, "local-epochs", cfg.train.local_epochs, "train")
     tag = str(conf.get("train-tag", "train"))
     model, down_keys = _start_model(fed, content, state, "train")
-    loss = local_train(model, fed.clients[k].train, _train_config(cfg), fed.train_generator(t, k, tag), epochs=epochs)
+    stats: dict | None = {} if conf.get("sample-losses", False) else None
+    loss = local_train(model, fed.clients[k].train, _train_config(cfg), fed.train_generator(t, k, tag), epochs=epochs, stats=stats)
     trained = {n: v.detach().clone() for n, v in model.state_dict().items()}
     up_keys = conf.get("upload-keys")
     if up_keys is None:
@@ -334,6 +337,9 @@ def train_reply(fed: Federation, cfg: ExperimentConfig, k: int, content: RecordD
         state[STATE_KEY] = ArrayRecord({n: v.clone() for n, v in trained.items()})
     metrics = {"client-id": int(k), "server-round": t, "num-examples": fed.clients[k].num_samples,
                "train-loss": float(loss), "epochs": epochs, **_costs(fed, k, t, epochs, trained, list(up_keys), down_keys)}
+    if stats is not None:
+        metrics["sum-sq-sample-loss"] = float(stats.get("sum_sq_sample_loss", 0.0))
+        metrics["num-sample-losses"] = int(stats.get("num_sample_losses", 0))
     metrics["wall-s"] = time.perf_counter() - t0
     return RecordDict({"arrays": ArrayRecord({n: trained[n] for n in up_keys}), "metrics": MetricRecord(metrics),
                        "profile": client_profile(fed, k)})
@@ -358,6 +364,16 @@ def evaluate_reply(fed: Federation, cfg: ExperimentConfig, k: int, content: Reco
     client = fed.clients[k]
     loss = local_train(model, client.train, _train_config(cfg), fed.train_generator(t, k, tag), epochs=epochs) if epochs else math.nan
     data = {"train": client.train, "holdout": client.holdout, "test": fed.test_set}[split]
+    idx = conf.get("sample-indices")
+    if idx is not None:
+        if split != "train" or not isinstance(idx, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in idx):
+            raise ValueError("evaluate message: 'sample-indices' is a list of integer indices into the client's training data "
+                             f"(eval-split 'train'), got {idx!r} with eval-split {split!r}")
+        if idx and (min(idx) < 0 or max(idx) >= len(data)):
+            raise ValueError(f"evaluate message: sample-indices outside 0..{len(data) - 1} (client {k} has {len(data)} training samples)")
+        import numpy as np
+
+        data = data.subset(np.asarray(idx, dtype=np.int64))
     m = evaluate(model, data)
     trained = {n: v.detach().clone() for n, v in model.state_dict().items()}
     returned = list(trained) if conf.get("return-arrays", False) else []
