@@ -125,8 +125,11 @@ def _cli(*args, timeout=240):
 def ray_instance():
     """One local Ray instance (2 CPUs) shared by the tests below: in-process backends use it
     (and leave it running); other processes join it with --address. Yields its address."""
+    import warnings
+
     import ray
 
+    warnings.filterwarnings("ignore", message=".*accelerator visible devices", category=FutureWarning)
     ctx = ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         yield ctx.address_info["gcs_address"]
