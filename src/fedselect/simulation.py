@@ -23,7 +23,7 @@ from fedselect.federation import Federation
 from fedselect.fl.clients import SequentialTrainer, TrainJob
 from fedselect.fl.faults import FaultModel, Injection, corrupt_state, non_finite_entries
 from fedselect.fl.metrics import CORE_COLUMNS
-from fedselect.fl.services import SimulatedContext
+from fedselect.fl.services import FederationContext, SimulatedContext
 from fedselect.fl.types import ClientOutcome
 from fedselect.resolve import Resolved
 from fedselect.selectors.base import RoundView, Selection, Selector
@@ -88,14 +88,19 @@ class Simulation:
         self.algorithm: Algorithm = resolved.algorithm(AlgorithmContext(fed, resolved.train_cfg, resolved.settings),
                                                        resolved.algorithm_options)
         self.upload_keys = self.algorithm.upload_keys()
-        self.ctx = SimulatedContext(fed, resolved.settings, resolved.train_cfg, self.upload_keys, self.algorithm.download_keys(),
-                                    self.algorithm.payload_bytes())
+        self.ctx = self.make_context()
         self.selector: Selector = resolved.selector(self.ctx, resolved.selector_options)
         self.faults = make_fault_model(resolved, fed)
         self.trainer = trainer or SequentialTrainer(fed.new_model, [c.train for c in fed.clients], resolved.train_cfg)
         base = CORE_COLUMNS + [c for c in RELIABILITY_COLUMNS if c not in CORE_COLUMNS]
         extra = (PROBE_COLUMNS if self.selector.probes else []) + list(self.selector.extra_columns) + self.algorithm.columns()
         self.columns = base + [c for i, c in enumerate(extra) if c not in base and c not in extra[:i]]
+
+    def make_context(self) -> FederationContext:
+        """The selector's context: the simulator's (the Flower strategy's run returns one whose
+        client services are messages to the nodes)."""
+        return SimulatedContext(self.fed, self.settings, self.resolved.train_cfg, self.upload_keys, self.algorithm.download_keys(),
+                                self.algorithm.payload_bytes())
 
     @property
     def rounds(self) -> int:
@@ -225,7 +230,7 @@ def find_generators(obj: Any, prefix: str = "", depth: int = 5, _seen: set[int] 
     seen.add(id(obj))
     if isinstance(obj, (np.random.Generator, torch.Generator)):
         return {prefix or ".": obj}
-    if isinstance(obj, (torch.Tensor, np.ndarray, torch.nn.Module, Federation, SimulatedContext, str, bytes, int, float)) or obj is None:
+    if isinstance(obj, (torch.Tensor, np.ndarray, torch.nn.Module, Federation, FederationContext, str, bytes, int, float)) or obj is None:
         return out
     if isinstance(obj, dict):
         items = [(str(k) if isinstance(k, (str, int)) else f"#{i}", v) for i, (k, v) in enumerate(obj.items())]

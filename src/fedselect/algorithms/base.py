@@ -45,6 +45,15 @@ def clone_state(state: State) -> State:
     return {k: v.detach().clone() for k, v in state.items()}
 
 
+def client_evaluation(results: Sequence[dict[str, float]]) -> Evaluation:
+    """Per-client evaluation from each client's figures on its held-out split (client order):
+    the means over clients, the population std of the accuracies and every client's accuracy
+    (SPEC 2). Shared by the simulator and the Flower strategy (whose nodes evaluate)."""
+    acc = np.array([r["accuracy"] for r in results], dtype=np.float64)
+    return Evaluation(float(acc.mean()), float(np.mean([r["f1_macro"] for r in results])), float(np.mean([r["loss"] for r in results])),
+                      {"accuracy_std": float(acc.std()), "client_accuracy": [float(a) for a in acc]})
+
+
 @dataclass(frozen=True)
 class ServerState:
     """The server's side of an experiment, owned by the round loop.
@@ -225,9 +234,7 @@ class Algorithm:
         for k, client in enumerate(self.fed.clients):
             self.worker.load_state_dict(state_of(k))
             results.append(evaluate(self.worker, client.holdout))
-        acc = np.array([r["accuracy"] for r in results], dtype=np.float64)
-        return Evaluation(float(acc.mean()), float(np.mean([r["f1_macro"] for r in results])), float(np.mean([r["loss"] for r in results])),
-                          {"accuracy_std": float(acc.std()), "client_accuracy": [float(a) for a in acc]})
+        return client_evaluation(results)
 
     def finish(self, state: ServerState, totals: RunTotals, last: Evaluation) -> Finished:
         """Work after the last round; per-client evaluation reports the last figures."""

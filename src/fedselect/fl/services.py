@@ -1,9 +1,16 @@
-"""The simulator's side of the selector context (:class:`fedselect.selectors.base.SelectorContext`):
-the fleet, the cost model (SPEC 0.3; FR-eq 3, 4, 5) and the training / evaluation services a
-selector may call, backed by one federation.
+"""The selector context (:class:`fedselect.selectors.base.SelectorContext`) over one federation.
 
-The Flower integration implements the same protocol over real nodes, which is what lets one
-selector object drive either engine.
+* :class:`FederationContext` — what needs only the federation's description, whatever engine
+  trains the clients: the fleet and its per-round draws, the cost model (SPEC 0.3; FR-eq 3, 4,
+  5), the seeded initial model, scoring on the server's test set, the candidates' arrival order
+  and caches shared by the runs on one federation.
+* :class:`SimulatedContext` — the simulator's: adds the services that run on the clients' data
+  (the shared warm-up, training a client, budgeted-online candidate evaluation, the loss probes
+  of Power-of-Choice), computed in this process.
+
+The Flower strategy's context (:class:`fedselect.flower.strategy.FlowerContext`) is a
+:class:`FederationContext` whose client services are messages to the nodes, which is what lets
+one selector object drive either engine with the same cost model.
 """
 
 from __future__ import annotations
@@ -27,8 +34,8 @@ def clone(state: State) -> State:
     return {k: v.detach().clone() for k, v in state.items()}
 
 
-class SimulatedContext:
-    """Selector context of the simulator (see module docstring).
+class FederationContext:
+    """The engine-independent part of the selector context (module docstring).
 
     Args:
         fed: the federation (clients' data, test set, fleet).
@@ -92,6 +99,26 @@ class SimulatedContext:
         """A copy of the seeded initial model (the same for every component of the run)."""
         return clone(self._fed.new_model().state_dict())
 
+    def evaluate(self, state: State) -> Evaluation:
+        """``state`` on the server's test set (accuracy, macro-F1, loss)."""
+        self._worker.load_state_dict(state)
+        return Evaluation.from_dict(evaluate(self._worker, self._fed.test_set))
+
+    def arrival_order(self, seeded: list[int]) -> Sequence[int]:
+        """The order in which budgeted-online candidates arrive (BO Algorithm 1): here the seeded
+        random order ``seeded`` itself (an engine with real clients may return the order in which
+        they connect)."""
+        return seeded
+
+    def shared_cache(self, namespace: str) -> dict[Any, Any]:
+        """A dict shared by every run on this federation (e.g. memoised candidate scores)."""
+        return _SHARED.setdefault(self._fed, {}).setdefault(namespace, {})
+
+
+class SimulatedContext(FederationContext):
+    """Selector context of the simulator: the client services run in this process on the
+    federation's data (module docstring). Arguments: those of :class:`FederationContext`."""
+
     def warmup(self, epochs: int, tag: str) -> Iterator[WarmClient]:
         """Every client trains ``epochs`` epochs from the initial model in round 0, in client
         order, with the mini-batch streams ``<tag>/0/<k>``; yields
@@ -108,11 +135,6 @@ class SimulatedContext:
         self._worker.load_state_dict(start)
         loss = local_train(self._worker, self._fed.clients[k].train, self.train_cfg, self._fed.train_generator(t, k, tag=tag), epochs=epochs)
         return clone(self._worker.state_dict()), loss
-
-    def evaluate(self, state: State) -> Evaluation:
-        """``state`` on the server's test set (accuracy, macro-F1, loss)."""
-        self._worker.load_state_dict(state)
-        return Evaluation.from_dict(evaluate(self._worker, self._fed.test_set))
 
     def evaluate_candidate(self, k: int, epochs: int) -> tuple[float, float, float]:
         """Budgeted-online candidate evaluation (SPEC 3): the initial model trained ``epochs``
@@ -150,7 +172,3 @@ class SimulatedContext:
             self._worker.load_state_dict(st)
             out.append(float(predict(self._worker, data)[1]))
         return out
-
-    def shared_cache(self, namespace: str) -> dict[Any, Any]:
-        """A dict shared by every run on this federation (e.g. memoised candidate scores)."""
-        return _SHARED.setdefault(self._fed, {}).setdefault(namespace, {})

@@ -86,8 +86,8 @@ from fedselect.fl.train import TrainConfig, local_train
 from fedselect.resolve import parse_experiment
 from fedselect.system import compute_time, transmit_time
 
-__all__ = ["app", "make_client_app", "node_experiment", "federation_for", "client_profile", "train_reply", "evaluate_reply", "query_reply",
-           "TRAIN_METRICS", "EVALUATE_METRICS", "STATE_KEY", "CONFIG_FILE_KEY"]
+__all__ = ["app", "make_client_app", "node_experiment", "settings_document", "federation_for", "federation_hash", "client_profile",
+           "set_threads", "train_reply", "evaluate_reply", "query_reply", "TRAIN_METRICS", "EVALUATE_METRICS", "STATE_KEY", "CONFIG_FILE_KEY"]
 
 #: node/run config key holding the path of an experiment YAML
 CONFIG_FILE_KEY = "fedselect-config"
@@ -119,6 +119,30 @@ def _value(v: Any) -> Any:
     return v
 
 
+def settings_document(merged: dict[str, Any], what: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """The experiment described by flat Flower settings: the YAML of ``fedselect-config`` (or
+    nothing) and the dotted experiment keys that override it (other keys are left out).
+
+    Returns:
+        ``(doc, overrides, source)``: the YAML's mapping, ``{dotted key: value}`` (strings
+        starting with ``[`` or ``{`` read as YAML) and a description for error messages.
+
+    Raises:
+        ConfigError / FileNotFoundError: the file is missing, not YAML, or not an experiment.
+    """
+    doc: dict[str, Any] = {}
+    source = what
+    path = merged.get(CONFIG_FILE_KEY)
+    if path:
+        doc = read_yaml_file(Path(str(path)).expanduser()) or {}
+        if not isinstance(doc, dict) or config_kind(doc) != "experiment":
+            raise ConfigError(f"{CONFIG_FILE_KEY} = {path!r}: expected an experiment YAML (as for `fedselect run`), "
+                              f"got a {config_kind(doc) if isinstance(doc, dict) else type(doc).__name__} file")
+        source = f"{path} with the {what}"
+    overrides = {key: _value(v) for key, v in merged.items() if key.split(".")[0] in _SECTIONS}
+    return doc, overrides, source
+
+
 def node_experiment(run_config: dict[str, Any], node_config: dict[str, Any]) -> tuple[int, ExperimentConfig]:
     """The client id and experiment of a node from its run and node configs (module docstring).
 
@@ -141,16 +165,7 @@ def node_experiment(run_config: dict[str, Any], node_config: dict[str, Any]) -> 
     k = merged["partition-id"]
     if isinstance(k, bool) or not isinstance(k, int):
         raise ConfigError(f"node config: 'partition-id' must be an integer client id, got {k!r}")
-    doc: dict[str, Any] = {}
-    source = "node/run config"
-    path = merged.get(CONFIG_FILE_KEY)
-    if path:
-        doc = read_yaml_file(Path(str(path)).expanduser()) or {}
-        if not isinstance(doc, dict) or config_kind(doc) != "experiment":
-            raise ConfigError(f"{CONFIG_FILE_KEY} = {path!r}: expected an experiment YAML (as for `fedselect run`), "
-                              f"got a {config_kind(doc) if isinstance(doc, dict) else type(doc).__name__} file")
-        source = f"{path} with the node/run config"
-    overrides = {key: _value(v) for key, v in merged.items() if key.split(".")[0] in _SECTIONS}
+    doc, overrides, source = settings_document(merged, "node/run config")
     n = merged.get("num-partitions")
     if n is not None:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -190,7 +205,13 @@ def federation_for(cfg: ExperimentConfig) -> Federation:
     return fed
 
 
-def _set_threads(merged: dict[str, Any]) -> None:
+def set_threads(merged: dict[str, Any]) -> None:
+    """``torch-threads`` of the settings, if given, for this process (bit-identical results
+    need the same thread count as the run compared with).
+
+    Raises:
+        ConfigError: not an integer >= 1.
+    """
     n = merged.get("torch-threads")
     if n is not None:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -205,7 +226,7 @@ def _train_config(cfg: ExperimentConfig) -> TrainConfig:
 
 
 # ----------------------------------------------------------------------------- records
-def _federation_hash(fed: Federation) -> str:
+def federation_hash(fed: Federation) -> str:
     """sha256 of what the federation was built from (its data, model, system sections and seed;
     the same JSON as :func:`fedselect.federation.federation_key`)."""
     import json
@@ -236,7 +257,7 @@ def client_profile(fed: Federation, k: int, t: int | None = None) -> ConfigRecor
         "device": fl.devices[k].name, "network": fl.networks[k].name, "cores": int(fl.cores[k]),
         "mean-mhz": float(fl.mean_mhz[k]), "std-mhz": float(fl.std_mhz[k]),
         "mean-mbps": float(fl.mean_mbps[k]), "std-mbps": float(fl.std_mbps[k]),
-        "federation": _federation_hash(fed), "fedselect-version": fedselect.__version__,
+        "federation": federation_hash(fed), "fedselect-version": fedselect.__version__,
     }
     if t is not None:
         d = fl.draw(t)
@@ -402,7 +423,7 @@ def make_client_app(settings: dict[str, Any] | None = None) -> ClientApp:
 
     def node(context: Context) -> tuple[int, ExperimentConfig, Federation]:
         run_config = {**base, **dict(context.run_config)}
-        _set_threads({**run_config, **dict(context.node_config)})
+        set_threads({**run_config, **dict(context.node_config)})
         k, cfg = node_experiment(run_config, context.node_config)
         return k, cfg, federation_for(cfg)
 

@@ -89,7 +89,9 @@ class _LazyScores(Sequence):
     """Scores of ``ids`` in arrival order, evaluated on first access."""
 
     def __init__(self, selector: "OnlineSelection", ids: Sequence[int]):
-        self.selector, self.ids = selector, list(ids)
+        # kept as given: over Flower the arrival order is itself lazy (the i-th id is known once
+        # the i-th candidate has connected), so nothing is read before the rule asks for it
+        self.selector, self.ids = selector, ids
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -163,7 +165,9 @@ class OnlineSelection(Selector):
         for p, start in enumerate(starts):
             now = start - 1
             pool = [k for k in range(self.settings.num_clients) if self.arrive[k] <= now < self.leave[k]]
-            order = [pool[i] for i in order_rng.permutation(len(pool))]
+            # the seeded random order; an engine with real clients may give the order in which they
+            # connect instead (SelectorContext.arrival_order; the simulator keeps the seeded one)
+            order = self.ctx.arrival_order([pool[i] for i in order_rng.permutation(len(pool))])
             gaps = order_rng.exponential(1.0 / o.arrival_rate, size=len(order)) if o.arrival_rate else None
             run: dict[str, Any] = {"run": p, "start_round": start, "available": len(order), "arrival_order": order}
             if not order:
@@ -175,6 +179,8 @@ class OnlineSelection(Selector):
             sel = self.choose(scores, budget)
             contacted = order[: sel.evaluated]
             all_scores = [self.candidate_accuracy(k) for k in order]  # for the competitive ratio
+            order = list(order)
+            run["arrival_order"] = order
             draws = self.ctx.draw(now)
             for k in contacted:
                 c = self.ctx.client_cost(k, self.eval_epochs, draws)

@@ -16,7 +16,8 @@ Everything a selector may ask of the system goes through its :class:`SelectorCon
 fleet's profiles and per-round draws, the cost model, and a few services (train a client, score
 a model on the server's test set, the shared warm-up). The simulator implements it
 (:class:`fedselect.fl.services.SimulatedContext`); the Flower strategy implements it over real
-nodes, so the same selector object drives either engine.
+nodes (:class:`fedselect.flower.strategy.FlowerContext`), so the same selector object drives
+either engine.
 
 Adding a selector: one file in this package with a subclass of :class:`Selector` decorated by
 :func:`fedselect.selectors.register_selector` (docs/architecture.md).
@@ -198,6 +199,11 @@ class SelectorContext(Protocol):
 
     def shared_cache(self, namespace: str) -> dict:
         """A dict shared by every run on the same federation (memoised candidate scores)."""
+
+    def arrival_order(self, seeded: list[int]) -> Sequence[int]:
+        """The order in which budgeted-online candidates arrive: the simulator returns the seeded
+        random order ``seeded``; the Flower strategy may return the order in which the
+        candidates' nodes connect (a lazy sequence: item i is known once i candidates arrived)."""
 
 
 class Selector:
