@@ -227,12 +227,13 @@ def _train_config(cfg: ExperimentConfig) -> TrainConfig:
 
 # ----------------------------------------------------------------------------- records
 def federation_hash(fed: Federation) -> str:
-    """sha256 of what the federation was built from (its data, model, system sections and seed;
-    the same JSON as :func:`fedselect.federation.federation_key`)."""
+    """sha256 of what the federation was built from: its data, model and system sections and
+    seed (the JSON of :func:`fedselect.federation.federation_key`), without
+    ``system.round_deadline_s``, a setting of the server's rounds that nothing on a node depends on."""
     import json
 
-    ident = {"data": fed.data.model_dump(mode="json"), "model": fed.model.model_dump(mode="json"),
-             "system": fed.system.model_dump(mode="json"), "seed": fed.seed}
+    system = {k: v for k, v in fed.system.model_dump(mode="json").items() if k != "round_deadline_s"}
+    ident = {"data": fed.data.model_dump(mode="json"), "model": fed.model.model_dump(mode="json"), "system": system, "seed": fed.seed}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
 
 

@@ -54,9 +54,11 @@ def exchange(grid: Grid, messages: Iterable[Message], timeout: float, poll_s: fl
         raise ValueError(f"one message per node: node ids {sorted({d for d in dst if dst.count(d) > 1})} appear more than once")
     out = Exchange()
     t0 = time.perf_counter()
-    ids = list(grid.push_messages(msgs))
-    waiting = {mid: node for mid, node in zip(ids, dst) if mid}
-    unpushed = [node for mid, node in zip(ids, dst) if not mid]
+    # push_messages sets each message's id; the ids it returns are those stored (the in-memory
+    # grid of the simulation engine leaves the others out, the HTTP grid returns None for them)
+    stored = {mid for mid in grid.push_messages(msgs) if mid}
+    waiting = {m.metadata.message_id: node for m, node in zip(msgs, dst) if m.metadata.message_id in stored}
+    unpushed = [node for m, node in zip(msgs, dst) if m.metadata.message_id not in stored]
     deadline = time.monotonic() + timeout
     while waiting:
         for reply in grid.pull_messages(list(waiting)):
