@@ -33,6 +33,7 @@ run directory of ``fedselect run`` (docs/flower.md: how the results map to ``met
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -114,10 +115,21 @@ def make_server_app(settings: dict[str, Any] | None = None, run_dir: str | Path 
         kwargs = strategy_settings(rc)
         out = rc.get("run-dir") or run_dir or Path("fedselect-runs") / f"{cfg.name}-flower-{context.run_id}"
         strategy = FedselectStrategy(cfg, out, **kwargs)
-        log.info("fedselect ServerApp: run directory %s", Path(out).resolve())
-        if on_strategy is not None:
-            on_strategy(strategy)
-        strategy.start(grid)
+        # progress on the ServerApp's output (what `flwr run --stream` shows); run.log has it all
+        root = logging.getLogger("fedselect")
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("fedselect %(levelname)s: %(message)s"))
+        handler.setLevel(logging.INFO)
+        root.addHandler(handler)
+        if root.level == logging.NOTSET or root.level > logging.INFO:
+            root.setLevel(logging.INFO)
+        try:
+            log.info("fedselect ServerApp: run directory %s", Path(out).resolve())
+            if on_strategy is not None:
+                on_strategy(strategy)
+            strategy.start(grid)
+        finally:
+            root.removeHandler(handler)
 
     return server
 

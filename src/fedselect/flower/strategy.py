@@ -633,27 +633,29 @@ class FedselectStrategy(Strategy):
         Raises:
             ConfigError / RuntimeError: a node of another federation, or one whose query failed.
         """
-        self.grid = grid
-        self.ctx.nodes = NodeDirectory(grid, self.fed, self.options)
         from fedselect.selectors._online import OnlineSelection
 
+        t0 = time.perf_counter()
+        self.ctx.nodes = NodeDirectory(grid, self.fed, self.options)
         n = self.run.settings.num_clients
         if isinstance(self.selector, OnlineSelection) and self.options.arrival_mode == "nodes":
             self.nodes.poll(strict=True)
-            return sorted(set(range(n)) - set(self.nodes.node_of))
-        missing = self.nodes.wait(range(n), self.options.connect_timeout, strict=True)
-        if missing:
-            log.warning("clients %s have no node after %.0f s: they fail whenever chosen", missing, self.options.connect_timeout)
+            missing = sorted(set(range(n)) - set(self.nodes.node_of))
+        else:
+            missing = self.nodes.wait(range(n), self.options.connect_timeout, strict=True)
+            if missing:
+                log.warning("clients %s have no node after %.0f s: they fail whenever chosen", missing, self.options.connect_timeout)
+        self.grid = grid
+        self.timings.update(clients_without_node=missing, connect_s=time.perf_counter() - t0)
         return missing
 
     def prepare(self, grid: Grid) -> None:
-        """Before round 1: :meth:`connect`, the selector's preparation (warm-up, candidate
+        """Before round 1: :meth:`connect` (unless done), the selector's preparation (warm-up, candidate
         evaluation ...; with measured latency its wall time is the preparation's latency), the
         algorithm's, and the round-0 evaluation (the round-0 row of metrics.csv). Called by
         :meth:`start`, or by the first :meth:`configure_train` when Flower's own loop drives."""
-        t0 = time.perf_counter()
-        self.timings["clients_without_node"] = self.connect(grid)
-        self.timings["connect_s"] = time.perf_counter() - t0
+        if self.grid is None:
+            self.connect(grid)
         t0 = time.perf_counter()
         sent = self.ctx.messages
         prepared = self.selector.prepare()
@@ -946,6 +948,7 @@ class FedselectStrategy(Strategy):
         t_start = time.perf_counter()
         handler = None
         try:
+            self.connect(grid)  # nodes of another federation are refused before any file is written
             if self.run_dir is not None:
                 if self.overwrite:
                     for name in RUN_FILES:
