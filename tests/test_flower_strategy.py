@@ -353,3 +353,32 @@ def test_server_app_settings(tmp_path):
         strategy_settings({"reply-timeout": "10"})
     with pytest.raises(ConfigError, match="unknown method 'nope'"):
         server_experiment({"method": "nope"})
+
+
+def test_the_example_app(tmp_path, monkeypatch):
+    """examples/flower: its components are fedselect's apps, its run config and both
+    experiments are valid for the server and the nodes (which build the same federation), and
+    `fedselect-config` is found in the app's directory as Flower puts it on sys.path."""
+    import tomllib
+
+    from fedselect.flower.client_app import config_file, federation_for, federation_hash, node_experiment
+    from fedselect.flower.server_app import server_experiment, strategy_settings
+    from fedselect.flower.strategy import check_flower_experiment
+    from fedselect.resolve import resolve
+
+    app = Path(__file__).resolve().parents[1] / "examples" / "flower"
+    doc = tomllib.loads((app / "pyproject.toml").read_text())
+    assert doc["tool"]["flwr"]["app"]["components"] == {"serverapp": "fedselect.flower.server_app:app",
+                                                        "clientapp": "fedselect.flower.client_app:app"}
+    run_config = doc["tool"]["flwr"]["app"]["config"]
+    assert run_config["fedselect-config"] == "flashrl.yaml" and strategy_settings(run_config)["latency"] == "simulated"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(app))            # what Flower does when it loads the app
+    assert config_file("oort.yaml") == app / "oort.yaml" and config_file("nope.yaml") == Path("nope.yaml")
+    for name, method in (("flashrl.yaml", "flashrl"), ("oort.yaml", "oort")):
+        rc = {**run_config, "fedselect-config": name}
+        cfg = server_experiment(rc)
+        assert (cfg.method, cfg.data.num_clients, cfg.clients_per_round) == (method, 10, 3)
+        check_flower_experiment(resolve(cfg))
+        k, node_cfg = node_experiment(rc, {"partition-id": 9, "num-partitions": 10})
+        assert k == 9 and federation_hash(federation_for(node_cfg)) == federation_hash(federation_for(cfg))

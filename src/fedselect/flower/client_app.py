@@ -17,7 +17,9 @@ experiment comes from the run config:
 * ``partition-id`` (required): the client id ``k`` in ``0..N-1``.
 * ``num-partitions``: ``N`` (sets ``data.num_clients``; an explicit different
   ``data.num_clients`` is an error).
-* ``fedselect-config``: path of an experiment YAML (as for ``fedselect run``) on the node.
+* ``fedselect-config``: path of an experiment YAML (as for ``fedselect run``) on the node; a
+  relative path is looked up in the working directory, then in the Flower app's directory
+  (YAML files inside the app travel with it to every node).
 * any dotted experiment key, as in our YAML and ``--set``: ``seed``, ``data.dataset``,
   ``data.partition.scheme``, ``data.partition.alpha``, ``model.name``,
   ``model.options.hidden = "[64]"`` (a string starting with ``[`` or ``{`` is read as YAML:
@@ -64,6 +66,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import sys
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -119,6 +122,21 @@ def _value(v: Any) -> Any:
     return v
 
 
+def config_file(path: str) -> Path:
+    """Where ``fedselect-config = path`` is: an absolute path as is; a relative one in the working
+    directory, else in the Flower app's directory (Flower puts it on ``sys.path`` when it loads
+    the app; the FAB carries the app's YAML files to the SuperLink and to every SuperNode).
+    Returns the path as given when it is nowhere (the reader then names it)."""
+    p = Path(path).expanduser()
+    if p.is_absolute() or p.exists():
+        return p
+    for entry in sys.path:
+        d = Path(entry or ".")
+        if (d / "pyproject.toml").is_file() and (d / p).is_file():
+            return d / p
+    return p
+
+
 def settings_document(merged: dict[str, Any], what: str) -> tuple[dict[str, Any], dict[str, Any], str]:
     """The experiment described by flat Flower settings: the YAML of ``fedselect-config`` (or
     nothing) and the dotted experiment keys that override it (other keys are left out).
@@ -134,7 +152,7 @@ def settings_document(merged: dict[str, Any], what: str) -> tuple[dict[str, Any]
     source = what
     path = merged.get(CONFIG_FILE_KEY)
     if path:
-        doc = read_yaml_file(Path(str(path)).expanduser()) or {}
+        doc = read_yaml_file(config_file(str(path))) or {}
         if not isinstance(doc, dict) or config_kind(doc) != "experiment":
             raise ConfigError(f"{CONFIG_FILE_KEY} = {path!r}: expected an experiment YAML (as for `fedselect run`), "
                               f"got a {config_kind(doc) if isinstance(doc, dict) else type(doc).__name__} file")
