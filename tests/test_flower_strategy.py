@@ -382,3 +382,47 @@ def test_the_example_app(tmp_path, monkeypatch):
         check_flower_experiment(resolve(cfg))
         k, node_cfg = node_experiment(rc, {"partition-id": 9, "num-partitions": 10})
         assert k == 9 and federation_hash(federation_for(node_cfg)) == federation_hash(federation_for(cfg))
+
+
+def test_flowers_own_loop_drives_the_four_seams(tmp_path):
+    """Flower's Strategy.start (send_and_receive, then the four seams, each round) runs the
+    experiment too: the same rounds as FedselectStrategy.start, without a run directory."""
+    from flwr.app import ArrayRecord
+    from flwr.serverapp.strategy import Strategy
+    from flower_grid import LocalGrid
+
+    from fedselect.flower.client_app import make_client_app
+    from fedselect.flower.strategy import FedselectStrategy
+    from fedselect.resolve import parse_experiment
+
+    doc = experiment(n=6, u=2, rounds=3, method="oort")
+    ref, _ = flower(doc, tmp_path / "ref")
+    s = FedselectStrategy(parse_experiment(doc), poll_s=0.01)
+    result = Strategy.start(s, LocalGrid(make_client_app(NODE), 6, {}), ArrayRecord(s.state.model), num_rounds=3, timeout=60)
+    assert [r.selection.clients for r in s.results] == [r.selection.clients for r in ref.results]
+    assert [r.after for r in s.results] == [r.after for r in ref.results]
+    assert sorted(result.train_metrics_clientapp) == [1, 2, 3] and list(result.train_metrics_clientapp[2]["selected"]) == \
+        list(ref.results[1].selection.clients)
+
+
+def test_failed_probes_and_evaluations_score_nan(tmp_path):
+    """Power-of-Choice with FedPer, client 0's node failing every evaluate message: its probe
+    loss is NaN (never chosen over a finite one), its held-out accuracy NaN in client_accuracy
+    (the means are over the other clients), and the run goes on."""
+    import csv
+
+    from flower_grid import LocalGrid
+
+    from fedselect.flower.client_app import make_client_app
+
+    doc = experiment(n=6, u=2, rounds=3, selector={"name": "power_of_choice", "options": {"d": 6}},
+                     algorithm={"name": "fedper", "options": {"base_layers": 1}})
+    grid = LocalGrid(make_client_app(NODE), 6, {}, behaviour=lambda kind, k, t: "error" if (kind, k) == ("evaluate", 0) else None)
+    s, _ = flower(doc, tmp_path / "run", grid)
+    assert all(0 not in r.selection.clients and len(r.selection.clients) == 2 for r in s.results)
+    rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
+    for row in rows[1:]:
+        acc = [float(a) for a in row["client_accuracy"].split(";")]
+        assert math.isnan(acc[0]) and all(0 <= a <= 1 for a in acc[1:])
+        assert float(row["accuracy"]) == pytest.approx(float(np.mean(acc[1:])), abs=1e-6)  # the column rounds to 6 digits
+    assert len(rows) == 4 and s.summary_json["complete"]

@@ -21,7 +21,8 @@ like the ClientApp's so that the server and the nodes build the same experiment:
 * ``overwrite``: replace the run files of a run already in ``run-dir`` (default false).
 * ``latency``: ``simulated`` (default) or ``measured``; ``arrival-order``: ``seeded`` or
   ``nodes`` (default: ``seeded`` with simulated latency, ``nodes`` with measured);
-  ``reply-timeout`` (s, default 600), ``connect-timeout`` (s, default 300)
+  ``reply-timeout`` (s, default 600), ``connect-timeout`` (s, default 300), ``poll-interval``
+  (s between two polls of the SuperLink for replies, default 0.1)
   (:class:`fedselect.flower.strategy.FlowerOptions`).
 * ``torch-threads``: torch CPU threads of the ServerApp process (the server aggregates and
   scores the model: use the nodes' value for bit-identical results).
@@ -52,7 +53,7 @@ log = logging.getLogger("fedselect.flower")
 #: run-config keys of the ServerApp (beside the experiment's dotted keys) and their types
 SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "run-dir": str, "overwrite": bool, "latency": str, "arrival-order": str, "reply-timeout": (int, float),
-    "connect-timeout": (int, float), "torch-threads": int,
+    "connect-timeout": (int, float), "poll-interval": (int, float), "torch-threads": int,
 }
 
 
@@ -81,7 +82,7 @@ def strategy_settings(run_config: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"run config: 'latency' must be one of {list(LATENCY_MODES)}, got {rc['latency']!r}")
     if rc.get("arrival-order") is not None and rc["arrival-order"] not in ARRIVAL_MODES:
         raise ConfigError(f"run config: 'arrival-order' must be one of {list(ARRIVAL_MODES)}, got {rc['arrival-order']!r}")
-    for key in ("reply-timeout", "connect-timeout"):
+    for key in ("reply-timeout", "connect-timeout", "poll-interval"):
         if key in rc and not rc[key] > 0:
             raise ConfigError(f"run config: '{key}' must be > 0 seconds, got {rc[key]!r}")
     out: dict[str, Any] = {"latency": rc.get("latency", "simulated"), "arrival": rc.get("arrival-order"),
@@ -90,6 +91,8 @@ def strategy_settings(run_config: dict[str, Any]) -> dict[str, Any]:
         out["reply_timeout"] = float(rc["reply-timeout"])
     if "connect-timeout" in rc:
         out["connect_timeout"] = float(rc["connect-timeout"])
+    if "poll-interval" in rc:
+        out["poll_s"] = float(rc["poll-interval"])
     return out
 
 

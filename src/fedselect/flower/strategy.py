@@ -185,6 +185,18 @@ def _error_kind(reply: Message) -> str:
     return "dropout" if reply.error.code in DROPOUT_CODES else "error"
 
 
+def _metrics(reply: Message | None, *keys: str) -> list[float] | None:
+    """``keys`` of a reply's ``metrics`` record as floats, or None when the reply is missing, an
+    error, or lacks them (a malformed reply is a failure, never a crash)."""
+    if reply is None or reply.has_error():
+        return None
+    try:
+        m = reply.content["metrics"]
+        return [float(m[k]) for k in keys]
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def _subset(state: State, keys: Sequence[str] | None) -> dict[str, torch.Tensor]:
     return dict(state) if keys is None else {n: state[n] for n in keys}
 
@@ -384,7 +396,12 @@ class FlowerContext(FederationContext):
 
     @staticmethod
     def _failure(k: int, what: str, reply: Message | None) -> str:
-        why = "no reply" if reply is None else f"error code {reply.error.code}: {reply.error.reason}"
+        if reply is None:
+            why = "no reply"
+        elif reply.has_error():
+            why = f"error code {reply.error.code}: {reply.error.reason}"
+        else:
+            why = "its reply lacks the expected records"
         return f"client {k}: {what} failed ({why})"
 
     # ---------------------------------------------------------------- client services
@@ -404,11 +421,12 @@ class FlowerContext(FederationContext):
         out: dict[int, tuple[State, float] | None] = {k: None for k in ids}
         for node, reply in ex.replies.items():
             k = node_client[node]
-            if reply.has_error() or "arrays" not in reply.content:
-                log.warning(self._failure(k, f"training ({tag}, round {t})", reply if reply.has_error() else None))
+            loss = _metrics(reply, "train-loss")
+            if loss is None or not isinstance(reply.content.get("arrays"), ArrayRecord):
+                log.warning(self._failure(k, f"training ({tag}, round {t})", reply))
                 continue
             state = {**clone(start), **reply.content["arrays"].to_torch_state_dict()}
-            out[k] = (state, float(reply.content["metrics"]["train-loss"]))
+            out[k] = (state, loss[0])
         for k in ids:
             if out[k] is None and nodes.node(k) is None:
                 log.warning("client %d: training (%s, round %d) impossible, its node is not connected", k, tag, t)
@@ -454,12 +472,12 @@ class FlowerContext(FederationContext):
             msg = self._message(node, MessageType.EVALUATE, self.initial_state(),
                                 {"server-round": 0, "train-epochs": int(epochs), "train-tag": "candidate", "eval-split": "test"})
             reply = self._exchange([msg]).replies.get(node)
-        if reply is None or reply.has_error():
+        got = _metrics(reply, "accuracy", "loss", "train-loss")
+        if got is None:
             log.warning(self._failure(k, "candidate evaluation", reply))
             self._failed[key] = (math.nan, math.nan, math.nan)
             return self._failed[key]
-        m = reply.content["metrics"]
-        cache[k] = (float(m["accuracy"]), float(m["loss"]), float(m["train-loss"]))
+        cache[k] = tuple(got)
         return cache[k]
 
     def client_losses(self, states: Sequence[State], ids: Sequence[int], samples: Sequence[Sequence[int]] | None = None) -> list[float]:
@@ -492,10 +510,11 @@ class FlowerContext(FederationContext):
         self.last_probe_s = ex.seconds
         for node, i in node_client.items():
             reply = ex.replies.get(node)
-            if reply is None or reply.has_error():
+            got = _metrics(reply, "loss")
+            if got is None:
                 log.warning(self._failure(int(ids[i]), "probe", reply))
                 continue
-            out[i] = float(reply.content["metrics"]["loss"])
+            out[i] = got[0]
         return out
 
     def arrival_order(self, seeded: list[int]) -> Sequence[int]:
@@ -680,12 +699,12 @@ class FedselectStrategy(Strategy):
         by_client: dict[int, dict[str, float]] = {}
         for r in replies:
             k = self.nodes.client_of.get(r.metadata.src_node_id)
-            if k is None or r.has_error():
+            got = _metrics(r, "accuracy", "f1-macro", "loss")
+            if k is None or got is None:
                 if k is not None:
                     log.warning(FlowerContext._failure(k, f"evaluation after round {t}", r))
                 continue
-            m = r.content["metrics"]
-            by_client[k] = {"accuracy": float(m["accuracy"]), "f1_macro": float(m["f1-macro"]), "loss": float(m["loss"])}
+            by_client[k] = {"accuracy": got[0], "f1_macro": got[1], "loss": got[2]}
         n = self.run.settings.num_clients
         if len(by_client) == n:
             return client_evaluation([by_client[k] for k in range(n)])
