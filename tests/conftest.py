@@ -31,3 +31,16 @@ def tiny_experiment(method: str | None = "fedavg", seed: int = 4, **over):
     }
     doc.update(over)
     return parse_experiment(doc)
+
+
+def with_keys(base: dict, **kv) -> dict:
+    """A deep copy of ``base`` with dotted keys replaced (``a__b=1`` sets ``base["a"]["b"]``)."""
+    import copy
+
+    d = copy.deepcopy(base)
+    for key, value in kv.items():
+        node, parts = d, key.split("__")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
+    return d
