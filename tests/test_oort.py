@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import tiny_experiment
 import torch
 from torch import nn
 
@@ -194,14 +195,7 @@ def test_options_are_validated():
 
 # ---------------------------------------------------------------- real runs on the embedded MNIST
 def tiny(method="oort", **over):
-    doc = {
-        "name": "tiny", "seed": 4, "method": method, "rounds": 4, "clients_per_round": 3, "checkpoint_every": 1,
-        "data": {"dataset": "mnist-embedded", "num_clients": 8, "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10}},
-        "model": {"name": "mlp", "options": {"hidden": [16]}},
-        "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
-    }
-    doc.update(over)
-    return parse_experiment(doc)
+    return tiny_experiment(method, seed=4, **over)
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ token) and output files created with the user's umask, not the temp file's priva
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
@@ -11,6 +10,7 @@ import stat
 
 import numpy as np
 import pytest
+from conftest import with_keys
 
 from fedselect.compare import parse_compare, run_comparison
 from fedselect.resolve import parse_experiment as parse_config
@@ -36,14 +36,9 @@ BASE = {
 FLASH = {"rl_batch_size": 1, "pca_components": 5, "hidden": 16, "warmup_epochs": 1}
 
 
-def doc(**kv):
-    d = copy.deepcopy(BASE)
-    for key, value in kv.items():
-        node, parts = d, key.split("__")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = value
-    return d
+def doc(**kv) -> dict:
+    """BASE with dotted keys (``a__b=1`` sets a.b) replaced."""
+    return with_keys(BASE, **kv)
 
 
 def test_json_safe_replaces_every_non_finite_float():

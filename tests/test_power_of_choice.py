@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import tiny_experiment
 import torch
 
 from fedselect.config import ConfigError
@@ -159,14 +160,7 @@ def test_options_and_check():
 
 # ---------------------------------------------------------------- real runs on the embedded MNIST
 def tiny(**over):
-    doc = {
-        "name": "tiny", "seed": 2, "method": "power_of_choice", "rounds": 4, "clients_per_round": 3, "checkpoint_every": 1,
-        "data": {"dataset": "mnist-embedded", "num_clients": 8, "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10}},
-        "model": {"name": "mlp", "options": {"hidden": [16]}},
-        "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
-    }
-    doc.update(over)
-    return parse_experiment(doc)
+    return tiny_experiment(over.pop("method", "power_of_choice"), seed=2, **over)
 
 
 @pytest.fixture(scope="module")

@@ -3,10 +3,10 @@ allowed, before anything is written, and no run already on disk is damaged."""
 
 from __future__ import annotations
 
-import copy
 import os
 
 import pytest
+from conftest import with_keys
 import yaml
 from typer.testing import CliRunner
 
@@ -25,13 +25,7 @@ BASE = {
 
 def with_(**kv) -> dict:
     """BASE with dotted keys (``a__b=1`` sets a.b) replaced."""
-    d = copy.deepcopy(BASE)
-    for key, value in kv.items():
-        node, parts = d, key.split("__")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = value
-    return d
+    return with_keys(BASE, **kv)
 
 
 # (bad input, expected message fragment): config errors caught by parse_config
