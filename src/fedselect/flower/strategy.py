@@ -181,10 +181,6 @@ def check_flower_experiment(r: Resolved) -> None:
 
 
 # ============================================================================ nodes
-def _error_kind(reply: Message) -> str:
-    return "dropout" if reply.error.code in DROPOUT_CODES else "error"
-
-
 def _metrics(reply: Message | None, *keys: str) -> list[float] | None:
     """``keys`` of a reply's ``metrics`` record as floats, or None when the reply is missing, an
     error, or lacks them (a malformed reply is a failure, never a crash)."""
