@@ -1,13 +1,14 @@
 # fedselect: two commands matter.
 #   make demo   install (once) and run the default experiment on the embedded real data
-#   make test   install (once) and run the test suite
+#   make test   install (once, with the Flower/Ray extra) and run the test suite
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
+FLOWER  := $(VENV)/.installed-flower
 ARGS    ?=
 
-.PHONY: demo test install data bench clean
+.PHONY: demo test install install-flower data bench clean chromium
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -20,12 +21,30 @@ $(STAMP): $(BIN)/python requirements.txt pyproject.toml
 	$(BIN)/pip install -q --no-deps -e .
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) chromium
+
+# headless Chromium renders report.html in one test (skipped without it); installed where
+# apt-get is available and allowed, otherwise the install goes on without it.
+chromium:
+	-@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  (command -v apt-get >/dev/null 2>&1 && (apt-get install -y -q chromium >/dev/null 2>&1 || \
+	   (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1))) || \
+	  echo "note: chromium not installed (no apt-get or no permission); the report.html rendering test will be skipped"
+
+# The optional extra fedselect[flower] (Flower + Ray), needed by the Flower tests and
+# `--backend ray`. torch==2.13.0 is named again so the resolver can never swap it; the check
+# after the install fails loudly if anything replaced it anyway.
+$(FLOWER): $(STAMP) requirements-flower.txt
+	$(BIN)/pip install -q torch==2.13.0 -r requirements.txt -r requirements-flower.txt
+	$(BIN)/python -c "import sys, torch; v = torch.__version__; sys.exit(0 if v.startswith('2.13.0') else 'torch was replaced: ' + v)"
+	touch $(FLOWER)
+
+install-flower: $(FLOWER)
 
 demo: $(STAMP)
 	$(BIN)/fedselect compare $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) $(FLOWER) chromium
 	$(BIN)/python -m pytest $(ARGS)
 
 # Optional real data sets (not needed for the demo or the tests):

@@ -27,7 +27,6 @@ rounds 1..T, the warm-up latency, rounds to the target, wall time) on stdout and
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -44,7 +43,7 @@ from flashrl_exploration_bound import oracle_round  # noqa: E402
 
 from fedselect.config import load_config  # noqa: E402
 from fedselect.federation import build_federation  # noqa: E402
-from fedselect.fl.metrics import read_csv_rows  # noqa: E402
+from fedselect.fl.metrics import dumps_json, read_csv_rows  # noqa: E402
 from fedselect.methods import METHODS, import_methods, register_method  # noqa: E402
 from fedselect.methods.ddqn import linear_epsilon  # noqa: E402
 from fedselect.methods.fedavg import FedAvg  # noqa: E402
@@ -241,4 +240,4 @@ if __name__ == "__main__":
     print(f"total wall time {res['total_wall_s']:.0f} s")
     path = a.json or a.out / f"{a.mode}-results.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(res, indent=2, default=str))
+    path.write_text(dumps_json(res, indent=2, default=str))  # strict JSON: non-finite numbers as null

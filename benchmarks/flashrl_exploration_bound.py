@@ -17,10 +17,10 @@ No learning happens; it takes a few seconds:
 from __future__ import annotations
 
 import argparse
-import json
 
 import numpy as np
 
+from fedselect.fl.metrics import dumps_json
 from fedselect.methods.ddqn import linear_epsilon
 from fedselect.seeding import np_rng
 from fedselect.system import Fleet, compute_time, data_bits, transmit_time
@@ -109,8 +109,8 @@ def main() -> None:
     for name, vals in results.items():
         print(f"  oracle, {name:36s}: at most {100 * np.mean(vals):5.1f}% lower (per seed {np.round(100 * np.array(vals), 1).tolist()})")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"fedavg_e2e_s": fedavg_e2e, "max_reduction": results, "args": vars(args)}, f, indent=2)
+        with open(args.json, "w") as f:  # strict JSON: non-finite numbers as null
+            f.write(dumps_json({"fedavg_e2e_s": fedavg_e2e, "max_reduction": results, "args": vars(args)}, indent=2, default=str))
 
 
 if __name__ == "__main__":

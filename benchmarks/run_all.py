@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import sys
 import time
 from pathlib import Path
+
+from fedselect.fl.metrics import dumps_json
 
 HERE = Path(__file__).resolve().parent
 
@@ -38,8 +39,9 @@ def main() -> int:
         print(f"== {path.stem}", flush=True)
         res = mod.main(quick=args.quick)
         res["bench_wall_s"] = time.perf_counter() - t0
-        (out / f"{path.stem}.json").write_text(json.dumps(res, indent=2, default=str))
-        print(json.dumps(res, indent=2, default=str), flush=True)
+        text = dumps_json(res, indent=2, default=str)  # strict JSON: non-finite numbers as null
+        (out / f"{path.stem}.json").write_text(text)
+        print(text, flush=True)
     return 0
 
 

@@ -4,11 +4,13 @@
 import numpy as np
 import pytest
 
-from fedselect.config import ConfigError, parse_config
+from fedselect.config import ConfigError
+from fedselect.experiment import make_simulation
+from fedselect.resolve import parse_experiment as parse_config
 from fedselect.federation import build_federation
 from fedselect.fl.metrics import read_csv_rows
-from fedselect.methods.secretary import alpha_star, offline_best_rule, secretary_rule
-from fedselect.runner import resume_experiment, run_experiment
+from fedselect.kernels.secretary import alpha_star, offline_best_rule, secretary_rule
+from fedselect.experiment import resume_experiment, run_experiment
 
 METHODS = ("budgeted_online", "online_random", "offline_best")
 
@@ -78,9 +80,8 @@ def test_rounds_use_the_accepted_clients(shared):
 def test_arrival_order_replays_with_the_pure_rules(tmp_path):
     cfg = parse_config(doc(rounds=1))
     fed = build_federation(cfg)
-    from fedselect.runner import make_method
-
-    m = make_method(cfg, fed)
+    m = make_simulation(cfg, fed).selector
+    assert m.name == "secretary"
     m.prepare()
     run = m.runs[0]
     order = run["arrival_order"]
@@ -89,7 +90,7 @@ def test_arrival_order_replays_with_the_pure_rules(tmp_path):
     sel = secretary_rule(scores, 3, 2)
     assert run["accepted_clients"] == [order[i] for i in sel.accepted]
     assert run["candidates_evaluated"] == sel.evaluated
-    ob = make_method(parse_config(doc(rounds=1, method="offline_best")), fed)
+    ob = make_simulation(parse_config(doc(rounds=1, method="offline_best")), fed).selector
     ob.prepare()
     assert ob.runs[0]["arrival_order"] == order
     assert ob.runs[0]["accepted_clients"] == [order[i] for i in offline_best_rule(scores, 3).accepted]
@@ -122,12 +123,9 @@ def test_stream_reruns_follow_availability(tmp_path):
         assert int(r["selection_run"]) == run["run"]
 
 
-def test_bad_options_are_reported():
-    with pytest.raises(ConfigError, match="r1"):
-        from fedselect.runner import make_method
-
-        cfg = parse_config(doc(method_options={"r1": 3, "r2": 2}))
-        make_method(cfg, build_federation(cfg))
+def test_bad_options_are_reported_before_any_data_is_loaded():
+    with pytest.raises(ConfigError, match=r"method_options: need r1 <= r2, got r1=3, r2=2"):
+        parse_config(doc(method_options={"r1": 3, "r2": 2}))
 
 
 def test_sweep_grid_table_and_continuation(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedselect.methods.similarity import (
+from fedselect.kernels.similarity import (
     ClusterCountWarning,
     edge_weights,
     layer_groups,
@@ -137,7 +137,7 @@ def test_louvain_k_greater_than_n_raises():
 
 # ---------------------------------------------------------------- partial aggregation (CE-eq 6, 7)
 from fedselect.fl import partial_average, state_bytes  # noqa: E402
-from fedselect.methods.fedper import apply_base, base_layer_names  # noqa: E402
+from fedselect.algorithms.fedper import base_layer_names  # noqa: E402
 
 
 class _Tiny(nn.Module):
@@ -185,8 +185,8 @@ def test_partial_aggregation_only_touches_base_layers():
     base = base_layer_names(models[0])
     agg = partial_average([m.state_dict() for m in models], [1.0, 3.0], base)
     assert sorted(agg) == sorted(base)  # personalised entries never leave the clients
-    for m in models:
-        apply_base(m, agg)
+    for m in models:  # CE-eq 7: every participant takes the average for its base entries
+        m.load_state_dict(agg, strict=False)
     for m, old in zip(models, before):
         s = m.state_dict()
         for name in base:  # a = (1/4, 3/4)
@@ -203,7 +203,7 @@ def test_payload_sizes_of_tiny_model():
 
 # ---------------------------------------------------------------- communication (SPEC 2 item 7)
 def test_communication_parts_tiny_model_by_hand():
-    from fedselect.methods.cefl import cefl_communication, fedper_communication, regular_fl_communication
+    from fedselect.algorithms.cefl import cefl_communication, fedper_communication, regular_fl_communication
 
     m = _Tiny()
     full, base = state_bytes(m.state_dict()), state_bytes(m.state_dict(), base_layer_names(m))
@@ -221,11 +221,13 @@ def test_communication_parts_tiny_model_by_hand():
 
 
 # ---------------------------------------------------------------- the methods on the core loop
-from fedselect.config import parse_config  # noqa: E402
+from fedselect.algorithms.cefl import fine_tune  # noqa: E402
+from fedselect.config import ConfigError  # noqa: E402
 from fedselect.data.datasets import ArrayDataset, register_dataset  # noqa: E402
+from fedselect.experiment import make_simulation, run_experiment  # noqa: E402
 from fedselect.federation import build_federation  # noqa: E402
-from fedselect.methods.cefl import fine_tune  # noqa: E402
-from fedselect.runner import make_method, run_experiment  # noqa: E402
+from fedselect.resolve import parse_experiment  # noqa: E402
+from fedselect.selectors.base import RoundView  # noqa: E402
 
 
 @register_dataset("cefl-test-synthetic")
@@ -247,7 +249,7 @@ def _synthetic_two_populations(seed=0, **_):
 
 
 def _cfg(method, rounds=2, **opts):
-    return parse_config({
+    return parse_experiment({
         "name": "t", "method": method, "rounds": rounds, "clients_per_round": 2, "seed": 1,
         "data": {"dataset": "cefl-test-synthetic", "num_clients": 8, "partition": {"scheme": "volunteer"},
                  "holdout_fraction": 0.25},
@@ -268,38 +270,49 @@ FULL, BASE = 276 * 4, 208 * 4
 
 
 def test_fedper_round_shares_base_keeps_heads(fed):
-    m = make_method(_cfg("fedper", base_layers=1), fed)
+    sim = make_simulation(_cfg("fedper", base_layers=1), fed)
+    alg = sim.algorithm
+    state = alg.initial_state()
     draws = fed.fleet.draw(1)
-    assert m.select(1, draws) == list(range(8))
-    ups = [m.local_update(1, k, draws) for k in range(8)]
+    sel = sim.selector.select(RoundView(1, draws))
+    assert list(sel.clients) == list(range(8))
+    ups = sim.train(1, sel.clients, state, draws)
     assert all(u.upload_bytes == u.download_bytes == BASE for u in ups)
-    m.aggregate(1, ups)
-    s0 = m.client_states[0]
+    init_head = state.clients[1]["net.3.weight"].clone()
+    new = alg.aggregate(1, state, ups)
+    s0 = new.clients[0]
     for k, u in enumerate(ups):
-        s = m.client_states[k]
+        s = new.clients[k]
         assert torch.equal(s["net.1.weight"], s0["net.1.weight"])  # one shared base
         assert torch.equal(s["net.3.weight"], u.state["net.3.weight"])  # own head, bit-identical
-    assert not torch.equal(m.client_states[1]["net.3.weight"], s0["net.3.weight"])
+    assert not torch.equal(new.clients[1]["net.3.weight"], s0["net.3.weight"])
+    # aggregate returns a new state and leaves the old one alone
+    assert torch.equal(state.clients[1]["net.3.weight"], init_head) and not state.aggregated and new.aggregated
     # the next round starts from own head + shared base
-    st = m.start_state(2)
+    st = alg.start_state(new, 2)
     assert torch.equal(st["net.3.weight"], ups[2].state["net.3.weight"])
-    assert torch.equal(st["net.1.bias"], m.global_model.state_dict()["net.1.bias"])
+    assert torch.equal(st["net.1.bias"], new.model["net.1.bias"])
 
 
 def test_individual_sends_nothing_and_regular_fl_scores_clients(fed):
-    ind = make_method(_cfg("individual"), fed)
+    ind = make_simulation(_cfg("individual"), fed)
+    state = ind.algorithm.initial_state()
     draws = fed.fleet.draw(1)
-    ups = [ind.local_update(1, k, draws) for k in ind.select(1, draws)]
+    ups = ind.train(1, ind.selector.select(RoundView(1, draws)).clients, state, draws)
     assert all(u.upload_bytes == 0 and u.download_bytes == 0 for u in ups)
-    ind.aggregate(1, ups)
-    assert all(torch.equal(ind.client_states[k]["net.3.bias"], ups[k].state["net.3.bias"]) for k in range(8))
-    reg = make_method(_cfg("regular_fl"), fed)
-    ev = reg.evaluate(0)
+    new = ind.algorithm.aggregate(1, state, ups)
+    assert all(torch.equal(new.clients[k]["net.3.bias"], ups[k].state["net.3.bias"]) for k in range(8))
+    assert new.model is state.model  # nothing shared: the server model is unchanged
+    reg = make_simulation(_cfg("regular_fl"), fed)
+    rstate = reg.algorithm.initial_state()
+    ev = reg.algorithm.evaluate(0, rstate)
     from fedselect.fl.evaluate import evaluate
 
-    accs = [evaluate(reg.global_model, c.holdout)["accuracy"] for c in fed.clients]
-    assert ev["client_accuracy"] == pytest.approx(accs) and ev["accuracy"] == pytest.approx(np.mean(accs))
-    assert ev["accuracy_std"] == pytest.approx(np.std(accs))
+    model = fed.new_model()
+    model.load_state_dict(rstate.model)
+    accs = [evaluate(model, c.holdout)["accuracy"] for c in fed.clients]
+    assert ev.per_client["client_accuracy"] == pytest.approx(accs) and ev.accuracy == pytest.approx(np.mean(accs))
+    assert ev.per_client["accuracy_std"] == pytest.approx(np.std(accs))
 
 
 def test_cefl_end_to_end(tmp_path, fed):
@@ -310,7 +323,7 @@ def test_cefl_end_to_end(tmp_path, fed):
     assert s["leaders"][0] in range(5) and s["leaders"][1] in range(5, 8)
     rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
     assert all(r.split(",")[1] == ";".join(map(str, sorted(s["leaders"]))) for r in rows[2:])
-    from fedselect.methods.cefl import cefl_communication
+    from fedselect.algorithms.cefl import cefl_communication
 
     assert s["communication_parts_mb"] == pytest.approx(cefl_communication(FULL, BASE, 8, [5, 3], 3))
     assert s["communication_mb"] == pytest.approx((8 * FULL + 2 * 3 * 2 * BASE + 6 * FULL) / 1e6)
@@ -320,10 +333,11 @@ def test_cefl_end_to_end(tmp_path, fed):
 
 
 def test_cefl_too_many_clusters_and_empty_base(fed):
-    with pytest.raises(ValueError, match=r"clusters \(K = 9\) exceeds the number of clients N = 8"):
-        make_method(_cfg("cefl", clusters=9, base_layers=1), fed)
+    # K > N is found from the config alone, before any data is loaded
+    with pytest.raises(ConfigError, match=r"selector 'cefl_leaders': clusters \(K = 9\) exceeds the number of clients N = 8"):
+        _cfg("cefl", clusters=9, base_layers=1)
     with pytest.raises(ValueError, match="empty base layer set"):
-        make_method(_cfg("cefl", clusters=2), fed)  # MLP: no layer before the first Linear
+        make_simulation(_cfg("cefl", clusters=2), fed)  # MLP: no layer before the first Linear
 
 
 def test_fine_tune_keeps_best_state_and_stops(fed):
@@ -339,7 +353,7 @@ def test_fine_tune_keeps_best_state_and_stops(fed):
 
 
 def test_cefl_resume_is_exact(tmp_path, fed):
-    from fedselect.runner import resume_experiment
+    from fedselect.experiment import resume_experiment
 
     doc = dict(method_options={"clusters": 2, "base_layers": 1, "transfer_epochs": 2})
     cfg = _cfg("cefl", rounds=3, **doc["method_options"]).model_copy(update={"checkpoint_every": 1})
@@ -348,3 +362,29 @@ def test_cefl_resume_is_exact(tmp_path, fed):
     res = resume_experiment(tmp_path / "run")
     assert (tmp_path / "ref" / "metrics.csv").read_bytes() == (tmp_path / "run" / "metrics.csv").read_bytes()
     assert res["client_accuracy"] == ref["client_accuracy"] and res["clusters"] == ref["clusters"]
+
+
+def test_louvain_fallback_is_reported_once_in_the_cli_output_and_the_run_log(tmp_path, monkeypatch):
+    """The merge/split fallback's warning reaches the console and run.log exactly once."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from fedselect.cli import app
+    from fedselect.kernels import similarity
+    from fedselect.selectors import cefl_leaders
+
+    real = similarity.louvain_k
+
+    def fallback(s, k, rng):
+        out = real(s, k, rng)
+        warnings.warn("Louvain gave 1 communities at best (test); merge/split fallback produced 2", ClusterCountWarning, stacklevel=2)
+        return out
+
+    monkeypatch.setattr(cefl_leaders, "louvain_k", fallback)
+    doc = _cfg("cefl", rounds=1, clusters=2, base_layers=1, transfer_epochs=1).model_dump(mode="json")
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    r = CliRunner().invoke(app, ["run", str(path), "-o", str(tmp_path / "run"), "-q"])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("merge/split fallback produced 2") <= 1
+    assert (tmp_path / "run" / "run.log").read_text().count("merge/split fallback produced 2") == 1

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from fedselect import compare as compare_mod
+from fedselect import backends as backends_mod
 from fedselect.compare import load_compare, parse_compare, run_comparison
 from fedselect.config import ConfigError, parse_config
 from fedselect.federation import build_federation
@@ -30,14 +30,15 @@ def test_same_config_same_federation(tiny_cfg_doc):
 
 def test_every_method_gets_the_same_federation(tmp_path, tiny_cfg_doc, monkeypatch):
     seen, built = [], []
-    real_build, real_run = compare_mod.build_federation, compare_mod.run_experiment
-    monkeypatch.setattr(compare_mod, "build_federation", lambda cfg: built.append(real_build(cfg)) or built[-1])
+    # the local backend (fedselect.backends) builds the federations and runs the experiments
+    real_build, real_run = backends_mod.build_federation, backends_mod.run_experiment
+    monkeypatch.setattr(backends_mod, "build_federation", lambda cfg: built.append(real_build(cfg)) or built[-1])
 
     def spy(cfg, run_dir, on_round=None, federation=None, **kw):
         seen.append((cfg.method, cfg.seed, federation))
         return real_run(cfg, run_dir, on_round=on_round, federation=federation, **kw)
 
-    monkeypatch.setattr(compare_mod, "run_experiment", spy)
+    monkeypatch.setattr(backends_mod, "run_experiment", spy)
     tiny_cfg_doc["rounds"] = 1
     run_comparison(parse_compare(_doc(tiny_cfg_doc, seeds=(0, 1))), tmp_path / "c")
     assert len(built) == 2  # one federation per seed
@@ -132,7 +133,7 @@ def test_compare_config_errors(tiny_cfg_doc, tmp_path):
 def test_compare_checks_method_options_before_running(tiny_cfg_doc):
     bad = _doc(tiny_cfg_doc)
     bad["methods"][0]["method_options"] = {"warp": 9}
-    with pytest.raises(ConfigError, match="method 'FedAvg', method_options:\n  warp: unknown key"):
+    with pytest.raises(ConfigError, match="method 'FedAvg', seed 0:\n  method_options.warp: unknown key"):
         parse_compare(bad)
 
 

@@ -12,41 +12,63 @@ import numpy as np
 import pytest
 import torch
 
-from fedselect.config import parse_config
+from dataclasses import replace
+
+from fedselect.algorithms import register_algorithm
+from fedselect.algorithms.fedavg import FedAvg
+from fedselect.experiment import make_simulation, run_experiment
 from fedselect.federation import Client, build_federation
+from fedselect.fl import clients as clients_mod
 from fedselect.fl.faults import ClientFailure, FaultModel, Injection, corrupt_state, non_finite_entries, survivor_weights
-from fedselect.methods import METHODS, import_methods
-from fedselect.methods.base import Method
-from fedselect.runner import run_experiment
+from fedselect.presets import PRESETS
+from fedselect.resolve import parse_experiment
+from fedselect.selectors import register_selector
+from fedselect.selectors.base import Selection, Selector
 from test_resume import METHOD_OPTIONS
 
-import_methods()
 SIZES = {0: 40, 1: 60, 2: 50}
 
 
 def doc(**over) -> dict:
     d = {
-        "name": "faults", "seed": 2, "method": "_probe", "rounds": 3, "clients_per_round": 3, "checkpoint_every": 0,
+        "name": "faults", "seed": 2, "selector": {"name": "_probe"}, "rounds": 3, "clients_per_round": 3, "checkpoint_every": 0,
         "data": {"dataset": "mnist-embedded", "num_clients": 6, "partition": {"scheme": "iid"}},
         "model": {"name": "mlp", "options": {"hidden": [8]}},
         "train": {"local_epochs": 1, "batch_size": 20, "lr": 0.05},
     }
+    if "method" in over:
+        d.pop("selector")
     d.update(over)
     return d
 
 
-class Probe(Method):
+parse_config = parse_experiment
+
+
+@register_selector
+class Probe(Selector):
     """Selects clients 0, 1, 2 every round; records what the loop hands to observe()."""
 
     name = "_probe"
+    wants_weights = True
     records: list = []
 
-    def select(self, t, draws):
-        return [0, 1, 2]
+    def select(self, view):
+        return Selection([0, 1, 2])
 
-    def observe(self, t, updates, before, after):
-        Probe.records.append({"t": t, "updates": updates, "global": {k: v.clone() for k, v in self.global_model.state_dict().items()}})
+    def observe(self, t, outcomes, feedback):
+        Probe.records.append({"t": t, "updates": list(outcomes), "global": {k: v.clone() for k, v in feedback.global_state.items()}})
         return {}
+
+
+@register_algorithm
+class Overflow(FedAvg):
+    """An aggregate that overflows: every entry becomes +inf."""
+
+    name = "_overflow"
+
+    def aggregate(self, t, state, outcomes):
+        return replace(state, model={k: torch.full_like(v, math.inf) for k, v in state.model.items()})
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +87,7 @@ def fed():
 
 
 @pytest.fixture
-def probe(monkeypatch):
-    monkeypatch.setitem(METHODS, "_probe", Probe)
+def probe():
     Probe.records = []
     return Probe
 
@@ -126,7 +147,7 @@ def test_round_where_every_client_drops_leaves_the_model_bit_identical(tmp_path,
 def test_dropout_one_keeps_the_initial_model(tmp_path, fed):
     cfg = parse_config(doc(method="fedavg", clients_per_round=2, faults={"dropout": 1.0}))
     summary = run_experiment(cfg, tmp_path, federation=fed)
-    final = torch.load(tmp_path / "model.pt")
+    final = torch.load(tmp_path / "model.pt", weights_only=True)
     init = fed.new_model().state_dict()
     assert all(torch.equal(final[k], init[k]) for k in init)
     assert summary["failed_rounds"] == 3 and summary["client_failures"] == {"dropout": 6}
@@ -185,35 +206,33 @@ def test_dropout_by_device_profile(tmp_path, fed, probe):
     assert [r["failed"] for r in rows(tmp_path)[1:]] == ["0:dropout"] * 4
 
 
-def test_client_failure_raised_by_a_method_is_a_client_error_other_exceptions_stop_the_run(tmp_path, fed, probe, monkeypatch):
-    def flaky(self, t, k, draws):
-        if k == 1:
-            raise ClientFailure("battery empty")
-        return Method.local_update(self, t, k, draws)
+def test_client_failure_raised_in_local_training_is_a_client_error_other_exceptions_stop_the_run(tmp_path, fed, probe, monkeypatch):
+    real = clients_mod.local_train
 
-    monkeypatch.setattr(Probe, "local_update", flaky)
+    def flaky(model, data, *a, **kw):
+        if data is fed.clients[1].train:
+            raise ClientFailure("battery empty")
+        return real(model, data, *a, **kw)
+
+    monkeypatch.setattr(clients_mod, "local_train", flaky)
     run_experiment(parse_config(doc(rounds=1)), tmp_path / "a", federation=fed)
     assert rows(tmp_path / "a")[1]["failed"] == "1:error"
 
-    def broken(self, t, k, draws):
+    def broken(model, data, *a, **kw):
         raise KeyError("a bug")
 
-    monkeypatch.setattr(Probe, "local_update", broken)
+    monkeypatch.setattr(clients_mod, "local_train", broken)
     with pytest.raises(KeyError):
         run_experiment(parse_config(doc(rounds=1)), tmp_path / "b", federation=fed)
 
 
-def test_non_finite_aggregate_is_undone(tmp_path, fed, probe, monkeypatch, caplog):
-    def overflow(self, t, updates):
-        self.global_model.load_state_dict({k: torch.full_like(v, math.inf) for k, v in self.global_model.state_dict().items()})
-
-    monkeypatch.setattr(Probe, "aggregate", overflow)
+def test_non_finite_aggregate_is_not_committed(tmp_path, fed, probe, caplog):
     with caplog.at_level(logging.ERROR, logger="fedselect"):
-        run_experiment(parse_config(doc(rounds=1)), tmp_path, federation=fed)
+        run_experiment(parse_config(doc(rounds=1, algorithm={"name": "_overflow"})), tmp_path, federation=fed)
     init = fed.new_model().state_dict()
     assert all(torch.equal(probe.records[0]["global"][k], init[k]) for k in init)
-    assert rows(tmp_path)[1]["round_failed"] == "1"
-    assert "the aggregate holds non-finite values" in caplog.text
+    assert rows(tmp_path)[1]["round_failed"] == "1" and rows(tmp_path)[1]["aggregated"] == "0"
+    assert "the aggregate holds non-finite values in model" in caplog.text
 
 
 def test_fault_model_probabilities_and_determinism():
@@ -243,7 +262,7 @@ def test_corrupt_and_detect_non_finite_entries():
         corrupt_state(state, "zero")
 
 
-@pytest.mark.parametrize("method", sorted(m for m in METHODS if not m.startswith("_")))
+@pytest.mark.parametrize("method", sorted(PRESETS))
 def test_every_method_runs_through_failures(tmp_path, fed, method):
     """Dropout, a NaN client in round 2 and a deadline: every method finishes, records the
     failures and receives the failed updates in observe()."""
@@ -254,7 +273,7 @@ def test_every_method_runs_through_failures(tmp_path, fed, method):
     assert summary["complete"] and summary["rounds"] == 3
     r = rows(tmp_path)
     assert all(math.isfinite(float(x["accuracy"])) for x in r)
-    uploads = METHODS[method](cfg, fed).upload_keys() != []  # Individual uploads nothing: nothing to poison
+    uploads = make_simulation(cfg, fed).algorithm.upload_keys() != []  # Individual uploads nothing: nothing to poison
     if r[2]["selected"] and uploads:  # every participant of round 2 is poisoned (or dropped / late): the round fails
         assert r[2]["round_failed"] == "1" and r[2]["aggregated"] == "0"
         assert len(r[2]["failed"].split(";")) == len(r[2]["selected"].split(";"))

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedselect.methods.rewards import (favor_reward, flatten_weights, normalise_latency,
-                                       normalised_divergence, update_reputations, utility)
+from fedselect.fl.aggregate import flat_parameters
+from fedselect.kernels.rewards import favor_reward, normalise_latency, normalised_divergence, update_reputations, utility
 
 
 def test_divergence_by_hand_with_zero_coordinate():
@@ -22,9 +22,10 @@ def test_divergence_by_hand_with_zero_coordinate():
         normalised_divergence([1.0, 2.0], [1.0, 2.0, 3.0])
 
 
-def test_flatten_state_dict_skips_integer_buffers():
+def test_flat_parameters_skip_integer_buffers():
     sd = {"a": torch.tensor([[1.0, 2.0]]), "n": torch.tensor(7), "b": torch.tensor([3.0])}
-    assert flatten_weights(sd).tolist() == [1.0, 2.0, 3.0]
+    assert flat_parameters(sd).tolist() == [1.0, 2.0, 3.0]
+    assert flat_parameters(sd, ["b", "a"]).tolist() == [3.0, 1.0, 2.0]
 
 
 def test_utility_both_branches():
@@ -77,10 +78,11 @@ def test_normalised_latency_and_favor_reward():
 # ---------------------------------------------------------------- the methods in the round loop
 import csv
 
-from fedselect.config import parse_config
+from fedselect.config import ConfigError
 from fedselect.data.datasets import ArrayDataset, register_dataset
+from fedselect.experiment import make_simulation, run_experiment
 from fedselect.federation import build_federation
-from fedselect.runner import make_method, run_experiment
+from fedselect.resolve import parse_experiment
 
 torch.set_num_threads(1)
 
@@ -97,7 +99,7 @@ def _synthetic_blobs(seed=0, **_):
 
 
 def _cfg(method, rounds=4, **opts):
-    return parse_config({
+    return parse_experiment({
         "name": "t", "method": method, "rounds": rounds, "clients_per_round": 3, "seed": 3,
         "data": {"dataset": "flashrl-test-synthetic", "num_clients": 8},
         "model": {"name": "mlp", "options": {"hidden": [16]}},
@@ -117,12 +119,12 @@ def fed():
 
 
 def test_flashrl_state_layout_and_standardisation(fed):
-    m = make_method(_cfg("flashrl"), fed)
-    info = m.prepare()
+    m = make_simulation(_cfg("flashrl"), fed).selector
+    info = m.prepare().summary
     assert info["pca_components"] == 5 and 0 < info["pca_explained_variance"] <= 1.0 + 1e-6
     # all 8 clients upload the whole MLP 12-16-4 once: 12*16+16+16*4+4 = 276 float32 parameters each
     assert info["upload_bytes"] == info["download_bytes"] == 8 * 276 * 4
-    s = m.state_vector(1, fed.fleet.draw(1)).reshape(8, 5 + 4)
+    s = m.state_vector(1, fed.fleet.draw(1), None).reshape(8, 5 + 4)
     assert m.state_dim() == 8 * 9
     # n_k and c_k standardised with the fleet's own mean and std: mean 0, std 1 over clients
     assert np.allclose(s[:, 5:7].mean(0), 0, atol=1e-5) and np.allclose(s[:, 5:7].std(0), 1, atol=1e-4)
@@ -164,5 +166,5 @@ def test_favor_reward_and_target(fed, tmp_path):
 
 def test_flashrl_needs_every_round_evaluated(fed):
     cfg = _cfg("flashrl").model_copy(update={"eval_every": 2})
-    with pytest.raises(ValueError, match="eval_every"):
-        make_method(cfg, fed)
+    with pytest.raises(ConfigError, match="selector 'flashrl' needs the global metric every round .* set eval_every: 1 \\(got 2\\)"):
+        make_simulation(cfg, fed)

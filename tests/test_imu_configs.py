@@ -9,7 +9,7 @@ import torch
 
 from fedselect.config import apply_overrides, load_config, parse_config
 from fedselect.federation import build_federation
-from fedselect.runner import run_experiment
+from fedselect.experiment import run_experiment
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 NAMES = ["imu-fedavg-gru", "imu-fedavg-fdcnn", "mobiact-fedavg-fall", "mobiact-fedavg-cefl8",

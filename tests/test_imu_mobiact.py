@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedselect.data.datasets import load_dataset
+from fedselect.data.catalog import load_dataset
 from fedselect.data.mobiact import COLUMNS, read_mobiact, synthetic_mobiact_frames, write_synthetic_mobiact
 from fedselect.seeding import np_rng
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from seglearn.datasets import load_watch
 
-from fedselect.data.datasets import load_dataset
+from fedselect.data.catalog import load_dataset
 from fedselect.data.imu import watch_recordings
 from fedselect.data.partition import make_partitioner
 

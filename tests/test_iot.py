@@ -4,7 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedselect.data.datasets import DatasetNotFoundError, load_dataset
+from fedselect.data.catalog import load_dataset
+from fedselect.data.datasets import DatasetNotFoundError
 from fedselect.data.iot import FEATURES, flow_features, load_flow_csv, synthetic_iot_flows
 from fedselect.data.partition import make_partitioner
 

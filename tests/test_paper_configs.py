@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 from fedselect.compare import CompareConfig, load_compare, parse_compare
-from fedselect.config import ConfigError, option_names
+from fedselect.config import ConfigError
 from fedselect.data import imu
-from fedselect.data.datasets import DATASETS, _import_loaders
-from fedselect.methods import METHODS, import_methods
+from fedselect.data.catalog import DATASETS
+from fedselect.resolve import option_names
 from fedselect.report import COLUMNS, POINT_KEYS, RunResult, aggregate_table, render_markdown
 from fedselect.sweep import SweepConfig, _restrict, _slug, build_sweep_table, load_sweep, parse_sweep
 
@@ -70,11 +70,8 @@ def test_config_validates_with_method_and_data_options(path):
     assert "methods" in doc, "a paper config compares methods (not a plain experiment)"
     cfg = _load(path)
     assert cfg.name == path.stem, "name must match the file name (run directories are named after it)"
-    import_methods()
-    _import_loaders()
-    for exp in _experiments(cfg):
-        # method options are otherwise only checked when the method is built (needs the data)
-        METHODS[exp.method].Options.model_validate(exp.method_options)
+    for exp in _experiments(cfg):  # every experiment is resolved: selector, algorithm and their options checked
+        assert exp.selector is not None and exp.algorithm is not None and exp.method_options == {}
         ds, opts = exp.data.dataset, exp.data.options
         named, _ = option_names(DATASETS[ds], ("seed",))
         allowed = set(named) | (imu._COMMON if ds in ("imu-watch", "mobiact", "mobiact-synthetic") else set())

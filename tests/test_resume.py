@@ -28,14 +28,17 @@ import yaml
 from typer.testing import CliRunner
 
 from fedselect.cli import app
-from fedselect.config import parse_config
 from fedselect.federation import build_federation
 from fedselect.fl import checkpoint as ckmod
 from fedselect.fl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from fedselect.methods import METHODS, import_methods
-from fedselect.runner import find_generators, run_experiment
+from fedselect.algorithms import ALGORITHMS
+from fedselect.experiment import make_simulation, run_experiment
+from fedselect.presets import PRESETS
+from fedselect.resolve import parse_experiment
+from fedselect.selectors import SELECTORS
+from fedselect.simulation import find_generators
 
-import_methods()
+parse_config = parse_experiment
 
 #: options that make each method run (and exercise its state) on the tiny config
 METHOD_OPTIONS = {
@@ -48,7 +51,19 @@ METHOD_OPTIONS = {
 }
 
 
+#: composed selector + algorithm pairs resumed beside the presets (with the presets they cover
+#: every built-in selector and every built-in algorithm: see test_resume_cases_cover_every_component)
+COMPOSED = {"flashrl+fedper": ("flashrl", "fedper"), "power_of_choice+fedper": ("power_of_choice", "fedper"),
+            "oort+fedper": ("oort", "fedper")}
+
+
 def tiny_doc(method: str = "fedavg", **over) -> dict:
+    if method in COMPOSED:
+        sel, alg = COMPOSED[method]
+        opts = {**METHOD_OPTIONS.get(sel, {}), **({"base_layers": 1} if alg == "fedper" else {})}
+        doc = tiny_doc("fedavg", **{"selector": {"name": sel}, "algorithm": {"name": alg}, "method_options": opts, **over})
+        doc.pop("method")
+        return doc
     doc = {
         "name": "tiny", "seed": 5, "method": method, "rounds": 5, "clients_per_round": 2, "checkpoint_every": 1,
         "data": {"dataset": "mnist-embedded", "num_clients": 6, "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10}},
@@ -94,8 +109,7 @@ def assert_same_run(a: Path, b: Path) -> None:
     ma, mb = torch.load(a / "model.pt"), torch.load(b / "model.pt")
     assert list(ma) == list(mb) and all(torch.equal(ma[k], mb[k]) for k in ma)
     ca, cb = load_checkpoint(a), load_checkpoint(b)
-    same(ca["method"], cb["method"], "method")
-    same(ca["generators"], cb["generators"], "generators")
+    same(ca["snapshot"], cb["snapshot"], "snapshot")  # server, selector, algorithm and generator states
     sa, sb = (yaml.safe_load((d / "summary.json").read_text()) for d in (a, b))
     drop_wall = lambda s: {k: v for k, v in s.items() if not k.endswith("wall_s")}  # noqa: E731  (wall-clock seconds)
     assert drop_wall(sa) == drop_wall(sb)
@@ -150,9 +164,9 @@ def park_after_round(n: int):
     """Kill point: right after round n's checkpoint and progress callback."""
 
     def park(marker):
-        import fedselect.runner as runner
+        import fedselect.runfiles as runfiles
 
-        orig = runner.save_checkpoint
+        orig = runfiles.save_checkpoint
 
         def wrapped(run_dir, payload):
             out = orig(run_dir, payload)
@@ -160,7 +174,7 @@ def park_after_round(n: int):
                 _stop(marker)
             return out
 
-        runner.save_checkpoint = wrapped
+        runfiles.save_checkpoint = wrapped
 
     return park
 
@@ -169,16 +183,16 @@ def park_before_checkpoint(n: int):
     """Kill point: round n's metrics row is written, its checkpoint is not."""
 
     def park(marker):
-        import fedselect.runner as runner
+        import fedselect.runfiles as runfiles
 
-        orig = runner.save_checkpoint
+        orig = runfiles.save_checkpoint
 
         def wrapped(run_dir, payload):
             if payload["round"] == n:
                 _stop(marker)
             return orig(run_dir, payload)
 
-        runner.save_checkpoint = wrapped
+        runfiles.save_checkpoint = wrapped
 
     return park
 
@@ -298,7 +312,14 @@ def _scramble_then(park):
     return f
 
 
-@pytest.mark.parametrize("method", sorted(METHODS))
+def test_resume_cases_cover_every_component():
+    """Every built-in selector and algorithm is resumed below (as a preset or a composed pair)."""
+    pairs = [(p.selector, p.algorithm) for p in PRESETS.values()] + list(COMPOSED.values())
+    assert set(SELECTORS.builtin_names()) <= {s for s, _ in pairs}
+    assert set(ALGORITHMS.builtin_names()) <= {a for _, a in pairs}
+
+
+@pytest.mark.parametrize("method", sorted(PRESETS) + sorted(COMPOSED))
 def test_every_method_sigkill_after_round_2_of_5_then_resume(tmp_path, fed, method):
     doc = tiny_doc(method)
     with global_rngs(111):
@@ -383,11 +404,11 @@ def test_no_checkpoint_yet_restarts_from_round_0(tmp_path, fed):
     assert_same_run(tmp_path / "ref", d)
 
 
-def test_every_generator_of_a_method_is_found(fed):
+def test_every_generator_of_a_run_is_found(fed):
     """The checkpoint's generic RNG sweep sees the selector RNG and nested agent generators."""
-    m = METHODS["flashrl"](parse_config(tiny_doc("flashrl")), fed)
-    gens = find_generators(m)
-    assert "rng" in gens and "agent.rng" in gens
+    sim = make_simulation(parse_config(tiny_doc("flashrl")), fed)
+    gens = find_generators({"selector": sim.selector, "algorithm": sim.algorithm})
+    assert "selector.rng" in gens and "selector.agent.rng" in gens and "selector.agent.torch_generator" in gens
     assert all(isinstance(g, (np.random.Generator, torch.Generator)) for g in gens.values())
 
 

@@ -4,9 +4,10 @@ import json
 
 import pytest
 
-from fedselect.config import ConfigError, parse_config
+from fedselect.config import ConfigError
+from fedselect.resolve import parse_experiment as parse_config
 from fedselect.fl.metrics import read_csv_rows, summarize
-from fedselect.runner import run_experiment
+from fedselect.experiment import run_experiment
 
 
 def test_same_seed_gives_identical_metrics_csv(tmp_path, tiny_cfg_doc):

@@ -3,16 +3,17 @@ allowed, before anything is written, and no run already on disk is damaged."""
 
 from __future__ import annotations
 
-import copy
 import os
 
 import pytest
+from conftest import with_keys
 import yaml
 from typer.testing import CliRunner
 
 from fedselect.cli import app
-from fedselect.config import ConfigError, load_config, parse_config
-from fedselect.runner import run_experiment
+from fedselect.config import ConfigError, load_config
+from fedselect.experiment import run_experiment
+from fedselect.resolve import parse_experiment as parse_config
 
 BASE = {
     "name": "tiny", "seed": 5, "rounds": 2, "clients_per_round": 2,
@@ -24,13 +25,7 @@ BASE = {
 
 def with_(**kv) -> dict:
     """BASE with dotted keys (``a__b=1`` sets a.b) replaced."""
-    d = copy.deepcopy(BASE)
-    for key, value in kv.items():
-        node, parts = d, key.split("__")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = value
-    return d
+    return with_keys(BASE, **kv)
 
 
 # (bad input, expected message fragment): config errors caught by parse_config
@@ -39,7 +34,14 @@ CONFIG_CASES = [
     (with_(rounds=0), "rounds: Input should be greater than or equal to 1"),
     (with_(rounds="ten"), "rounds: Input should be a valid integer"),
     (with_(rounds=True), "rounds: expected int, got the boolean True"),
-    (with_(rounds=2.5), "rounds: Input should be a valid integer, got a number with a fractional part"),
+    (with_(rounds=2.5), "rounds: Input should be a valid integer"),
+    (with_(rounds=3.0), "rounds: Input should be a valid integer"),  # counts are integers, not floats that happen to be whole
+    (with_(data__num_clients="4"), "data.num_clients: Input should be a valid integer"),
+    (with_(train__lr="0.1"), "train.lr: Input should be a valid number"),
+    (with_(data__partition__min_size=10.0), "data.partition.min_size: Input should be a valid integer, got 10.0"),
+    (with_(method="cefl", method_options={"clusters": 2.0}), "method_options.clusters: Input should be a valid integer"),
+    (with_(participation=0.5, clients_per_round=2), "participation and clients_per_round are exclusive: participation 0.5 of N = 6 gives U = 3, clients_per_round says 2"),
+    (with_(participation=0), "participation: Input should be greater than 0"),
     (with_(seed=-1), "seed: Input should be greater than or equal to 0"),
     (with_(clients_per_round=7), "clients_per_round (U = 7) must be <= data.num_clients (N = 6)"),
     (with_(method="fedsgd"), "unknown method 'fedsgd'; allowed: ["),
@@ -52,7 +54,20 @@ CONFIG_CASES = [
     (with_(data__options={"pth": "/tmp"}), "data.options: unknown option(s) ['pth'] for dataset 'mnist-embedded'; allowed: ['test_size']"),
     (with_(data__options={"seed": 1}), "data.options: ['seed'] cannot be set here (the runner passes them)"),
     (with_(model__name="resnet"), "model.name: unknown model 'resnet'; allowed: ["),
-    (with_(model__options={"hiden": [16]}), "model.options: unknown option(s) ['hiden'] for model 'mlp'; allowed: ['hidden']"),
+    (with_(model__options={"hiden": [16]}), "model.options.hiden: unknown key (not allowed here); allowed: ['hidden']"),
+    (with_(model__options={"hidden": "x"}), "model.options.hidden: Input should be a valid list"),
+    (with_(model__options={"hidden": [0]}), "model.options.hidden.0: Input should be greater than or equal to 1"),
+    (with_(method_options={"foo": 1}), "method_options.foo: unknown key (not allowed here); method 'fedavg' = selector 'random' "
+                                      "(options none) + algorithm 'fedavg' (options ['evaluation'])"),
+    (with_(selector={"name": "nope"}), "selector.name: unknown selector 'nope'; allowed: ["),
+    (with_(selector={"name": "flashrl"}, eval_every=2), "selector 'flashrl' needs the global metric every round"),
+    (with_(method="cefl", method_options={"clusters": 7}), "selector 'cefl_leaders': clusters (K = 7) exceeds the number of clients N = 6"),
+    (with_(selector={"name": "random"}, algorithm={"name": "cefl"}), "algorithm 'cefl' trains cluster leaders and transfers their models "
+                                                                    "to the members: it needs a selector that clusters the clients and names "
+                                                                    "leaders ('cefl_leaders'), not 'random'"),
+    (with_(selector={"name": "flashrl"}, algorithm={"name": "individual"}), "selector 'flashrl' scores clients against the shared global "
+                                                                            "model, which algorithm 'individual' does not have"),
+    (with_(method="fedper", algorithm={"name": "fedper", "options": {"evaluation": "global"}}), "algorithm.options.evaluation: Input should be 'per_client'"),
     (with_(train__lr=0), "train.lr: Input should be greater than 0"),
     (with_(train__lr=float("inf")), "train.lr: Input should be a finite number"),
     (with_(train__lr=float("nan")), "train.lr: Input should be a finite number"),
@@ -115,17 +130,17 @@ def write(tmp_path, doc, name="cfg.yaml"):
 
 
 @pytest.mark.parametrize("doc,message", [
-    (with_(model__options={"hidden": "x"}), "model.options: model 'mlp' cannot be built with options {'hidden': 'x'}"),
+    (with_(model__options={"hidden": "x"}), "model.options.hidden: Input should be a valid list"),
     (with_(faults__dropout_by_device={"iphone": 0.1}), "faults.dropout_by_device: unknown profile name(s) ['iphone']; profiles in this fleet: ["),
     (with_(data__dataset="mnist", data__options={"path": "/nonexistent/mnist"}), "mnist: no data found; looked at ['/nonexistent/mnist/mnist_train.csv'"),
     (with_(system__profiles_file="/nonexistent/p.yaml"), "profile file not found: /nonexistent/p.yaml"),
     (with_(data__partition__min_size=5000), "dirichlet: 6 clients x min_size 5000 = 30000 > 4000 samples"),
-    (with_(method_options={"foo": 1}), "invalid method_options for method 'fedavg': method_options.foo: unknown key (not allowed here)"),
+    (with_(method_options={"foo": 1}), "method_options.foo: unknown key (not allowed here); method 'fedavg' = selector 'random'"),
 ])
 def test_cli_bad_input_fails_before_anything_is_written(tmp_path, doc, message):
     out = tmp_path / "run"
     code, text = invoke("run", write(tmp_path, doc), "-o", out, "-q")
-    assert code == 2 and f"error: {message}" in text
+    assert code == 2 and "error: " in text and message in text.split("error: ", 1)[1]
     assert not out.exists()
 
 
@@ -187,7 +202,7 @@ def test_bad_resume_requests_change_nothing(tmp_path):
     before = snapshot()
     code, text = invoke("run", "--resume", out, "-q")
     assert code == 2
-    assert "the config differs from the one the checkpoint was written with at train.lr (0.05 in the checkpoint, 0.5 now)" in text
+    assert "the config differs from the one the checkpoint was written with at train.lr (0.05 in the saved run, 0.5 now)" in text
     assert snapshot() == before
 
 
@@ -196,9 +211,19 @@ def test_resume_of_a_run_written_before_its_metrics_were_checkpointed_is_refused
 
     out = tmp_path / "run"
     run_experiment(parse_config(BASE), out)
-    ck = torch.load(out / "checkpoint.pt", weights_only=False)
+    ck = torch.load(out / "checkpoint.pt", weights_only=True)  # plain data: no code can run
     del ck["metrics_rows"]
     torch.save(ck, out / "checkpoint.pt")
     os.remove(out / "checkpoint.prev.pt")
     code, text = invoke("run", "--resume", out, "-q")
     assert code == 2 and "without the metrics rows; start the run again with --overwrite" in text
+
+
+def test_participation_is_a_fraction_of_n():
+    d = with_(participation=0.25)
+    del d["clients_per_round"]
+    cfg = parse_config(d)
+    assert cfg.clients_per_round == 2 and cfg.participation == 0.25  # ceil(0.25 * 6)
+    assert parse_config(cfg.model_dump(mode="json")).clients_per_round == 2  # the written config resolves to itself
+    d["participation"] = 0.01
+    assert parse_config(d).clients_per_round == 1  # at least one client

@@ -1,7 +1,8 @@
 """Side-by-side comparisons: several methods and seeds on one shared federation.
 
 For every seed the federation (partition, held-out splits, test set, device/network profiles
-and per-round draws) is built once and handed to every method, so differences between methods
+and per-round draws) is built once and handed to every method (with ``--backend ray`` every
+run is a Ray task that builds the same federation itself: :mod:`fedselect.backends`), so differences between methods
 come from selection and aggregation alone (SPEC 0.2). Each run keeps its own run directory
 under ``<out>/runs/<label>-s<seed>``; the comparison directory gets ``compare.json`` (what was
 run), ``federation-s<seed>.json`` (clients' sizes, labels, profiles, expected latency),
@@ -17,26 +18,24 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fedselect.config import ConfigError, ExperimentConfig, _format_errors, apply_overrides, parse_config, validate_model
-from fedselect.federation import Federation, build_federation
+from fedselect.config import ConfigError, ExperimentConfig, MethodSpec, apply_overrides, validate_model
+from fedselect.experiment import RoundEvent, check_saved_runs
+from fedselect.federation import Federation
 from fedselect.fl.metrics import write_json_atomic
-from fedselect.runner import RoundEvent, run_experiment
+from fedselect.resolve import parse_experiment
 from fedselect.system import BITS_PER_FLOAT, compute_time, transmit_time
 
 #: keys a method entry may not change: they define the shared federation
 FEDERATION_KEYS = ("data", "system", "model", "seed")
 
 
-class MethodEntry(BaseModel):
-    """One contender: a label for tables/plots, the method, and optional overrides of the base
-    experiment (any key except those defining the federation: data, system, model, seed)."""
+class MethodEntry(MethodSpec):
+    """One contender: a label for tables/plots, what runs (a ``method`` preset and/or a
+    ``selector`` and an ``algorithm``), and optional overrides of the base experiment (any key
+    except those defining the federation: data, system, model, seed)."""
 
-    model_config = ConfigDict(extra="forbid")
-    label: str | None = None
-    method: str
-    method_options: dict[str, Any] = Field(default_factory=dict)
     overrides: dict[str, Any] = Field(default_factory=dict, description="dotted keys, e.g. train.lr")
 
     @model_validator(mode="after")
@@ -44,10 +43,6 @@ class MethodEntry(BaseModel):
         bad = [k for k in self.overrides if k.split(".")[0] in FEDERATION_KEYS]
         if bad:
             raise ValueError(f"overrides {bad} would change the shared federation; allowed: any key but {list(FEDERATION_KEYS)}")
-        if self.label is None:
-            self.label = self.method
-        if not re.fullmatch(r"[A-Za-z0-9_.+\- ()]+", self.label):
-            raise ValueError(f"label {self.label!r}: use letters, digits, space and _ . + - ( ) only")
         return self
 
 
@@ -82,12 +77,14 @@ class CompareConfig(BaseModel):
         return self
 
     def experiment(self, entry: MethodEntry, seed: int) -> ExperimentConfig:
-        doc = copy.deepcopy(self.base)
-        doc.update(method=entry.method, seed=seed, name=f"{self.name}/{entry.label}")
-        if entry.method_options:
-            doc["method_options"] = entry.method_options
+        """The resolved experiment of ``entry`` with ``seed``.
+
+        Raises:
+            ConfigError: the entry's experiment is invalid (names the entry)."""
+        doc = entry.apply(copy.deepcopy(self.base))
+        doc.update(seed=seed, name=f"{self.name}/{entry.label}")
         doc = apply_overrides(doc, entry.overrides)
-        return parse_config(doc, f"{self.name}: method {entry.label!r}, seed {seed}")
+        return parse_experiment(doc, f"{self.name}: method {entry.label!r}, seed {seed}")
 
 
 #: agent settings of the default comparison: 30 rounds are short for a DDQN, so learning starts
@@ -116,14 +113,8 @@ def parse_compare(doc: dict[str, Any], source: str = "<dict>") -> CompareConfig:
         ConfigError: naming the key and what is allowed.
     """
     cc = validate_model(CompareConfig, doc, source, "comparison")
-    from fedselect.methods import METHODS
-
     for entry in cc.methods:  # fail before anything runs
-        cfg = cc.experiment(entry, cc.seeds[0])
-        try:
-            METHODS[cfg.method].Options.model_validate(cfg.method_options)
-        except ValidationError as e:
-            raise ConfigError(_format_errors(e, f"{source}: method {entry.label!r}, method_options")) from None
+        cc.experiment(entry, cc.seeds[0])
     return cc
 
 
@@ -142,46 +133,65 @@ def load_compare(path: str | Path, overrides: dict[str, Any] | None = None) -> C
     if config_kind(doc) == "sweep":
         raise ConfigError(f"{p} is a sweep config (it has a grid): run it with `fedselect sweep {p}`")
     if isinstance(doc, dict) and "methods" not in doc:
-        doc = {"name": doc.get("name", p.stem), "base": doc, "methods": [{"method": doc.get("method", "fedavg")}], "seeds": [doc.get("seed", 0)]}
+        entry = {k: doc[k] for k in ("method", "selector", "algorithm") if doc.get(k) is not None} or {"method": "fedavg"}
+        doc = {"name": doc.get("name", p.stem), "base": doc, "methods": [entry], "seeds": [doc.get("seed", 0)]}
     if overrides:
         doc = dict(doc)
         doc["base"] = apply_overrides(doc.get("base", {}), overrides)
     return parse_compare(doc, str(p))
 
 
-def partition_params(cfg: ExperimentConfig) -> dict[str, Any]:
-    """The partition scheme with every parameter in effect (defaults included)."""
-    from fedselect.data.partition import make_partitioner
-
-    p = make_partitioner(cfg.data.partition.scheme, **cfg.data.partition.params())
-    params = {k: v for k, v in vars(p).items() if isinstance(v, (int, float, str)) and not k.startswith(("max_", "_"))}
-    return {"scheme": cfg.data.partition.scheme, **params}
+def partition_params(fed: Federation) -> dict[str, Any]:
+    """The partition scheme with every parameter in effect (the resolved config writes the
+    defaults out; the partitioner's bounds on retries, ``max_*``, are left out)."""
+    params = {k: v for k, v in fed.data.partition.params().items() if not k.startswith(("max_", "_"))}
+    return {"scheme": fed.data.partition.scheme, **params}
 
 
-def federation_info(fed: Federation) -> dict[str, Any]:
+def federation_info(fed: Federation, local_epochs: int) -> dict[str, Any]:
     """Per-client facts for reports: samples, label counts, profiles and the expected latency
-    (s) at the profiles' mean frequency and bandwidth, uploading the whole model."""
+    (s) at the profiles' mean frequency and bandwidth for ``local_epochs`` epochs, uploading the
+    whole model (also split into its compute and upload parts)."""
     model = fed.new_model()
     model_bits = sum(v.numel() for v in model.state_dict().values()) * BITS_PER_FLOAT
-    cfg, fl = fed.cfg, fed.fleet
-    expected = [
-        compute_time(cfg.train.local_epochs, fed.client_bits(k), cfg.system.cycles_per_bit, fl.cores[k], fl.mean_mhz[k])
-        + transmit_time(model_bits, fl.mean_mbps[k])
-        for k in range(fed.num_clients)
-    ]
+    fl = fed.fleet
+    compute = [compute_time(local_epochs, fed.client_bits(k), fed.system.cycles_per_bit, fl.cores[k], fl.mean_mhz[k])
+               for k in range(fed.num_clients)]
+    upload = [transmit_time(model_bits, fl.mean_mbps[k]) for k in range(fed.num_clients)]
+    expected = [c + u for c, u in zip(compute, upload)]
     return {
         "num_clients": fed.num_clients,
         "num_classes": fed.num_classes,
         "class_names": fed.train_set.class_names,
-        "dataset": cfg.data.dataset,
-        "partition": partition_params(cfg),
+        "dataset": fed.data.dataset,
+        "partition": partition_params(fed),
         "num_samples": [c.num_samples for c in fed.clients],
         "label_counts": fed.label_counts().tolist(),
         "device": [d.name for d in fl.devices],
         "network": [n.name for n in fl.networks],
         "expected_latency_s": [float(x) for x in expected],
+        "expected_compute_s": [float(x) for x in compute],
+        "expected_upload_s": [float(x) for x in upload],
         "train_indices_hash": [int(np.bitwise_xor.reduce(c.train_indices * 2654435761 % (2**31))) if len(c.train_indices) else 0 for c in fed.clients],
     }
+
+
+def check_comparison_runs(directory: str | Path) -> None:
+    """Before reporting on a comparison directory: every run's saved config must be the one its
+    ``compare.json`` would run now (defaults included; a finished run's round budget too).
+
+    Raises:
+        ValueError: naming every differing run and key. ConfigError: compare.json is invalid.
+    """
+    import json
+
+    d = Path(directory)
+    if not (d / "compare.json").is_file():
+        return
+    spec = json.loads((d / "compare.json").read_text())
+    cc = parse_compare({k: v for k, v in spec.items() if k != "runs"}, str(d / "compare.json"))
+    check_saved_runs([(d / run_dir_name(e.label, s), cc.experiment(e, s)) for s in cc.seeds for e in cc.methods],
+                     f"comparison {d}", "The table would mix results of different configs: re-run the comparison into another --out")
 
 
 def run_dir_name(label: str, seed: int) -> str:
@@ -192,32 +202,49 @@ def run_dir_name(label: str, seed: int) -> str:
 def run_comparison(
     cc: CompareConfig, out_dir: str | Path, on_start: Callable[[str, int, int], None] | None = None,
     on_round: Callable[[str, int, RoundEvent], None] | None = None, resume: bool = False,
+    backend: Any = None, on_done: Callable[[str, int, dict[str, Any]], None] | None = None,
 ) -> Path:
     """Run every method for every seed on the shared federation; then write the report.
 
     With ``resume=True`` (an interrupted comparison in ``out_dir``): finished runs (those with a
     ``summary.json``) are kept, interrupted ones continue from their checkpoint, and runs that
-    never started are run. Returns the comparison directory.
+    never started are run. ``backend``: :class:`fedselect.backends.LocalBackend` (default: one
+    federation per seed, shared by every method) or :class:`fedselect.backends.RayBackend`
+    (one Ray task per run, each building the same federation); the results are the same.
+    ``on_start(label, seed, rounds)`` is called when a run starts (Ray: is submitted),
+    ``on_round(label, seed, event)`` after each round (local backend only) and
+    ``on_done(label, seed, summary)`` when a run has finished. Returns the comparison directory.
     """
+    from fedselect.backends import LocalBackend, RunCallbacks, RunSpec
     from fedselect.report import build_report
 
     out = Path(out_dir)
+    if resume:  # every kept or continued run must come from the config that would run now
+        check_saved_runs([(out / run_dir_name(e.label, s), cc.experiment(e, s)) for s in cc.seeds for e in cc.methods],
+                         f"comparison {out}", "Restore its config (compare.json and the runs' config.yaml) or run the comparison "
+                         "into another --out")
     out.mkdir(parents=True, exist_ok=True)
-    runs = [{"label": e.label, "method": e.method, "seed": s, "dir": run_dir_name(e.label, s)} for s in cc.seeds for e in cc.methods]
+    runs = [{"label": e.label, "method": e.method, "selector": None if e.selector is None else e.selector.name,
+             "algorithm": None if e.algorithm is None else e.algorithm.name, "seed": s, "dir": run_dir_name(e.label, s)}
+            for s in cc.seeds for e in cc.methods]
     write_json_atomic(out / "compare.json", {**cc.model_dump(mode="json"), "runs": runs})
+    specs = []
     for seed in cc.seeds:
-        todo = [e for e in cc.methods if not (resume and (out / run_dir_name(e.label, seed) / "summary.json").exists())]
-        if not todo:
-            continue
-        fed = build_federation(cc.experiment(cc.methods[0], seed))
-        write_json_atomic(out / f"federation-s{seed}.json", federation_info(fed))
-        for entry in todo:
-            cfg = cc.experiment(entry, seed)
-            run_dir = out / run_dir_name(entry.label, seed)
-            if on_start:
-                on_start(entry.label, seed, cfg.rounds)
-            cb = (lambda ev, lab=entry.label: on_round(lab, seed, ev)) if on_round else None
-            started = resume and (run_dir / "config.yaml").exists()
-            run_experiment(cfg, run_dir, on_round=cb, federation=fed, resume=started)
+        group = f"seed={seed}"  # every method of a seed shares the federation (FEDERATION_KEYS are fixed)
+        for entry in cc.methods:
+            specs.append(RunSpec(cc.experiment(entry, seed), out / run_dir_name(entry.label, seed),
+                                 f"{entry.label} seed {seed}", group, tag=(entry.label, seed)))
+
+    def write_info(group: str, fed: Federation) -> None:
+        first = cc.experiment(cc.methods[0], fed.seed)
+        write_json_atomic(out / f"federation-s{fed.seed}.json", federation_info(fed, first.train.local_epochs))
+
+    cb = RunCallbacks(
+        on_start=(lambda s, i, n: on_start(s.tag[0], s.tag[1], s.cfg.rounds)) if on_start else None,
+        on_round=(lambda s, ev: on_round(s.tag[0], s.tag[1], ev)) if on_round else None,
+        on_done=(lambda s, summary: on_done(s.tag[0], s.tag[1], summary)) if on_done else None,
+        on_federation=write_info,
+    )
+    (backend or LocalBackend()).run(specs, cb, resume=resume, out_dir=out, marker="compare.json")
     build_report(out)
     return out

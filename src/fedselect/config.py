@@ -1,12 +1,18 @@
-"""Experiment configuration: YAML validated by pydantic.
+"""Experiment configuration: the schema (pydantic) and the YAML file helpers, nothing else.
 
 Unknown keys and bad values are errors that name the key and what is allowed. Every section
 has defaults, so a config only states how it differs from the embedded default experiment
 (FedAvg on embedded MNIST, 20 clients, Dirichlet 0.5).
+
+This module imports no other part of fedselect: names that refer to registries (data sets,
+partition schemes, models, selectors, algorithms, methods) and each component's options are
+checked by one resolve step, :func:`fedselect.resolve.resolve`, before any data is loaded.
 """
 
 from __future__ import annotations
 
+import math
+import re
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -25,35 +31,11 @@ def _accepts_bool(annotation: Any) -> bool:
     return any(_accepts_bool(a) for a in typing.get_args(annotation))
 
 
-def option_names(fn: Any, skip: tuple[str, ...] = ()) -> tuple[list[str], bool]:
-    """Keyword options ``fn`` accepts, and whether it forwards extra keywords (a ``**kwargs``
-    that the body uses; one it never reads, like ``**_``, swallows typos silently, so keys
-    outside the named ones are then errors)."""
-    import dis
-    import inspect
-
-    if not inspect.isfunction(fn):  # e.g. object.__init__ of a class without its own: takes nothing
-        return [], False
-    params = inspect.signature(fn).parameters.values()
-    named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in skip]
-    var = [p.name for p in params if p.kind == p.VAR_KEYWORD]
-    forwards = bool(var) and any(i.argval == var[0] and i.opname.startswith("LOAD") for i in dis.get_instructions(fn))
-    return named, forwards
-
-
-def _check_options(label: str, what: str, fn: Any, options: dict[str, Any], skip: tuple[str, ...]) -> None:
-    named, forwards = option_names(fn, skip)
-    reserved = sorted(set(options) & set(skip))
-    if reserved:
-        raise ValueError(f"{label}: {reserved} cannot be set here (the runner passes them)")
-    unknown = sorted(set(options) - set(named))
-    if unknown and not forwards:
-        raise ValueError(f"{label}: unknown option(s) {unknown} for {what}; allowed: {sorted(named)}")
-
-
 class _Strict(BaseModel):
-    # no NaN/inf numbers anywhere; booleans are not numbers (YAML `rounds: yes` is an error)
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+    # no NaN/inf numbers anywhere; booleans are not numbers (YAML `rounds: yes` is an error);
+    # strict types: a count is an integer (`rounds: 3.0` and `num_clients: "4"` are errors), a
+    # number is a number (an integer is accepted where a float is expected)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -65,23 +47,11 @@ class _Strict(BaseModel):
 
 class PartitionConfig(BaseModel):
     """``scheme`` plus the scheme's own parameters (e.g. ``alpha``, ``min_size`` for dirichlet;
-    ``shards_per_client``; ``labels_per_client``); see ``fedselect.data.partition``."""
+    ``shards_per_client``; ``labels_per_client``); see ``fedselect.data.partition``. The scheme
+    and its parameters are checked by the resolve step."""
 
     model_config = ConfigDict(extra="allow")
     scheme: str = "dirichlet"
-
-    @model_validator(mode="after")
-    def _check_params(self) -> "PartitionConfig":
-        from fedselect.data.partition import PARTITIONERS, _import_extra
-
-        _import_extra()
-        if self.scheme not in PARTITIONERS:
-            raise ValueError(f"data.partition.scheme: unknown scheme {self.scheme!r}; allowed: {sorted(PARTITIONERS)}")
-        params = self.params()
-        _check_options("data.partition", f"scheme {self.scheme!r}", PARTITIONERS[self.scheme].__init__, params, ("self",))
-        if "alpha" in params and not (isinstance(params["alpha"], (int, float)) and params["alpha"] > 0):
-            raise ValueError(f"data.partition.alpha must be a number > 0, got {params['alpha']!r}")
-        return self
 
     def params(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -94,46 +64,18 @@ class DataConfig(_Strict):
     partition: PartitionConfig = Field(default_factory=PartitionConfig)
     holdout_fraction: float = Field(0.2, ge=0.0, lt=1.0, description="share of each client's data held out for per-client evaluation")
 
-    @field_validator("dataset")
-    @classmethod
-    def _known_dataset(cls, v: str) -> str:
-        from fedselect.data.datasets import DATASETS, _import_loaders
-
-        _import_loaders()
-        if v not in DATASETS:
-            raise ValueError(f"unknown dataset {v!r}; allowed: {sorted(DATASETS)}")
-        return v
-
-    @model_validator(mode="after")
-    def _known_options(self) -> "DataConfig":
-        from fedselect.data.datasets import DATASETS, _import_loaders
-
-        _import_loaders()
-        if self.dataset not in DATASETS:  # reported by the field validator
-            return self
-        _check_options("data.options", f"dataset {self.dataset!r}", DATASETS[self.dataset], self.options, ("seed",))
-        return self
-
 
 class ModelConfig(_Strict):
     name: str = Field("mnist_cnn", description="registered model name")
+    options: dict[str, Any] = Field(default_factory=dict, description="the model's options (checked by its own schema)")
+
+
+class ComponentConfig(_Strict):
+    """A pluggable component: a registered ``name`` (or ``"package.module:ClassName"``) and its
+    ``options`` (checked by the component's own pydantic model)."""
+
+    name: str
     options: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("name")
-    @classmethod
-    def _known_model(cls, v: str) -> str:
-        from fedselect.models import MODELS
-
-        if v not in MODELS:
-            raise ValueError(f"unknown model {v!r}; allowed: {sorted(MODELS)}")
-        return v
-
-    @model_validator(mode="after")
-    def _known_options(self) -> "ModelConfig":
-        from fedselect.models import MODELS
-
-        _check_options("model.options", f"model {self.name!r}", MODELS[self.name], self.options, ("input_shape", "num_classes"))
-        return self
 
 
 class TrainSection(_Strict):
@@ -218,29 +160,49 @@ class FaultsConfig(_Strict):
 class MetricsConfig(_Strict):
     target: float | None = Field(None, description="target value of `metric` for rounds-to-target")
     metric: Literal["accuracy", "f1_macro"] = "accuracy"
+    summary_window: int = Field(
+        10, ge=1, description="k: tables also give the mean of `metric` over the last k evaluated rounds (all of them if fewer), "
+        "a figure that one noisy round does not move; the 'vs baseline' lines and paired intervals use it")
 
 
 class ExperimentConfig(_Strict):
-    """One experiment. ``method_options`` is validated by the chosen method's own options model."""
+    """One experiment.
+
+    Who trains and what happens to their updates: ``selector`` and ``algorithm``, or ``method``,
+    a preset naming both for the papers' methods (``flashrl`` = selector flashrl + algorithm
+    fedavg, ``cefl`` = cefl_leaders + cefl, ...; explicit ``selector`` / ``algorithm`` override the
+    preset's part). ``method_options`` go to whichever of the two declares each key.
+    """
 
     name: str = "experiment"
     seed: int = Field(0, ge=0)
-    method: str = "fedavg"
+    method: str | None = Field(None, description="a preset: fedavg, full, regular_fl, flashrl, favor, cefl, fedper, individual, budgeted_online, online_random, offline_best, oort, power_of_choice, fastest")
+    selector: ComponentConfig | None = Field(None, description="whom to train: {name, options}")
+    algorithm: ComponentConfig | None = Field(None, description="what happens to their updates: {name, options}")
     rounds: int = Field(30, ge=1, description="T, communication rounds")
     clients_per_round: int = Field(5, ge=1, description="U, clients selected per round")
+    participation: float | None = Field(None, gt=0, le=1, description="U as a fraction f of N: U = max(1, ceil(f N)); exclusive with clients_per_round")
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainSection = Field(default_factory=TrainSection)
     system: SystemConfig = Field(default_factory=SystemConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     faults: FaultsConfig = Field(default_factory=FaultsConfig)
-    method_options: dict[str, Any] = Field(default_factory=dict)
+    method_options: dict[str, Any] = Field(default_factory=dict, description="options of the method preset's selector and algorithm")
     eval_every: int = Field(1, ge=1, description="evaluate the global model every k rounds (and at the last)")
     checkpoint_every: int = Field(1, ge=0, description="checkpoint every k rounds; 0 = never")
     comment: str | None = None
 
     @model_validator(mode="after")
     def _check(self) -> "ExperimentConfig":
+        if self.participation is not None:
+            u = max(1, math.ceil(self.participation * self.data.num_clients - 1e-9))
+            if "clients_per_round" in self.model_fields_set and self.clients_per_round != u:
+                raise ValueError(
+                    f"participation and clients_per_round are exclusive: participation {self.participation} of N = "
+                    f"{self.data.num_clients} gives U = {u}, clients_per_round says {self.clients_per_round}; give one of them")
+            if self.clients_per_round != u:
+                object.__setattr__(self, "clients_per_round", u)  # U from the fraction (written out in config.yaml)
         if self.clients_per_round > self.data.num_clients:
             raise ValueError(
                 f"clients_per_round (U = {self.clients_per_round}) must be <= data.num_clients (N = {self.data.num_clients})"
@@ -255,12 +217,51 @@ class ExperimentConfig(_Strict):
             if inj.kind == "timeout" and self.system.round_deadline_s is None:
                 raise ValueError(f"faults.inject[{i}].kind 'timeout' needs system.round_deadline_s (a deadline in seconds); "
                                  f"without one the server waits for every client")
-        from fedselect.methods import METHODS, import_methods
-
-        import_methods()
-        if self.method not in METHODS:
-            raise ValueError(f"unknown method {self.method!r}; allowed: {sorted(METHODS)}")
         return self
+
+
+class MethodSpec(BaseModel):
+    """One contender of a comparison or sweep: a ``label`` for tables and plots, and what runs:
+    a ``method`` preset and/or an explicit ``selector`` / ``algorithm`` ({name, options}), with
+    ``method_options`` as in an experiment."""
+
+    model_config = ConfigDict(extra="forbid")
+    label: str | None = None
+    method: str | None = None
+    selector: ComponentConfig | None = None
+    algorithm: ComponentConfig | None = None
+    method_options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _label(self) -> "MethodSpec":
+        if self.method is None and self.selector is None and self.algorithm is None:
+            raise ValueError("give a method, or a selector and/or an algorithm")
+        if self.label is None:
+            parts = [c.name.rsplit(":", 1)[-1] for c in (self.selector, self.algorithm) if c is not None]
+            self.label = self.method if not parts else "+".join(([self.method] if self.method else []) + parts)
+        if not re.fullmatch(r"[A-Za-z0-9_.+\- ()]+", self.label):
+            raise ValueError(f"label {self.label!r}: use letters, digits, space and _ . + - ( ) only")
+        return self
+
+    def apply(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """``doc`` (the base experiment mapping) with this contender in it: a ``method`` replaces
+        the base's method, selector and algorithm; a ``selector`` / ``algorithm`` replaces the
+        base's (and, without a ``method`` here, the base's method); ``method_options`` are merged
+        over the base's."""
+        doc = dict(doc)
+        if self.method is not None:
+            doc.pop("selector", None)
+            doc.pop("algorithm", None)
+            doc["method"] = self.method
+        elif self.selector is not None or self.algorithm is not None:
+            doc.pop("method", None)
+        if self.selector is not None:
+            doc["selector"] = self.selector.model_dump()
+        if self.algorithm is not None:
+            doc["algorithm"] = self.algorithm.model_dump()
+        if self.method_options:
+            doc["method_options"] = {**doc.get("method_options", {}), **self.method_options}
+        return doc
 
 
 def _format_errors(e: ValidationError, source: str) -> str:
@@ -278,7 +279,8 @@ def _format_errors(e: ValidationError, source: str) -> str:
 
 
 def parse_config(doc: dict[str, Any] | None, source: str = "<dict>") -> ExperimentConfig:
-    """Validate a mapping into an :class:`ExperimentConfig`.
+    """Validate a mapping against the schema (registries are checked by
+    :func:`fedselect.resolve.resolve`, which :func:`fedselect.resolve.parse_experiment` adds).
 
     Raises:
         ConfigError: with one line per problem, ``key.path: what is wrong / allowed``.

@@ -13,10 +13,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedselect.config import ExperimentConfig
-from fedselect.data.datasets import ArrayDataset, load_dataset
-from fedselect.data.partition import local_holdout, make_partitioner
-from fedselect.fl.train import num_features
+from fedselect.config import DataConfig, ExperimentConfig, ModelConfig, SystemConfig
+from fedselect.data.catalog import load_dataset, make_partitioner
+from fedselect.data.datasets import ArrayDataset
+from fedselect.data.files import dropped_rows_total
+from fedselect.data.partition import local_holdout
 from fedselect.models import build_model
 from fedselect.seeding import np_rng, torch_rng
 from fedselect.system import DEFAULT_DEVICES, DEFAULT_NETWORKS, DeviceProfile, Fleet, NetworkProfile, data_bits, load_profiles
@@ -40,14 +41,23 @@ class Client:
 
 
 class Federation:
-    """Clients, test set and fleet of one experiment (see module docstring)."""
+    """Clients, test set and fleet of one experiment (see module docstring).
 
-    def __init__(self, cfg: ExperimentConfig, train_set: ArrayDataset, test_set: ArrayDataset, clients: list[Client], fleet: Fleet):
-        self.cfg, self.train_set, self.test_set, self.clients, self.fleet = cfg, train_set, test_set, clients, fleet
-        self.seed = cfg.seed
+    Attributes:
+        data, model, system: the config sections it was built from (its identity).
+        seed: the experiment seed.
+        train_set, test_set: the whole training set and the server's test set.
+        clients: the N clients, ids 0..N-1.
+        fleet: the clients' device/network profiles and per-round draws.
+    """
+
+    def __init__(self, data: DataConfig, model: ModelConfig, system: SystemConfig, seed: int, train_set: ArrayDataset,
+                 test_set: ArrayDataset, clients: list[Client], fleet: Fleet):
+        self.data, self.model, self.system, self.seed = data, model, system, int(seed)
+        self.train_set, self.test_set, self.clients, self.fleet = train_set, test_set, clients, fleet
         self.input_shape = train_set.input_shape
         self.num_classes = train_set.num_classes
-        self.features = num_features(train_set)
+        self.features = train_set.num_features
 
     @property
     def num_clients(self) -> int:
@@ -55,7 +65,7 @@ class Federation:
 
     def new_model(self, init_name: str = "model-init") -> nn.Module:
         """A fresh model; the same ``init_name`` gives the same initial weights (seeded)."""
-        m = self.cfg.model
+        m = self.model
         return build_model(m.name, self.input_shape, self.num_classes, generator=torch_rng(self.seed, init_name), **m.options)
 
     def client_bits(self, k: int) -> float:
@@ -67,13 +77,23 @@ class Federation:
         which other clients train, so runs compare and resume exactly."""
         return torch_rng(self.seed, f"{tag}/{t}/{k}")
 
+    @property
+    def data_dropped_rows(self) -> int:
+        """Rows of the user's data files dropped at load by the loader option
+        ``drop_invalid: true`` (0 when nothing was dropped); reported in ``summary.json``."""
+        return dropped_rows_total(self.train_set, self.test_set)[0]
+
+    @property
+    def data_dropped_by_file(self) -> dict[str, int]:
+        """``{file: rows dropped}`` behind :attr:`data_dropped_rows`."""
+        return dropped_rows_total(self.train_set, self.test_set)[1]
+
     def label_counts(self) -> np.ndarray:
         """``(N, num_classes)`` training-label counts per client."""
         return np.stack([np.bincount(c.train.y, minlength=self.num_classes) for c in self.clients])
 
 
-def _profile_tables(cfg: ExperimentConfig) -> tuple[list[DeviceProfile], list[NetworkProfile]]:
-    s = cfg.system
+def _profile_tables(s: SystemConfig) -> tuple[list[DeviceProfile], list[NetworkProfile]]:
     devices, networks = list(DEFAULT_DEVICES), list(DEFAULT_NETWORKS)
     if s.profiles_file:
         d, n = load_profiles(s.profiles_file)
@@ -89,23 +109,37 @@ def _profile_tables(cfg: ExperimentConfig) -> tuple[list[DeviceProfile], list[Ne
 
 
 def build_federation(cfg: ExperimentConfig) -> Federation:
+    """The federation of ``cfg``: built from its ``data``, ``model`` and ``system`` sections and
+    its seed only (:func:`make_federation`)."""
+    return make_federation(cfg.data, cfg.model, cfg.system, cfg.seed)
+
+
+def make_federation(d: DataConfig, model: ModelConfig, system: SystemConfig, seed: int) -> Federation:
     """Load the data, partition it, split each client's hold-out, assign profiles.
 
     Raises:
         ValueError: an impossible partition (message gives the numbers).
         DatasetNotFoundError: data missing.
     """
-    d = cfg.data
-    train_set, test_set = load_dataset(d.dataset, seed=cfg.seed, **d.options)
+    train_set, test_set = load_dataset(d.dataset, seed=seed, **d.options)
     partitioner = make_partitioner(d.partition.scheme, **d.partition.params())
-    parts = partitioner.split(train_set.y, d.num_clients, np_rng(cfg.seed, "partition"), groups=train_set.groups)
+    parts = partitioner.split(train_set.y, d.num_clients, np_rng(seed, "partition"), groups=train_set.groups)
     if len(parts) != d.num_clients:
         raise ValueError(f"partition {d.partition.scheme!r} returned {len(parts)} clients, expected {d.num_clients}")
-    hold_rng = np_rng(cfg.seed, "holdout")
+    hold_rng = np_rng(seed, "holdout")
     clients = []
     for k, idx in enumerate(parts):
         tr, ho = local_holdout(idx, d.holdout_fraction, hold_rng)
         clients.append(Client(k, train_set.subset(tr, f"{train_set.name}/client{k}"), train_set.subset(ho, f"{train_set.name}/client{k}/holdout"), tr, ho))
-    devices, networks = _profile_tables(cfg)
-    fleet = Fleet.create(d.num_clients, cfg.seed, devices, networks, cfg.system.device_mix, cfg.system.network_mix)
-    return Federation(cfg, train_set, test_set, clients, fleet)
+    devices, networks = _profile_tables(system)
+    fleet = Fleet.create(d.num_clients, seed, devices, networks, system.device_mix, system.network_mix)
+    return Federation(d, model, system, seed, train_set, test_set, clients, fleet)
+
+
+def federation_key(cfg: ExperimentConfig) -> str:
+    """What a federation depends on (data, model, system, seed) as a JSON string: two configs
+    with the same key build identical federations, so runs (and Flower nodes) can share one."""
+    import json
+
+    d = cfg.model_dump(mode="json")
+    return json.dumps({k: d[k] for k in ("data", "model", "system", "seed")}, sort_keys=True)

@@ -8,9 +8,10 @@ CEFL Section III / SPEC 2 (FD-CNN), budgeted online selection / SPEC 3 (MLP 10-2
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Annotated, Callable
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 
@@ -92,15 +93,35 @@ class MLP(nn.Module):
 
 ModelFactory = Callable[..., nn.Module]
 
-#: name -> constructor(num_classes=..., input_shape=..., **kwargs)
+
+class NoModelOptions(BaseModel):
+    """A model without options (unknown keys are errors)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class MLPOptions(NoModelOptions):
+    hidden: list[Annotated[int, Field(ge=1)]] = Field([25, 25], min_length=1, description="hidden layer widths (SPEC 3: 25, 25)")
+
+
+class GRUOptions(NoModelOptions):
+    hidden: int = Field(256, ge=1, description="GRU hidden units per layer (SPEC 1.4: 256)")
+    layers: int = Field(2, ge=1, description="stacked GRU layers (SPEC 1.4: 2)")
+
+
+#: name -> constructor(input_shape, num_classes, **options)
 MODELS: dict[str, ModelFactory] = {}
+#: name -> pydantic model of the constructor's options (``model.options`` in a config)
+MODEL_OPTIONS: dict[str, type[BaseModel]] = {}
 
 
-def register_model(name: str):
-    """Decorator adding a factory ``f(input_shape, num_classes, **kw) -> nn.Module``."""
+def register_model(name: str, options: type[BaseModel] = NoModelOptions):
+    """Decorator adding a factory ``f(input_shape, num_classes, **options) -> nn.Module`` whose
+    options are described by the pydantic model ``options``."""
 
     def deco(fn: ModelFactory) -> ModelFactory:
         MODELS[name] = fn
+        MODEL_OPTIONS[name] = options
         return fn
 
     return deco
@@ -120,7 +141,7 @@ def _cifar_cnn(input_shape: tuple[int, ...], num_classes: int, **kw) -> nn.Modul
     return CifarCNN(num_classes)
 
 
-@register_model("mlp")
+@register_model("mlp", MLPOptions)
 def _mlp(input_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, ...] = (25, 25), **kw) -> nn.Module:
     n = 1
     for s in input_shape:
@@ -216,7 +237,7 @@ class FDCNN(TwoConvNet):
         super().__init__(in_channels, (32, 64), 1600, 512, num_classes, padding=2)
 
 
-@register_model("gru")
+@register_model("gru", GRUOptions)
 def _gru(input_shape: tuple[int, ...], num_classes: int, hidden: int = 256, layers: int = 2, **kw) -> nn.Module:
     if len(input_shape) != 2:
         raise ValueError(f"model 'gru' needs sequence inputs of shape (T, channels), got {tuple(input_shape)}")

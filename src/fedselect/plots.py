@@ -131,6 +131,12 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
         ax.legend()
         save(fig, "selection_vs_latency.png")
 
+        # 4b. device / network class of the selected clients per round (mean over seeds)
+        for kind in ("device", "network"):
+            name = selection_profiles_plot(plt, out, results, labels, feds, kind)
+            if name:
+                written.append(name)
+
         # 5. label distribution of the partition
         counts = np.asarray(fed["label_counts"], dtype=float)
         n, c = counts.shape
@@ -177,3 +183,94 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
         save(fig, f"cefl_similarity_{r.label.replace(' ', '_')}_s{r.seed}.png")
         break
     return written
+
+
+def class_speed(fed: dict[str, Any], kind: str) -> list[float]:
+    """Per client, a cost that ranks its ``kind`` class (lower = faster): for devices the
+    expected compute seconds per training sample (the device alone, FR-eq 3), for networks the
+    expected upload seconds of the model (the link alone, FR-eq 4). Federation files without
+    these parts (older versions) fall back to the whole expected latency."""
+    if kind == "device" and "expected_compute_s" in fed:
+        return [c / max(n, 1) for c, n in zip(fed["expected_compute_s"], fed.get("num_samples", []))]
+    if kind == "network" and "expected_upload_s" in fed:
+        return list(fed["expected_upload_s"])
+    return list(fed.get("expected_latency_s", []))
+
+
+def class_order(feds: list[dict[str, Any]], kind: str) -> list[str]:
+    """Profile classes (``kind`` = "device" or "network") of the federations, fastest first:
+    ordered by the median :func:`class_speed` of their clients."""
+    lat: dict[str, list[float]] = defaultdict(list)
+    for fed in feds:
+        for name, x in zip(fed.get(kind, []), class_speed(fed, kind)):
+            lat[name].append(float(x))
+    return sorted(lat, key=lambda c: (float(np.median(lat[c])), c))
+
+
+def selection_profile_counts(rows: list[dict[str, str]], profiles: list[str], classes: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Rounds (>= 1) and a ``(rounds, len(classes))`` array: how many of each round's selected
+    clients (``selected`` column, ids separated by ``;``) have each profile class.
+
+    Raises:
+        ValueError: a selected id that is not a client of ``profiles``.
+    """
+    rounds, counts = [], []
+    col = {c: j for j, c in enumerate(classes)}
+    for row in rows:
+        t = int(row["round"])
+        if t < 1:
+            continue  # the warm-up row (every client) is not a selection
+        c = np.zeros(len(classes))
+        for k in filter(None, (row.get("selected") or "").split(";")):
+            k = int(k)
+            if not 0 <= k < len(profiles):
+                raise ValueError(f"round {t}: selected client {k} is not one of the federation's {len(profiles)} clients")
+            c[col[profiles[k]]] += 1
+        rounds.append(t)
+        counts.append(c)
+    return np.asarray(rounds, dtype=int), np.asarray(counts).reshape(len(rounds), len(classes))
+
+
+def selection_profiles_plot(plt, out: Path, results, labels: list[str], feds: list[dict[str, Any]], kind: str) -> str | None:
+    """Stacked bars per round of the ``kind`` ("device"/"network") class of each selected
+    client, one panel per method, mean over the seeds that have a federation file; classes
+    ordered fastest (bottom, green) to slowest (top, red). Returns the file name, or None when
+    no run can be matched to a federation."""
+    by_seed = {f["seed"]: f for f in feds if "seed" in f and kind in f}
+    classes = class_order(list(by_seed.values()), kind)
+    if not classes:
+        return None
+    panels = []
+    for lab in labels:
+        per_round: dict[int, list[np.ndarray]] = defaultdict(list)
+        runs = [r for r in results if r.label == lab and r.seed in by_seed]
+        for r in runs:
+            rounds, counts = selection_profile_counts(r.rows, by_seed[r.seed][kind], classes)
+            for t, c in zip(rounds, counts):
+                per_round[int(t)].append(c)
+        if per_round:
+            ts = np.array(sorted(per_round))
+            panels.append((lab, len(runs), ts, np.stack([np.mean(per_round[t], axis=0) for t in ts])))
+    if not panels:
+        return None
+    cmap = plt.cm.RdYlGn_r
+    colors = [cmap(0.1 + 0.8 * j / max(1, len(classes) - 1)) for j in range(len(classes))]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 1.2 + 1.9 * len(panels)), sharex=True, squeeze=False)
+    for ax, (lab, n, ts, means) in zip(axes[:, 0], panels):
+        bottom = np.zeros(len(ts))
+        for j, c in enumerate(classes):
+            ax.bar(ts, means[:, j], bottom=bottom, color=colors[j], width=0.9, label=c, linewidth=0)
+            bottom += means[:, j]
+        ax.set_ylabel("clients" if n <= 1 else "clients (mean)")
+        ax.set_title(f"{lab}" + (f" (mean of {n} seeds)" if n > 1 else f" (seed {min(r.seed for r in results if r.label == lab and r.seed in by_seed)})"), fontsize=9, loc="left")
+        ax.yaxis.set_major_locator(plt.MaxNLocator(integer=True))
+    axes[-1, 0].set_xlabel("communication round")
+    axes[-1, 0].xaxis.set_major_locator(plt.MaxNLocator(integer=True))
+    handles, names = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles[::-1], names[::-1], title=f"{kind} class\n(slowest on top)", loc="upper left", bbox_to_anchor=(0.77, 0.93), fontsize=8, title_fontsize=8)
+    fig.suptitle(f"{kind} class of the selected clients per round: a selector that avoids stragglers loses the red", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 0.76, 0.96))
+    name = f"selection_{kind}_per_round.png"
+    fig.savefig(out / name)
+    plt.close(fig)
+    return name

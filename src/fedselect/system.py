@@ -63,46 +63,144 @@ DEFAULT_NETWORKS: tuple[NetworkProfile, ...] = tuple(
 )
 
 
+_PROFILE_FIELDS = {"device": ("name", "mean_mhz", "std_mhz", "cores"), "network": ("name", "mean_mbps", "std_mbps")}
+
+
 def load_profiles(path: str | Path) -> tuple[list[DeviceProfile], list[NetworkProfile]]:
     """Read profile tables from YAML (keys ``devices`` / ``networks``, lists of mappings with
-    the dataclass fields) or CSV (a ``kind`` column ``device``/``network`` plus the fields).
+    the dataclass fields) or CSV (a ``kind`` column ``device``/``network`` plus the fields;
+    a device row fills ``name, mean_mhz, std_mhz, cores``, a network row ``name, mean_mbps,
+    std_mbps``, other cells empty).
+
+    Every row is checked: all its fields present, ``name`` a non-empty text, numbers finite
+    (``cores`` an integer), the ranges of :class:`DeviceProfile` / :class:`NetworkProfile`.
+    There is no ``drop_invalid`` here: a fleet is never silently changed.
 
     Raises:
-        FileNotFoundError: no such file. ValueError: unknown suffix or bad rows (names the row).
+        FileNotFoundError: no such file.
+        ValueError: unknown suffix.
+        fedselect.data.files.DataFileError (a ValueError): invalid YAML, not UTF-8, or a bad row;
+            the message names the file, the line and the key or column.
     """
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"profile file not found: {p}")
     if p.suffix in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            doc = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ValueError(f"{p}: invalid YAML: {e}") from None
-        if not isinstance(doc, dict) or not set(doc) <= {"devices", "networks"}:
-            raise ValueError(f"{p}: a YAML profile file is a mapping with keys 'devices' and/or 'networks' (lists of rows), "
-                             f"got {type(doc).__name__}{' with keys ' + str(sorted(doc)) if isinstance(doc, dict) else ''}")
-        dev_rows, net_rows = doc.get("devices") or [], doc.get("networks") or []
-        if not isinstance(dev_rows, list) or not isinstance(net_rows, list) or not all(isinstance(r, dict) for r in dev_rows + net_rows):
-            raise ValueError(f"{p}: 'devices' and 'networks' must be lists of mappings (name, mean_mhz, std_mhz, cores / "
-                             f"name, mean_mbps, std_mbps)")
+        rows = _yaml_profile_rows(p)
     elif p.suffix == ".csv":
-        import pandas as pd
-
-        df = pd.read_csv(p)
-        if "kind" not in df.columns:
-            raise ValueError(f"{p}: CSV profiles need a 'kind' column (device or network)")
-        dev_rows = [{k: v for k, v in r.items() if k in ("name", "mean_mhz", "std_mhz", "cores")} for r in df[df.kind == "device"].to_dict("records")]
-        net_rows = [{k: v for k, v in r.items() if k in ("name", "mean_mbps", "std_mbps")} for r in df[df.kind == "network"].to_dict("records")]
+        rows = _csv_profile_rows(p)
     else:
         raise ValueError(f"{p}: profile files must be .yaml, .yml or .csv")
-    try:
-        devices = [DeviceProfile(**r) for r in dev_rows]
-        networks = [NetworkProfile(**r) for r in net_rows]
-    except TypeError as e:
-        raise ValueError(f"{p}: bad profile row: {e}") from None
+    devices: list[DeviceProfile] = []
+    networks: list[NetworkProfile] = []
+    for kind, line, row, where in rows:
+        devices_or_networks = devices if kind == "device" else networks
+        devices_or_networks.append(_profile(p, kind, line, row, where))
     return devices, networks
+
+
+def _profile(p: Path, kind: str, line: int, row: dict, where) -> DeviceProfile | NetworkProfile:
+    """Check one row (``where(key)`` -> (line, description) of a field) and build it."""
+    import math
+
+    from fedselect.data.files import DataFileError
+
+    fields = _PROFILE_FIELDS[kind]
+    unknown = [k for k in row if k not in fields]
+    if unknown:
+        ln, desc = where(unknown[0])
+        raise DataFileError(p, f"{unknown[0]!r} does not belong in a {kind} row; a {kind} row has exactly {list(fields)}", ln, desc)
+    missing = [k for k in fields if row.get(k) is None or (isinstance(row.get(k), str) and not row[k].strip())]
+    if missing:
+        raise DataFileError(p, f"{kind} row lacks {missing}; a {kind} row has exactly {list(fields)}", line)
+    out = {}
+    for k in fields:
+        v = row[k]
+        ln, desc = where(k)
+        if k == "name":
+            if not isinstance(v, str):
+                raise DataFileError(p, f"name must be text, got {v!r}", ln, desc)
+            out[k] = v.strip()
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise DataFileError(p, f"not a number: {v!r}", ln, desc)
+        if not math.isfinite(v):
+            raise DataFileError(p, f"not a finite number: {v!r}", ln, desc)
+        if k == "cores":
+            if float(v) != int(v):
+                raise DataFileError(p, f"not an integer: {v!r}", ln, desc)
+            v = int(v)
+        out[k] = v
+    try:
+        return DeviceProfile(**out) if kind == "device" else NetworkProfile(**out)
+    except ValueError as e:
+        raise DataFileError(p, str(e), line) from None
+
+
+def _yaml_profile_rows(p: Path) -> list:
+    import yaml
+
+    from fedselect.data.files import DataFileError, naming_file
+
+    with naming_file(p, "profile YAML"):
+        text = p.read_bytes().decode("utf-8")
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise DataFileError(p, f"invalid YAML: {e}", mark.line + 1 if mark is not None else None) from None
+    if not isinstance(doc, dict) or not set(doc) <= {"devices", "networks"}:
+        raise DataFileError(p, "a YAML profile file is a mapping with keys 'devices' and/or 'networks' (lists of rows), "
+                               f"got {type(doc).__name__}{' with keys ' + str(sorted(doc)) if isinstance(doc, dict) else ''}")
+    rows = []
+    for key, kind in (("devices", "device"), ("networks", "network")):
+        items = doc.get(key) or []
+        seq = next((v for k, v in node.value if k.value == key), None)
+        if not isinstance(items, list) or not all(isinstance(r, dict) for r in items):
+            line = seq.start_mark.line + 1 if seq is not None else None
+            raise DataFileError(p, f"'{key}' must be a list of mappings ({', '.join(_PROFILE_FIELDS[kind])})", line)
+        for i, (item, row_node) in enumerate(zip(items, seq.value if items else [])):
+            line = row_node.start_mark.line + 1
+            lines = {k.value: v.start_mark.line + 1 for k, v in row_node.value}
+
+            def where(k, lines=lines, line=line, i=i, key=key):
+                return lines.get(k, line), f"key {key}[{i}].{k}"
+
+            rows.append((kind, line, item, where))
+    return rows
+
+
+def _csv_profile_rows(p: Path) -> list:
+    from fedselect.data.files import Col, read_csv_checked
+
+    numbers = ("mean_mhz", "std_mhz", "cores", "mean_mbps", "std_mbps")
+    cols = (Col("kind", "str", choices=("device", "network")), Col("name", "str"),
+            *(Col(c, "float", required=False, present=False) for c in numbers))
+    t = read_csv_checked(p, cols, header=True, what="profile CSV (kind, name, mean_mhz, std_mhz, cores, mean_mbps, std_mbps)")
+    rows = []
+    for i, line in enumerate(t.lines):
+        rec = t.frame.iloc[i]
+        kind = rec["kind"]
+        fields = _PROFILE_FIELDS[kind]
+        row = {k: (None if k != "name" and (k not in t.positions or _isnan(rec[k])) else
+                   (rec[k] if k == "name" else float(rec[k]))) for k in fields}
+        for other in numbers:
+            if other not in fields and other in t.positions and not _isnan(rec[other]):
+                row[other] = float(rec[other])
+
+        def where(k, line=int(line)):
+            return line, t.describe(k)
+
+        rows.append((kind, int(line), row, where))
+    return rows
+
+
+def _isnan(v) -> bool:
+    try:
+        return v != v
+    except TypeError:
+        return False
 
 
 def _counts(weights: Sequence[float], n: int) -> np.ndarray:

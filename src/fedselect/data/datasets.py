@@ -1,8 +1,11 @@
-"""Datasets as in-memory arrays, and the registry of loaders.
+"""Datasets as in-memory arrays, and the registry loaders add themselves to.
 
 A loader returns ``(train, test)`` :class:`ArrayDataset` pairs. Nothing downloads at run time:
 every loader reads an embedded package's data or files in a user directory, and a missing
 data set raises :class:`DatasetNotFoundError` naming the paths looked at and how to get it.
+
+This module imports no loader: the loaders import it to register themselves, and
+:mod:`fedselect.data.catalog` (above them) imports them all and looks names up.
 """
 
 from __future__ import annotations
@@ -65,6 +68,11 @@ class ArrayDataset:
         """Shape of one input (no batch dimension)."""
         return tuple(int(s) for s in self.x.shape[1:])
 
+    @property
+    def num_features(self) -> int:
+        """Values per input sample (for |D_k| in bits, SPEC 0.3)."""
+        return int(np.prod(self.input_shape)) if self.input_shape else 1
+
     def subset(self, indices: np.ndarray, name: str | None = None) -> "ArrayDataset":
         """The samples at ``indices`` (a copy), keeping classes, names and groups."""
         idx = np.asarray(indices, dtype=np.int64)
@@ -88,24 +96,3 @@ def register_dataset(name: str):
         return fn
 
     return deco
-
-
-def load_dataset(name: str, seed: int = 0, **options: Any) -> tuple[ArrayDataset, ArrayDataset]:
-    """Load data set ``name`` as ``(train, test)``.
-
-    Raises:
-        ValueError: unknown name (lists the known ones).
-        DatasetNotFoundError: the files are missing (names the paths tried and how to get them).
-    """
-    _import_loaders()
-    if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; known datasets: {sorted(DATASETS)}")
-    return DATASETS[name](seed=seed, **options)
-
-
-def _import_loaders() -> None:
-    """Import the modules whose decorators fill :data:`DATASETS` (and, for the sensor data,
-    ``fedselect.data.partition.PARTITIONERS``). Lazy, so that importing this module stays cheap."""
-    import fedselect.data.images  # noqa: F401
-    import fedselect.data.imu  # noqa: F401
-    import fedselect.data.iot  # noqa: F401

@@ -1,4 +1,4 @@
-"""Wearable-sensor data sets, task views and subject-based client divisions.
+"""Wearable-sensor data sets and task views.
 
 Data sets (registered with :func:`fedselect.data.datasets.register_dataset`):
 
@@ -33,9 +33,9 @@ of 10 for the embedded set), chosen with a generator derived from the seed; ``gr
 the subject id of every window. Recordings shorter than the window give no window: they are
 counted in ``info["dropped_recordings"]`` and logged.
 
-Client divisions (registered with :func:`fedselect.data.partition.register_partitioner`):
-``"volunteer"`` (one client per subject) and ``"volunteer_label_skew"`` (one client per
-subject, each keeping ``labels_per_client`` of its classes).
+The subject-based client divisions ``"volunteer"`` (one client per subject) and
+``"volunteer_label_skew"`` use ``groups`` and live with the other partitioners
+(:mod:`fedselect.data.partition`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ import numpy as np
 from fedselect.data.bitmap import GYRO_SCALINGS, bitmap_side, encode_bitmaps
 from fedselect.data.datasets import ArrayDataset, register_dataset
 from fedselect.data.mobiact import ACTIVITIES, DOWNLOAD_HINT, FALLS, frame_to_recording, read_mobiact, synthetic_mobiact_frames
-from fedselect.data.partition import Partitioner, register_partitioner
 from fedselect.data.windows import (
     CHANNELS, Recording, activity_durations, activity_stride, majority_label, resample_uniform, sliding_windows,
 )
@@ -376,23 +375,29 @@ def load_imu_watch(seed: int = 0, rate_hz: float = WATCH_RATE_HZ, **options: Any
 
 @register_dataset("mobiact")
 def load_mobiact(seed: int = 0, path: str | None = None, rate_hz: float = 50.0,
-                 activities: Sequence[str] | None = None, **options: Any) -> tuple[ArrayDataset, ArrayDataset]:
+                 activities: Sequence[str] | None = None, drop_invalid: bool = False,
+                 **options: Any) -> tuple[ArrayDataset, ArrayDataset]:
     """MobiAct v2 from the user's copy (SPEC 4; FLASH-RL IV-A; CEFL IV).
 
     Options: ``path`` (required: the folder holding ``Annotated Data``), ``rate_hz``
     (resampling rate, default 50 Hz), ``activities`` (codes to read, default the 16 ADL + fall
-    codes), plus those of :func:`build_imu_datasets` (default ``task="fall"``, 17 of the 67
-    subjects held out, i.e. the fraction 17/67).
+    codes), ``drop_invalid`` (drop defective rows instead of refusing the file; counted in
+    ``info["dropped_rows"]``), plus those of :func:`build_imu_datasets` (default
+    ``task="fall"``, 17 of the 67 subjects held out, i.e. the fraction 17/67).
 
     Raises:
         ValueError: ``path`` missing, unknown options.
+        DataFileError: a defective annotated CSV (names the file, the line and the column).
         DatasetNotFoundError: ``<path>/Annotated Data`` does not exist (names it).
     """
     _check_options("mobiact", options)
     if path is None:
         raise ValueError(f"dataset 'mobiact' needs the option 'path'. {DOWNLOAD_HINT}")
     options.setdefault("task", "fall")
-    recs, info = read_mobiact(path, rate_hz=rate_hz, activities=activities)
+    from fedselect.data.files import flag_option
+
+    recs, info = read_mobiact(path, rate_hz=rate_hz, activities=activities,
+                              drop_invalid=flag_option("mobiact", "drop_invalid", drop_invalid))
     info = {**info, "source": f"MobiAct v2 (real) at {info['source']}", "resampled_hz": rate_hz}
     return build_imu_datasets(recs, name="mobiact", seed=seed, info=info, **options)
 
@@ -417,66 +422,3 @@ def load_mobiact_synthetic(seed: int = 0, num_subjects: int = 12, trials: int = 
     recs = [frame_to_recording(f, s, a, t, rate_hz, f"synthetic:{a}_{s}_{t}") for s, a, t, f in frames]
     return build_imu_datasets(recs, name="mobiact-synthetic", seed=seed,
                               info={"source": "synthetic MobiAct-format generator (not real data)"}, **options)
-
-
-# --------------------------------------------------------------------------- client divisions
-
-def _subjects(groups: np.ndarray | None, scheme: str) -> np.ndarray:
-    if groups is None:
-        raise ValueError(f"partition scheme {scheme!r} needs per-sample subject ids (dataset 'groups'); this dataset has none")
-    return np.unique(np.asarray(groups))
-
-
-@register_partitioner
-class VolunteerPartitioner(Partitioner):
-    """Volunteer-based division (FLASH-RL IV-A): client ``i`` holds all samples of the
-    ``i``-th subject (subjects in increasing id order).
-
-    Raises:
-        ValueError: no ``groups``; ``num_clients`` different from the number of subjects.
-    """
-
-    name = "volunteer"
-
-    def split(self, labels, num_clients, rng, groups=None):
-        subs = _subjects(groups, self.name)
-        if num_clients != len(subs):
-            raise ValueError(
-                f"volunteer division: num_clients ({num_clients}) must equal the number of subjects in the "
-                f"training set ({len(subs)})"
-            )
-        g = np.asarray(groups)
-        return [np.flatnonzero(g == s).astype(np.int64) for s in subs]
-
-
-@register_partitioner
-class VolunteerLabelSkewPartitioner(Partitioner):
-    """Label skew k on volunteers (FLASH-RL IV-A, "label skew 8 / 4"): one client per subject
-    (as :class:`VolunteerPartitioner`), keeping only ``labels_per_client`` of the classes that
-    subject has (a seeded draw; a subject with fewer classes keeps all). Samples of the other
-    classes are left unused.
-
-    With the binary fall task the labels cannot express activity skew: use the loader option
-    ``activities_per_subject`` with the ``volunteer`` division instead.
-
-    Raises:
-        ValueError: ``labels_per_client < 1``; no ``groups``; ``num_clients`` different from the
-        number of subjects.
-    """
-
-    name = "volunteer_label_skew"
-
-    def __init__(self, labels_per_client: int = 8):
-        if int(labels_per_client) < 1:
-            raise ValueError(f"labels_per_client must be >= 1, got {labels_per_client}")
-        self.k = int(labels_per_client)
-
-    def split(self, labels, num_clients, rng, groups=None):
-        parts = VolunteerPartitioner().split(labels, num_clients, rng, groups)
-        y = np.asarray(labels)
-        out = []
-        for idx in parts:
-            present = np.unique(y[idx])
-            keep = rng.choice(present, size=min(self.k, len(present)), replace=False)
-            out.append(idx[np.isin(y[idx], keep)])
-        return out

@@ -55,6 +55,7 @@ import numpy as np
 import pandas as pd
 
 from fedselect.data.datasets import ArrayDataset, DatasetNotFoundError, register_dataset
+from fedselect.data.files import Col, flag_option, read_csv_checked
 
 __all__ = [
     "FEATURES",
@@ -236,12 +237,30 @@ def _split_seed(seed: int, name: str) -> int:
     return int(ss.generate_state(1)[0] % (2**31 - 1))
 
 
-def load_flow_csv(path: str | Path) -> pd.DataFrame:
+#: the checks of a flow-record CSV (by header name; extra columns are ignored)
+FLOW_CSV_COLUMNS: tuple[Col, ...] = (
+    Col("device", "str", is_label=True), Col("start", "time"), Col("end", "time"),
+    Col("bytes_in", "float", lo=0), Col("bytes_out", "float", lo=0), Col("packets", "float", lo=0),
+    Col("dst_ip", "str"), Col("dst_port", "int", lo=0, hi=65535), Col("protocol", "int", lo=0, hi=255, required=False),
+    Col("dns_query", "str", required=False, present=False),
+)
+
+
+def load_flow_csv(path: str | Path, drop_invalid: bool = False) -> pd.DataFrame:
     """Read flow records from a CSV file, or from every ``*.csv`` in a directory (sorted by name).
+
+    Every file needs a header with the columns of :data:`FLOW_COLUMNS` (``dns_query``
+    optional, extra columns ignored). Each row is checked (:data:`FLOW_CSV_COLUMNS`): a device
+    name, ``start``/``end`` as numbers of seconds or date-times with ``start <= end``, finite
+    ``bytes_in``/``bytes_out``/``packets`` >= 0, a ``dst_ip``, an integer ``dst_port`` in
+    0..65535 and ``protocol`` (if given) in 0..255. A defect raises a
+    :class:`~fedselect.data.files.DataFileError` naming the file, line and column, or with
+    ``drop_invalid`` the row is dropped; the counts per file are in
+    ``result.attrs["dropped_rows"]`` (``{file: count}``, empty when none).
 
     Raises:
         DatasetNotFoundError: the path does not exist or the directory holds no CSV file.
-        ValueError: required columns are missing (names them).
+        DataFileError: a defective file (missing columns, bad or missing values, malformed rows).
     """
     p = Path(path).expanduser()
     if p.is_dir():
@@ -255,8 +274,17 @@ def load_flow_csv(path: str | Path) -> pd.DataFrame:
             f"flow CSV path {str(p)!r} does not exist; give a CSV file or a directory of CSV files "
             f"with columns {list(FLOW_COLUMNS)}"
         )
-    df = pd.concat([pd.read_csv(f, keep_default_na=True) for f in files], ignore_index=True)
-    _check_flows(df.head(0) if df.empty else df.head(1))
+    frames, dropped = [], {}
+    for f in files:
+        table = read_csv_checked(f, FLOW_CSV_COLUMNS, header=True, drop_invalid=drop_invalid,
+                                 what=f"flow-record CSV with columns {list(FLOW_COLUMNS)}")
+        fr = table.frame
+        table.reject((fr["end"] < fr["start"]).to_numpy(bool), "end",
+                     [f"flow ends before it starts (start {a:g} s, end {b:g} s)" for a, b in zip(fr["start"], fr["end"])])
+        dropped.update(table.report_dropped())
+        frames.append(table.frame)
+    df = pd.concat(frames, ignore_index=True)
+    df.attrs["dropped_rows"] = dropped
     return df
 
 
@@ -429,33 +457,51 @@ def load_iot_synthetic(
 @register_dataset("iot-flows")
 def load_iot_flows(
     seed: int = 0, path: str | None = None, window: float = 3600.0, min_records: int = 100,
-    test_fraction: float = 0.2, **_: Any,
+    test_fraction: float = 0.2, drop_invalid: bool = False, **_: Any,
 ) -> tuple[ArrayDataset, ArrayDataset]:
     """Flow-record CSV file(s) at ``path`` (columns :data:`FLOW_COLUMNS`) -> 10 features per
     device per ``window`` seconds -> min-max scaling -> 80/20 split; devices with fewer than
-    ``min_records`` windows are dropped.
+    ``min_records`` windows are dropped. Every row is checked (:func:`load_flow_csv`);
+    ``drop_invalid: true`` drops defective rows (counted in ``info["dropped_rows"]``) instead
+    of refusing the file.
 
     Raises:
-        ValueError: no ``path`` option; bad columns or values.
+        ValueError: no ``path`` option.
+        DataFileError: a defective file (names the file, the line and the column).
         DatasetNotFoundError: nothing at ``path``.
     """
     if not path:
         raise ValueError("dataset 'iot-flows' needs the option path=<CSV file or directory of flow CSVs>")
-    table = flow_features(load_flow_csv(path), window)
+    flows = load_flow_csv(path, flag_option("iot-flows", "drop_invalid", drop_invalid))
+    dropped = dict(flows.attrs.get("dropped_rows") or {})
+    table = flow_features(flows, window)
     return feature_table_to_datasets(table, seed, min_records, test_fraction, name="iot-flows",
-                                     info={"path": str(path), "window_s": window})
+                                     info={"path": str(path), "window_s": window,
+                                           **({"dropped_rows": dropped} if dropped else {})})
+
+
+#: an ``iot-features`` row: the 10 features (by position) and the device label (last field)
+FEATURE_CSV_COLUMNS: tuple[Col, ...] = (
+    *(Col(name, "float", at=i) for i, name in enumerate(FEATURES)), Col("device", "str", at=-1, is_label=True),
+)
 
 
 @register_dataset("iot-features")
 def load_iot_features(
-    seed: int = 0, path: str | None = None, min_records: int = 100, test_fraction: float = 0.2, **_: Any,
+    seed: int = 0, path: str | None = None, min_records: int = 100, test_fraction: float = 0.2,
+    drop_invalid: bool = False, **_: Any,
 ) -> tuple[ArrayDataset, ArrayDataset]:
-    """An already-computed feature CSV (the paper's Phase 2 output): the first 10 columns are
-    the features in :data:`FEATURES` order (header names are ignored), the last column the
-    device label. Then min-max scaling, dropping devices with < ``min_records`` rows, 80/20 split.
+    """An already-computed feature CSV (the paper's Phase 2 output): a header line (names
+    ignored), then rows whose first 10 fields are the features in :data:`FEATURES` order
+    (finite numbers) and whose last field is the device label (non-empty). Then min-max
+    scaling, dropping devices with < ``min_records`` rows, 80/20 split. A missing or
+    non-finite feature, an empty label or a row with the wrong number of fields is refused
+    naming the file, the line and the column (e.g. ``column 3 (volume)``), or dropped with
+    ``drop_invalid: true`` (counted in ``info["dropped_rows"]``).
 
     Raises:
-        ValueError: no ``path``; fewer than 11 columns.
+        ValueError: no ``path``.
+        DataFileError: fewer than 11 columns, or a defective row.
         DatasetNotFoundError: no file at ``path``.
     """
     if not path:
@@ -463,9 +509,11 @@ def load_iot_features(
     p = Path(path).expanduser()
     if not p.is_file():
         raise DatasetNotFoundError(f"feature CSV {str(p)!r} does not exist (10 feature columns, then the label)")
-    raw = pd.read_csv(p)
-    if raw.shape[1] < 11:
-        raise ValueError(f"feature CSV {str(p)!r} has {raw.shape[1]} columns; need 10 features + 1 label")
-    table = raw.iloc[:, :10].set_axis(list(FEATURES), axis=1).astype(np.float64)
-    table["device"] = raw.iloc[:, -1].astype(str).to_numpy()
-    return feature_table_to_datasets(table, seed, min_records, test_fraction, name="iot-features", info={"path": str(p)})
+    t = read_csv_checked(p, FEATURE_CSV_COLUMNS, header=True, drop_invalid=flag_option("iot-features", "drop_invalid", drop_invalid),
+                         min_columns=11,
+                         what="feature CSV (header, then 10 features and the device label per row)")
+    dropped = t.report_dropped()
+    table = t.frame[list(FEATURES)].astype(np.float64)
+    table["device"] = t.frame["device"].astype(str).to_numpy()
+    return feature_table_to_datasets(table, seed, min_records, test_fraction, name="iot-features",
+                                     info={"path": str(p), **({"dropped_rows": dropped} if dropped else {})})

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from fedselect.data.datasets import DatasetNotFoundError
+from fedselect.data.files import Col, naming_file, read_csv_checked
 from fedselect.data.windows import CHANNELS, Recording, resample_uniform
 
 log = logging.getLogger("fedselect.data.imu")
@@ -51,6 +52,14 @@ DOWNLOAD_HINT = (
     "MobiAct v2 cannot be downloaded here: get 'MobiAct_Dataset_v2.0' from "
     "https://bmi.hmu.gr/the-mobifall-and-mobiact-datasets-2/ , unzip it and pass the folder "
     "that contains 'Annotated Data' as `data.options.path` (or `--set data.options.path=DIR`)"
+)
+#: the checks of an annotated CSV: the columns used must hold finite numbers, the others
+#: (when present) numbers or nothing, and the per-sample label a known activity code
+ANNOTATED_CSV_COLUMNS: tuple[Col, ...] = (
+    Col("timestamp", "float"), Col("rel_time", "float", required=False, present=False),
+    *(Col(c, "float") for c in CHANNELS),
+    *(Col(c, "float", required=False, present=False) for c in ("azimuth", "pitch", "roll")),
+    Col("label", "str", choices=ACTIVITIES + SCENARIOS, present=False, is_label=True),
 )
 _FILE_RE = re.compile(r"^(?P<act>[A-Z]{3})_(?P<subject>\d+)_(?P<trial>\d+)_annotated\.csv$")
 
@@ -96,6 +105,7 @@ def read_mobiact(
     rate_hz: float = 50.0,
     activities: Sequence[str] | None = None,
     subjects: Iterable[int] | None = None,
+    drop_invalid: bool = False,
 ) -> tuple[list[Recording], dict]:
     """Read MobiAct v2 annotated recordings from ``path``.
 
@@ -104,13 +114,18 @@ def read_mobiact(
         rate_hz: resampling rate in Hz.
         activities: activity codes to read (default: the 16 ADL + fall codes, no scenarios).
         subjects: subject ids to read (default: all).
+        drop_invalid: drop rows with a missing, non-numeric or non-finite value, an unknown
+            label or the wrong number of fields (counted per file in ``info["dropped_rows"]``)
+            instead of refusing the file.
 
     Returns:
         ``(recordings, info)``; recordings sorted by (activity, subject, trial); info lists the
-        folders skipped and the number of files read.
+        folders skipped, the number of files read and the rows dropped per file.
 
     Raises:
         DatasetNotFoundError: the ``Annotated Data`` folder is missing (names the path).
+        DataFileError: a defective file (names the file, the line and the column; see
+            :data:`ANNOTATED_CSV_COLUMNS`).
         ValueError: an unknown activity code was asked for, or no recording matched.
     """
     root = annotated_dir(path)
@@ -120,6 +135,7 @@ def read_mobiact(
         raise ValueError(f"MobiAct: unknown activity codes {unknown}; known: {list(ACTIVITIES + SCENARIOS)}")
     keep_subjects = None if subjects is None else {int(s) for s in subjects}
     recs: list[Recording] = []
+    dropped: dict[str, int] = {}
     skipped = sorted(d.name for d in root.iterdir() if d.is_dir() and d.name not in wanted)
     for act in wanted:
         folder = root / act
@@ -133,12 +149,17 @@ def read_mobiact(
             subject, trial = int(m["subject"]), int(m["trial"])
             if keep_subjects is not None and subject not in keep_subjects:
                 continue
-            frame = pd.read_csv(f)
-            recs.append(frame_to_recording(frame, subject, act, trial, rate_hz, str(f)))
+            table = read_csv_checked(f, ANNOTATED_CSV_COLUMNS, header=True, drop_invalid=drop_invalid,
+                                     what=f"MobiAct annotated CSV with columns {list(COLUMNS)}")
+            dropped.update(table.report_dropped())
+            frame = table.frame[[c for c in table.frame.columns if c in table.positions]]
+            with naming_file(f, "MobiAct recording"):
+                recs.append(frame_to_recording(frame, subject, act, trial, rate_hz, str(f)))
     if not recs:
         raise ValueError(f"MobiAct: no recordings for activities {list(wanted)} under {root}")
     recs.sort(key=lambda r: (r.activity, r.subject, r.trial))
-    info = {"source": str(root), "files_read": len(recs), "skipped_folders": skipped}
+    info = {"source": str(root), "files_read": len(recs), "skipped_folders": skipped,
+            **({"dropped_rows": dropped} if dropped else {})}
     return recs, info
 
 

@@ -52,20 +52,12 @@ def make_partitioner(scheme: str, **params: Any) -> Partitioner:
     Raises:
         ValueError: unknown scheme (lists the known ones) or bad parameters.
     """
-    _import_extra()
     if scheme not in PARTITIONERS:
         raise ValueError(f"unknown partition scheme {scheme!r}; known schemes: {sorted(PARTITIONERS)}")
     try:
         return PARTITIONERS[scheme](**params)
     except TypeError as e:
         raise ValueError(f"partition scheme {scheme!r}: {e}") from None
-
-
-def _import_extra() -> None:
-    """Import the modules registering partitioners outside this file (the sensor divisions)."""
-    from fedselect.data.datasets import _import_loaders
-
-    _import_loaders()
 
 
 def _check_clients(num_clients: int, n: int) -> None:
@@ -348,3 +340,66 @@ class FatThinPartitioner(Partitioner):
         u = rng.uniform(1 - self.size_jitter, 1 + self.size_jitter, size=num_clients)
         sizes = np.clip(np.round(share * n * u).astype(np.int64), 1, n)
         return [np.sort(rng.choice(n, size=int(s), replace=False)).astype(np.int64) for s in sizes]
+
+
+# --------------------------------------------------------------------------- volunteer divisions (sensor data: one client per subject)
+
+def _subjects(groups: np.ndarray | None, scheme: str) -> np.ndarray:
+    if groups is None:
+        raise ValueError(f"partition scheme {scheme!r} needs per-sample subject ids (dataset 'groups'); this dataset has none")
+    return np.unique(np.asarray(groups))
+
+
+@register_partitioner
+class VolunteerPartitioner(Partitioner):
+    """Volunteer-based division (FLASH-RL IV-A): client ``i`` holds all samples of the
+    ``i``-th subject (subjects in increasing id order).
+
+    Raises:
+        ValueError: no ``groups``; ``num_clients`` different from the number of subjects.
+    """
+
+    name = "volunteer"
+
+    def split(self, labels, num_clients, rng, groups=None):
+        subs = _subjects(groups, self.name)
+        if num_clients != len(subs):
+            raise ValueError(
+                f"volunteer division: num_clients ({num_clients}) must equal the number of subjects in the "
+                f"training set ({len(subs)})"
+            )
+        g = np.asarray(groups)
+        return [np.flatnonzero(g == s).astype(np.int64) for s in subs]
+
+
+@register_partitioner
+class VolunteerLabelSkewPartitioner(Partitioner):
+    """Label skew k on volunteers (FLASH-RL IV-A, "label skew 8 / 4"): one client per subject
+    (as :class:`VolunteerPartitioner`), keeping only ``labels_per_client`` of the classes that
+    subject has (a seeded draw; a subject with fewer classes keeps all). Samples of the other
+    classes are left unused.
+
+    With the binary fall task the labels cannot express activity skew: use the loader option
+    ``activities_per_subject`` with the ``volunteer`` division instead.
+
+    Raises:
+        ValueError: ``labels_per_client < 1``; no ``groups``; ``num_clients`` different from the
+        number of subjects.
+    """
+
+    name = "volunteer_label_skew"
+
+    def __init__(self, labels_per_client: int = 8):
+        if int(labels_per_client) < 1:
+            raise ValueError(f"labels_per_client must be >= 1, got {labels_per_client}")
+        self.k = int(labels_per_client)
+
+    def split(self, labels, num_clients, rng, groups=None):
+        parts = VolunteerPartitioner().split(labels, num_clients, rng, groups)
+        y = np.asarray(labels)
+        out = []
+        for idx in parts:
+            present = np.unique(y[idx])
+            keep = rng.choice(present, size=min(self.k, len(present)), replace=False)
+            out.append(idx[np.isin(y[idx], keep)])
+        return out

@@ -89,3 +89,10 @@ def state_bytes(state: State, keys: Iterable[str] | None = None) -> int:
 def is_finite_state(state: State) -> bool:
     """True when every floating entry is free of NaN and inf."""
     return all(torch.isfinite(t).all().item() for t in state.values() if t.is_floating_point())
+
+
+def flat_parameters(state: State, keys: Iterable[str] | None = None) -> torch.Tensor:
+    """Concatenate the floating entries of ``state`` (optionally only ``keys``, in that order)
+    into one float32 vector ``(P,)`` — the weight vector of FR-eq 7 and of the PCA (SPEC 1.2)."""
+    names = list(keys) if keys is not None else [k for k, v in state.items() if v.is_floating_point()]
+    return torch.cat([state[n].reshape(-1).float() for n in names])

@@ -182,7 +182,7 @@ def _train_stack(model: nn.Module, data: "ClientData", jobs: list["TrainJob"], c
                 step_losses[k].append(loss[a])
                 if want_stats[k]:
                     nb = len(batches[a])
-                    sq_parts[k].append((per[a, :nb] * per[a, :nb]).sum())
+                    sq_parts[k].append((per[a, :nb].double() ** 2).sum())
                     counts[k] += nb
     out = []
     for k, j in enumerate(jobs):

@@ -10,16 +10,28 @@ Files in a run directory:
 
 :func:`load_checkpoint` reads every candidate and returns the readable one with the highest
 round; a truncated or corrupted file is named in a warning (and in the error when none is
-usable). Checkpoints are pickles (``torch.save``): only load run directories you trust.
+usable).
+
+**Loading never runs code.** Files are read with ``torch.load(weights_only=True)``, whose
+unpickler admits only tensors, numbers, strings, bytes and containers. The payload is stored
+as such plain data: :func:`encode_payload` turns NumPy arrays into tagged tensors (dtype and
+shape kept) and NumPy scalars into tagged Python numbers, and :func:`decode_payload` turns them
+back, so callers save and get back the same objects. A file that asks for anything else (a
+function to call, any other class) is refused with a :class:`CheckpointError` naming the file
+and the refused global; so is a checkpoint of format 2 or older (it held NumPy pickles).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import pickle
+import re
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from fedselect.fl.metrics import atomic_write
@@ -27,8 +39,76 @@ from fedselect.fl.metrics import atomic_write
 log = logging.getLogger("fedselect.checkpoint")
 
 LATEST, PREVIOUS, NEW = "checkpoint.pt", "checkpoint.prev.pt", ".checkpoint.new"
-#: bumped when the payload layout changes incompatibly
-FORMAT_VERSION = 2
+#: bumped when the payload layout changes incompatibly (3: plain data, read with weights_only=True)
+FORMAT_VERSION = 3
+
+_ND, _NP_SCALAR, _FROZENSET = "__fedselect_ndarray__", "__fedselect_npscalar__", "__fedselect_frozenset__"
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.Size, torch.dtype)
+
+
+def encode_payload(obj: Any, where: str = "payload") -> Any:
+    """``obj`` as plain data that ``torch.load(weights_only=True)`` reads (see the module
+    docstring): tensors, ``None``, bool, int, float, complex, str, bytes, and dicts, lists,
+    tuples and sets of them. NumPy arrays become ``{_ND: tensor, "dtype": str}`` (or a nested
+    list for dtypes a tensor cannot hold, e.g. strings), NumPy scalars ``{_NP_SCALAR: dtype,
+    "value": python number}``, frozensets tagged lists; dict keys that are NumPy scalars become
+    Python scalars.
+
+    Raises:
+        TypeError: a value of another type (names where it is in the payload), e.g. an
+            arbitrary object that only a pickle could store.
+    """
+    if isinstance(obj, np.generic):  # before the plain types: np.float64 is a float subclass
+        return {_NP_SCALAR: obj.dtype.str, "value": obj.item()}
+    if isinstance(obj, torch.Tensor) or type(obj) in _PLAIN:
+        return obj
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.kind in "biufc":
+            native = obj.astype(obj.dtype.newbyteorder("="), copy=True) if not obj.dtype.isnative else np.array(obj, copy=True)
+            try:
+                return {_ND: torch.from_numpy(np.ascontiguousarray(native)), "dtype": obj.dtype.str}
+            except TypeError:
+                pass
+        return {_ND: "list", "dtype": obj.dtype.str, "shape": list(obj.shape), "data": encode_payload(obj.tolist(), where)}
+    if isinstance(obj, _PLAIN):  # subclasses of the plain types (e.g. an IntEnum) as their base value
+        return next(t for t in _PLAIN if isinstance(obj, t))(obj) if not isinstance(obj, (torch.Size, torch.dtype)) else obj
+    if isinstance(obj, dict):
+        out = {(k.item() if isinstance(k, np.generic) else k): encode_payload(v, f"{where}[{k!r}]") for k, v in obj.items()}
+        return OrderedDict(out) if isinstance(obj, OrderedDict) else out
+    if isinstance(obj, list):
+        return [encode_payload(v, f"{where}[{i}]") for i, v in enumerate(obj)]
+    if isinstance(obj, tuple):
+        return tuple(encode_payload(v, f"{where}[{i}]") for i, v in enumerate(obj))
+    if isinstance(obj, frozenset):
+        return {_FROZENSET: [encode_payload(v, where) for v in obj]}
+    if isinstance(obj, set):
+        return {encode_payload(v, where) for v in obj}
+    raise TypeError(f"checkpoint {where}: a {type(obj).__module__}.{type(obj).__qualname__} cannot be stored as plain data "
+                    "(tensors, NumPy arrays/scalars, numbers, strings, bytes, dicts, lists, tuples, sets); "
+                    "convert it in the method's state_dict()")
+
+
+def decode_payload(obj: Any) -> Any:
+    """The inverse of :func:`encode_payload`: NumPy arrays and scalars back from their tags."""
+    if isinstance(obj, dict):
+        if _ND in obj:
+            dtype = np.dtype(obj["dtype"])
+            if isinstance(obj[_ND], torch.Tensor):
+                return obj[_ND].numpy().astype(dtype, copy=False)
+            return np.array(decode_payload(obj["data"]), dtype=dtype).reshape(obj["shape"])
+        if _NP_SCALAR in obj:
+            return np.dtype(obj[_NP_SCALAR]).type(obj["value"])
+        if _FROZENSET in obj:
+            return frozenset(decode_payload(v) for v in obj[_FROZENSET])
+        out = {k: decode_payload(v) for k, v in obj.items()}
+        return OrderedDict(out) if isinstance(obj, OrderedDict) else out
+    if isinstance(obj, list):
+        return [decode_payload(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(decode_payload(v) for v in obj)
+    if isinstance(obj, set):
+        return {decode_payload(v) for v in obj}
+    return obj
 
 
 class CheckpointError(RuntimeError):
@@ -57,14 +137,18 @@ def save_checkpoint(run_dir: str | Path, payload: dict[str, Any]) -> Path:
     former latest becomes ``checkpoint.prev.pt``. At every instant at least one complete
     checkpoint file exists once the first save has finished.
 
+    The payload may hold tensors, NumPy arrays and scalars, numbers, strings, bytes and
+    containers of them (:func:`encode_payload`).
+
     Raises:
         ValueError: ``payload`` is not a dict with an integer ``round``.
+        TypeError: a value that cannot be stored as plain data (names where it is).
     """
     if not isinstance(payload, dict) or not isinstance(payload.get("round"), int):
         raise ValueError("a checkpoint payload must be a dict with an integer 'round'")
     d = Path(run_dir)
     latest = d / LATEST
-    payload = {**payload, "format_version": FORMAT_VERSION}
+    payload = encode_payload({**payload, "format_version": FORMAT_VERSION})
     atomic_write(d / NEW, lambda fh: torch.save(payload, fh), mode="wb")
     if latest.exists():
         os.replace(latest, d / PREVIOUS)
@@ -74,11 +158,13 @@ def save_checkpoint(run_dir: str | Path, payload: dict[str, Any]) -> Path:
 
 
 def read_checkpoint_file(path: str | Path) -> dict[str, Any]:
-    """Load and check one checkpoint file.
+    """Load and check one checkpoint file, without running any code it may hold
+    (``torch.load(weights_only=True)``; module docstring).
 
     Raises:
-        CheckpointError: missing, truncated/corrupted, or not a fedselect checkpoint (the message
-        says which, with the underlying error).
+        CheckpointError: missing, truncated/corrupted, refused (it asks for a global that plain
+        data never needs: crafted, or written by fedselect before format 3), or not a
+        fedselect checkpoint (the message says which, with the underlying error).
     """
     p = Path(path)
     if not p.is_file():
@@ -86,15 +172,22 @@ def read_checkpoint_file(path: str | Path) -> dict[str, Any]:
     if p.stat().st_size == 0:
         raise CheckpointError(f"{p}: empty file (0 bytes; truncated)")
     try:
-        payload = torch.load(p, map_location="cpu", weights_only=False)
+        payload = torch.load(p, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        m = re.search(r"GLOBAL ([\w.]+)", str(e))
+        what = m.group(1) if m else "a global outside plain data"
+        old = " (checkpoints written by fedselect before format 3 held NumPy pickles: start such a run again with --overwrite)" \
+            if what.startswith("numpy") else ""
+        raise CheckpointError(f"{p}: refused to load: it asks for {what}, which a fedselect checkpoint never holds "
+                              f"(only tensors, numbers, strings and containers); the file may be crafted to run code{old}") from None
     except Exception as e:  # truncated zip, bad pickle, ...
         raise CheckpointError(f"{p}: unreadable, truncated or corrupted ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
-    if not isinstance(payload, dict) or not isinstance(payload.get("round"), int) or "method" not in payload:
-        raise CheckpointError(f"{p}: not a fedselect checkpoint (expected a dict with 'round' and 'method')")
+    if not isinstance(payload, dict) or not isinstance(payload.get("round"), int) or not ("snapshot" in payload or "method" in payload):
+        raise CheckpointError(f"{p}: not a fedselect checkpoint (expected a dict with 'round' and 'snapshot')")
     version = payload.get("format_version", 1)
     if version > FORMAT_VERSION:
         raise CheckpointError(f"{p}: written by a newer fedselect (checkpoint format {version}; this one reads <= {FORMAT_VERSION})")
-    return payload
+    return decode_payload(payload)
 
 
 def checkpoint_files(run_dir: str | Path) -> list[Path]:

@@ -87,12 +87,36 @@ def read_csv_rows(path: str | Path) -> list[dict[str, str]]:
     return [r for r in reader if len(r) == n and None not in r.values()]
 
 
+def current_umask() -> int:
+    """The process's file-mode creation mask.
+
+    Read from ``/proc/self/status`` (``Umask:``, Linux >= 4.7) without changing it; elsewhere
+    by setting and restoring it (``os.umask``), which is racy only if another thread creates
+    files at that instant: our writers run in one thread.
+    """
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
 def atomic_write(path: str | Path, write_fn, mode: str = "w", newline: str | None = None) -> None:
-    """Write a file through a temp file in the same directory, fsync, then rename over ``path``."""
+    """Write a file through a temp file in the same directory, fsync, then rename over ``path``.
+
+    The file gets the mode any new file gets (``0o666 & ~umask``: 0644 under umask 022), not
+    the private 0600 of the temporary file.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, mode, newline=newline) as fh:
             write_fn(fh)
             fh.flush()
@@ -104,19 +128,43 @@ def atomic_write(path: str | Path, write_fn, mode: str = "w", newline: str | Non
         raise
 
 
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every non-finite float (Python or NumPy: NaN, +-inf) replaced by ``None``
+    (JSON ``null``), recursively through dicts, lists and tuples; NumPy scalars and arrays
+    become Python numbers and lists, paths strings. Strict JSON has no NaN or Infinity."""
+    import numpy as np
+
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return json_safe(obj.tolist())
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def dumps_json(obj: Any, **kwargs: Any) -> str:
+    """Strict JSON text of ``obj`` (:func:`json_safe` first; ``allow_nan=False`` so a missed
+    non-finite value is an error, never a ``NaN`` token)."""
+    kwargs.setdefault("default", _json_default)
+    return json.dumps(json_safe(obj), allow_nan=False, **kwargs)
+
+
 def write_json_atomic(path: str | Path, obj: Any) -> None:
-    atomic_write(path, lambda fh: json.dump(obj, fh, indent=2, sort_keys=True, default=_json_default))
+    """Write ``obj`` as strict JSON (non-finite numbers as ``null``), atomically."""
+    text = dumps_json(obj, indent=2, sort_keys=True)
+    atomic_write(path, lambda fh: fh.write(text))
 
 
 def _json_default(o: Any):
-    import numpy as np
-
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serialisable: {type(o)}")
@@ -137,12 +185,34 @@ def first_reaching(values: Sequence[float], target: float) -> int | None:
     return None
 
 
-def summarize(rows: Iterable[dict[str, Any]], target: float | None = None, metric: str = "accuracy") -> dict[str, Any]:
+def last_k_mean(values: Sequence[float], k: int) -> tuple[float | None, int]:
+    """Mean of the last ``k`` evaluated (non-NaN) values, or of all of them if fewer.
+
+    Returns ``(mean, n)`` with ``n`` the number of values averaged; ``(None, 0)`` when no value
+    was evaluated. E.g. accuracies 0.05, 0.10, ..., 1.00 over 20 rounds, ``k = 10``: the mean of
+    0.55 .. 1.00 = 0.775.
+
+    Raises:
+        ValueError: ``k < 1``.
+    """
+    if k < 1:
+        raise ValueError(f"summary window k must be >= 1, got {k}")
+    xs = [float(v) for v in values if not math.isnan(float(v))]
+    if not xs:
+        return None, 0
+    tail = xs[-k:]
+    return math.fsum(tail) / len(tail), len(tail)
+
+
+def summarize(rows: Iterable[dict[str, Any]], target: float | None = None, metric: str = "accuracy", window: int = 10) -> dict[str, Any]:
     """Summary of per-round rows (round >= 1; a round-0 row of the initial model is skipped).
 
-    Returns final and best accuracy / macro-F1, ``rounds_to_target`` and ``latency_to_target``
-    (first round whose ``metric`` >= ``target``; None if never or no target), end-to-end
-    latency (s), total communication in MB (1e6 bytes) up, down and total, and the rounds run.
+    Returns final and best accuracy / macro-F1, their mean over the last ``window`` evaluated
+    rounds (``last_k_accuracy``, ``last_k_f1_macro``; all evaluated rounds if fewer;
+    ``summary_window`` = ``window`` and ``summary_window_rounds`` = the rounds averaged),
+    ``rounds_to_target`` and ``latency_to_target`` (first round whose ``metric`` >= ``target``;
+    None if never or no target), end-to-end latency (s), total communication in MB (1e6 bytes)
+    up, down and total, and the rounds run.
     """
     rs = [r for r in rows if int(_num(r["round"])) >= 1]
     acc = [_num(r["accuracy"]) for r in rs]
@@ -153,6 +223,9 @@ def summarize(rows: Iterable[dict[str, Any]], target: float | None = None, metri
     out["best_accuracy"] = clean(acc, max)
     out["final_f1_macro"] = f1[-1] if f1 else None
     out["best_f1_macro"] = clean(f1, max)
+    out["last_k_accuracy"], n_acc = last_k_mean(acc, window)
+    out["last_k_f1_macro"], n_f1 = last_k_mean(f1, window)
+    out["summary_window"], out["summary_window_rounds"] = window, n_f1 if metric == "f1_macro" else n_acc
     out["e2e_latency_s"] = _num(rs[-1]["e2e_latency_s"]) if rs else 0.0
     last = rs[-1] if rs else {"cum_upload_bytes": 0, "cum_download_bytes": 0}
     up, down = _num(last["cum_upload_bytes"]), _num(last["cum_download_bytes"])

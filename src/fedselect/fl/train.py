@@ -6,7 +6,6 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -60,11 +59,11 @@ def local_train(
         data: the client's training set, inputs ``(n, *input_shape)``.
         generator: seeded torch generator for the mini-batch order.
         trainable: optional names of parameters to update (the rest are frozen).
-        stats: optional dict that receives ``sum_sq_sample_loss`` (float, sum over every
-            sample of every local mini-batch of its squared cross-entropy, from the detached
-            logits) and ``num_sample_losses`` (int, how many were summed), e.g. for Oort's
-            statistical utility ``|B_k| * sqrt(sum_sq / count)``. Computing them does not touch
-            the gradients: the trained weights are bit-identical with or without ``stats``.
+        stats: optional dict that receives ``sum_sq_sample_loss`` (the sum over every sample of
+            every mini-batch of its squared cross-entropy, computed from the detached logits so
+            training is unchanged: the weights are bit-identical with or without ``stats``) and
+            ``num_sample_losses`` (how many there were); Oort's statistical utility (Lai et al.
+            2021) is built from them.
 
     Returns:
         Mean cross-entropy over all mini-batches seen (``nan`` when no batch was run).
@@ -124,7 +123,7 @@ def train_steps(
                 if stats is not None:
                     with torch.no_grad():
                         per = nn.functional.cross_entropy(logits.detach(), yb, reduction="none")
-                        sq_sum += float((per * per).sum())
+                        sq_sum += float((per.double() ** 2).sum())
                         count += int(per.numel())
                 if after_batch is not None:
                     after_batch(batches)
@@ -136,7 +135,3 @@ def train_steps(
         stats["sum_sq_sample_loss"], stats["num_sample_losses"] = sq_sum, count
     return total / batches if batches else math.nan
 
-
-def num_features(data: ArrayDataset) -> int:
-    """Values per input sample (for |D_k| in bits, SPEC 0.3)."""
-    return int(np.prod(data.input_shape)) if data.input_shape else 1

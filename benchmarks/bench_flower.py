@@ -1,0 +1,158 @@
+"""fedselect's simulator vs the same selector inside Flower's simulation engine (Ray), on one
+FedAvg workload: embedded MNIST, N = 10 clients (10 simulated SuperNodes), U = 3 per round
+(``random``), T = 5 rounds, E = 1, simulated latency.
+
+Each engine runs in a fresh Python process (so imports and start-up count), while this process
+samples the process tree every 50 ms (/proc: the child and all its descendants, Ray's
+gcs_server, raylet and workers included). Measured per engine:
+
+* ``startup_s``: from launching the process to the start of round 1 (imports, building the
+  federation; for Flower also starting Ray, the nodes' actors and the ``query`` exchange);
+* ``round_s``: wall time of each round (``timing.csv``), ``mean_round_s`` their mean;
+* ``total_s``: the whole process, teardown included;
+* ``peak_rss_mb``: the peak over time of the summed RSS of the tree; ``peak_pss_mb`` the same
+  with PSS (shared pages counted once: Ray's processes share libraries and memory).
+
+Both engines write the same ``metrics.csv`` (checked: ``identical_metrics``). The simulator runs
+its clients one after another on one torch thread; the Flower engine runs 2 Ray actors of 1 CPU
+(``client_resources.num_cpus = 1``, ``init_args.num_cpus = 2``), each with one torch thread.
+``flower_poll_0.01s`` repeats the Flower run with the strategy polling the SuperLink for replies
+every 10 ms instead of 100 ms (run config ``poll-interval``). ``quick`` measures the MLP only;
+the full run the MLP and the MNIST CNN.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+SETTINGS = {"seed": 0, "method": "fedavg", "rounds": 5, "clients_per_round": 3, "data.dataset": "mnist-embedded", "data.num_clients": 10,
+            "data.partition.scheme": "dirichlet", "data.partition.alpha": 0.5, "data.partition.min_size": 10,
+            "train.local_epochs": 1, "train.batch_size": 20, "train.lr": 0.05, "checkpoint_every": 0}
+
+CHILD = textwrap.dedent('''
+    import json, os, sys, time, warnings
+    t_launch, engine, out, settings = float(sys.argv[1]), sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0"); os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+    import torch
+    torch.set_num_threads(1)
+    marks = {}
+    import fedselect.runner as runner
+    from fedselect.config import ExperimentConfig, apply_overrides
+    from fedselect.resolve import parse_experiment
+    plain = {k: (json.loads(v) if isinstance(v, str) and v[:1] == "[" else v) for k, v in settings.items()
+             if k.split(".")[0] in ExperimentConfig.model_fields}
+    cfg = parse_experiment(apply_overrides({}, plain))
+    if engine == "simulator":
+        from fedselect.experiment import run_experiment
+        first = runner.play_round
+        def play_round(*a, **k):
+            marks.setdefault("round1", time.time())
+            return first(*a, **k)
+        runner.play_round = play_round
+        run_experiment(cfg, out)
+    else:
+        from flwr.simulation import run_simulation
+        from fedselect.flower.client_app import make_client_app
+        from fedselect.flower.server_app import make_server_app
+        from fedselect.flower.strategy import FedselectStrategy
+        first = FedselectStrategy.configure_train
+        def configure_train(self, t, *a, **k):
+            marks.setdefault("round1", time.time())
+            return first(self, t, *a, **k)
+        FedselectStrategy.configure_train = configure_train
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            run_simulation(server_app=make_server_app(settings, run_dir=out), client_app=make_client_app(settings), num_supernodes=10,
+                           backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": 2}})
+    marks["end"] = time.time()
+    print("MARKS " + json.dumps(marks))
+''')
+
+
+def _tree(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    out, todo = [pid], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _memory(pids: list[int]) -> tuple[float, float]:
+    """(sum of RSS, sum of PSS) in MB over ``pids``."""
+    rss = pss = 0
+    for p in pids:
+        try:
+            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Rss:"):
+                    rss += int(line.split()[1])
+                elif line.startswith("Pss:"):
+                    pss += int(line.split()[1])
+        except OSError:
+            continue
+    return rss / 1024, pss / 1024
+
+
+def measure(engine: str, settings: dict, out: Path) -> dict:
+    """Run one engine in a fresh process and measure it (module docstring)."""
+    env = {**os.environ, "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1", "OMP_NUM_THREADS": "1",
+           "FLWR_HOME": tempfile.mkdtemp(prefix="bench-flwr-home-")}
+    t_launch = time.time()
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(t_launch), engine, str(out), json.dumps(settings)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    peak_rss = peak_pss = 0.0
+    procs = 0
+    while proc.poll() is None:
+        pids = _tree(proc.pid)
+        rss, pss = _memory(pids)
+        if rss > peak_rss:
+            peak_rss, procs = rss, len(pids)
+        peak_pss = max(peak_pss, pss)
+        time.sleep(0.05)
+    output = proc.stdout.read()
+    total = time.time() - t_launch
+    marks = next((json.loads(line[6:]) for line in output.splitlines() if line.startswith("MARKS ")), None)
+    if proc.returncode != 0 or marks is None:
+        raise RuntimeError(f"{engine} run failed (exit {proc.returncode}):\n{output[-3000:]}")
+    rounds = [float(r.split(",")[1]) for r in (out / "timing.csv").read_text().splitlines()[1:] if not r.startswith("0,")]
+    return {"startup_s": marks["round1"] - t_launch, "round_s": rounds, "mean_round_s": sum(rounds) / len(rounds), "total_s": total,
+            "peak_rss_mb": peak_rss, "peak_pss_mb": peak_pss, "processes_at_peak": procs}
+
+
+def main(quick: bool = False) -> dict:
+    res: dict = {"load_avg_1min": os.getloadavg()[0], "cpus": os.cpu_count(), "workload": dict(SETTINGS)}
+    models = {"mlp": {"model.name": "mlp", "model.options.hidden": "[64]"}}
+    if not quick:
+        models["mnist_cnn"] = {"model.name": "mnist_cnn"}
+    with tempfile.TemporaryDirectory(prefix="bench-flower-") as tmp:
+        for name, model in models.items():
+            settings = {**SETTINGS, **model, "torch-threads": 1}
+            row = {}
+            for engine in ("simulator", "flower"):
+                row[engine] = measure(engine, settings, Path(tmp) / f"{name}-{engine}")
+            # the strategy polls the SuperLink for replies every 0.1 s by default: the floor of a round there
+            row["flower_poll_0.01s"] = measure("flower", {**settings, "poll-interval": 0.01}, Path(tmp) / f"{name}-flower-fastpoll")
+            row["identical_metrics"] = (Path(tmp) / f"{name}-simulator" / "metrics.csv").read_text() == \
+                (Path(tmp) / f"{name}-flower" / "metrics.csv").read_text()
+            res[name] = row
+    res["load_avg_1min_after"] = os.getloadavg()[0]
+    return res
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(quick="--quick" in sys.argv), indent=2))

@@ -1,0 +1,249 @@
+"""The algorithm protocol: WHAT happens to the selected clients' updates (FedJAX's
+FederatedAlgorithm, Flower's strategy), kept apart from WHOM to train (``fedselect.selectors``).
+
+The round loop holds the server state and hands it to the algorithm; the algorithm never
+mutates it: :meth:`Algorithm.aggregate` returns a new :class:`ServerState`, or None to keep the
+old one, and the loop commits only finite results::
+
+    state = algorithm.initial_state()
+    state = algorithm.prepare(state, prepared)              # e.g. CEFL's warm-up models
+    for t in 1..T:
+        start_k = algorithm.start_state(state, k)           # what client k trains from
+        new     = algorithm.aggregate(t, state, survivors)  # or None: keep the old state
+        state   = new if finite(new) else state
+        metrics = algorithm.evaluate(t, state)
+    final = algorithm.finish(state, totals, last)           # e.g. CEFL's transfer to members
+
+Evaluation is an option of the algorithm (``evaluation: global | per_client``): ``global``
+scores the server model on the test set; ``per_client`` scores the model each client would use
+(:meth:`Algorithm.eval_state`) on that client's own held-out split and reports the mean over
+clients (the CEFL paper's metric, SPEC 2), plus the spread (``accuracy_std``) and every
+client's accuracy (``client_accuracy``) as extra columns.
+
+Adding an algorithm: one file in this package with a subclass of :class:`Algorithm` decorated
+by :func:`fedselect.algorithms.register_algorithm` (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Literal, Sequence
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from fedselect.federation import Federation
+from fedselect.fl.aggregate import fedavg, state_bytes
+from fedselect.fl.evaluate import evaluate
+from fedselect.fl.train import TrainConfig
+from fedselect.fl.types import ClientOutcome, Evaluation, PhaseCost, RunSettings, State
+from fedselect.selectors.base import Prepared
+
+
+def clone_state(state: State) -> State:
+    """A detached deep copy of a state dict."""
+    return {k: v.detach().clone() for k, v in state.items()}
+
+
+def client_evaluation(results: Sequence[dict[str, float]]) -> Evaluation:
+    """Per-client evaluation from each client's figures on its held-out split (client order):
+    the means over clients, the population std of the accuracies and every client's accuracy
+    (SPEC 2). Shared by the simulator and the Flower strategy (whose nodes evaluate)."""
+    acc = np.array([r["accuracy"] for r in results], dtype=np.float64)
+    return Evaluation(float(acc.mean()), float(np.mean([r["f1_macro"] for r in results])), float(np.mean([r["loss"] for r in results])),
+                      {"accuracy_std": float(acc.std()), "client_accuracy": [float(a) for a in acc]})
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """The server's side of an experiment, owned by the round loop.
+
+    Attributes:
+        model: the server (global) model's state; for partial-layer algorithms only the shared
+            entries are averages, the others keep the initial values.
+        clients: per-client model states (personalised algorithms), client order, or None.
+        aggregated: the server holds an average of the shared entries (before the first
+            aggregation a personalised client starts from its own state alone).
+    """
+
+    model: State
+    clients: tuple[State, ...] | None = None
+    aggregated: bool = False
+
+    def changed_entries(self, old: "ServerState") -> list[tuple[str, State]]:
+        """The states that differ (by identity) from ``old``'s: ``("model", s)`` and
+        ``("client k", s)`` pairs (what a commit would change)."""
+        out = [("model", self.model)] if self.model is not old.model else []
+        if self.clients is not None:
+            before = old.clients or ()
+            out += [(f"client {k}", s) for k, s in enumerate(self.clients) if k >= len(before) or s is not before[k]]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for checkpoints."""
+        return {"model": self.model, "clients": None if self.clients is None else list(self.clients), "aggregated": self.aggregated}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ServerState":
+        clients = d.get("clients")
+        return cls(clone_state(d["model"]), None if clients is None else tuple(clone_state(s) for s in clients), bool(d.get("aggregated", False)))
+
+
+@dataclass(frozen=True)
+class RunTotals:
+    """Traffic of the rounds (bytes; preparation excluded), for :meth:`Algorithm.finish`."""
+
+    rounds_upload_bytes: int = 0
+    rounds_download_bytes: int = 0
+    prepared: Prepared | None = None
+
+
+@dataclass
+class Finished:
+    """What :meth:`Algorithm.finish` did after the last round.
+
+    Attributes:
+        state: the final server state (``model.pt`` holds its model).
+        evaluation: final figures replacing the last round's in the summary, or None.
+        summary: plain values for ``summary.json``.
+        cost: simulated time and traffic after the last round (e.g. CEFL's transfer).
+    """
+
+    state: ServerState
+    evaluation: Evaluation | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    cost: PhaseCost = field(default_factory=PhaseCost)
+
+
+class AlgorithmOptions(BaseModel):
+    """Options every algorithm has: ``evaluation`` (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+    evaluation: Literal["global", "per_client"] = Field("global", description="global model on the test set, or each client's model on its held-out split")
+
+
+class PerClientOptions(AlgorithmOptions):
+    """Options of algorithms whose clients keep their own models: only per-client evaluation
+    means something there (the server model lacks the personalised layers)."""
+
+    evaluation: Literal["per_client"] = Field("per_client", description="each client's model on its held-out split (the only choice here)")
+
+
+@dataclass(frozen=True)
+class AlgorithmContext:
+    """What an algorithm gets: the federation's data (clients' training and held-out sets,
+    the test set, fresh models), the local-training settings and the run settings."""
+
+    fed: Federation
+    train_cfg: TrainConfig
+    settings: RunSettings
+
+
+class Algorithm:
+    """Base class: FedAvg aggregation of whole models; subclasses state how they differ.
+
+    Class attributes:
+        name: the config name (``algorithm: {name: NAME}``).
+        Options: pydantic model of the options (unknown keys are errors).
+        needs_groups: needs a selector that clusters clients and names leaders (CEFL).
+        shares_model: exchanges a model with the server (False: Individual training).
+    """
+
+    name: ClassVar[str] = ""
+    Options: ClassVar[type[BaseModel]] = AlgorithmOptions
+    needs_groups: ClassVar[bool] = False
+    shares_model: ClassVar[bool] = True
+
+    def __init__(self, ctx: AlgorithmContext, options: BaseModel | None = None):
+        self.ctx, self.fed, self.train_cfg, self.settings = ctx, ctx.fed, ctx.train_cfg, ctx.settings
+        self.options = options if options is not None else self.Options()
+        self.worker = self.fed.new_model()  # scratch model for evaluations
+        self.per_client = getattr(self.options, "evaluation", "global") == "per_client"
+        if self.per_client:
+            empty = [c.id for c in self.fed.clients if len(c.holdout) == 0]
+            if empty:
+                raise ValueError(
+                    f"algorithm {self.name!r} evaluates every client on its own held-out split, but clients {empty} have none; "
+                    f"set data.holdout_fraction > 0 (now {self.fed.data.holdout_fraction})"
+                )
+
+    @classmethod
+    def check(cls, options: BaseModel, settings: RunSettings) -> list[str]:
+        """Problems found from the config alone (before any data is loaded). Default: none."""
+        return []
+
+    def budget_problems(self, old_rounds: int, new_rounds: int, done: int) -> list[str]:
+        """Why this algorithm's state, built for ``old_rounds`` rounds with ``done`` played,
+        would differ from a fresh ``new_rounds``-round run's. Default: none."""
+        return []
+
+    def columns(self) -> list[str]:
+        """Per-round columns this algorithm adds to ``metrics.csv``."""
+        return ["accuracy_std", "client_accuracy"] if self.per_client else []
+
+    # ---------------------------------------------------------------- state
+    def initial_state(self) -> ServerState:
+        """The state before anything happened: the seeded initial model."""
+        return ServerState(clone_state(self.fed.new_model().state_dict()))
+
+    def prepare(self, state: ServerState, prepared: Prepared) -> ServerState:
+        """Take what the selector's preparation produced (default: nothing)."""
+        return state
+
+    def upload_keys(self) -> list[str] | None:
+        """State entries a participant uploads (None = all)."""
+        return None
+
+    def download_keys(self) -> list[str] | None:
+        """State entries the server sends a participant (None = all)."""
+        return None
+
+    def payload_bytes(self) -> tuple[int, int]:
+        """(upload, download) bytes of one participant per round."""
+        st = self.fed.new_model().state_dict()
+        return state_bytes(st, self.upload_keys()), state_bytes(st, self.download_keys())
+
+    def start_state(self, state: ServerState, k: int) -> State:
+        """The weights client ``k`` starts local training from (default: the server model)."""
+        return state.model
+
+    def aggregate(self, t: int, state: ServerState, outcomes: Sequence[ClientOutcome]) -> ServerState | None:
+        """FedAvg (SPEC 0.5) of the surviving updates: w = sum_k n_k / sum n * w_k.
+
+        Returns the new state, or None to keep ``state`` (never mutates it)."""
+        keys = self.upload_keys()
+        avg = fedavg([o.state for o in outcomes], [o.num_samples for o in outcomes], keys=keys)
+        return replace(state, model={**state.model, **avg})
+
+    # ---------------------------------------------------------------- evaluation
+    def eval_state(self, state: ServerState, k: int) -> State:
+        """The model client ``k`` is scored with under per-client evaluation."""
+        return state.model
+
+    def evaluate(self, t: int, state: ServerState) -> Evaluation:
+        """Figures after round ``t`` (0 = before round 1): see the module docstring."""
+        if not self.per_client:
+            self.worker.load_state_dict(state.model)
+            return Evaluation.from_dict(evaluate(self.worker, self.fed.test_set))
+        return self.evaluate_clients(lambda k: self.eval_state(state, k))
+
+    def evaluate_clients(self, state_of) -> Evaluation:
+        """Every client's model ``state_of(k)`` on its held-out split; mean over clients,
+        population std of the accuracies and the per-client accuracies."""
+        results = []
+        for k, client in enumerate(self.fed.clients):
+            self.worker.load_state_dict(state_of(k))
+            results.append(evaluate(self.worker, client.holdout))
+        return client_evaluation(results)
+
+    def finish(self, state: ServerState, totals: RunTotals, last: Evaluation) -> Finished:
+        """Work after the last round; per-client evaluation reports the last figures."""
+        return Finished(state, last if self.per_client else None)
+
+    # ---------------------------------------------------------------- checkpointing
+    def state_dict(self) -> dict[str, Any]:
+        """The algorithm's own state beyond the :class:`ServerState` (plain data)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass

@@ -1,0 +1,289 @@
+"""Experiments: a config in, a run directory out (``fedselect run``, comparisons, sweeps, the API).
+
+:func:`run_experiment` validates and resolves the config, builds (or reuses) the federation and
+the simulation, refuses to touch a directory that holds another run, plays the rounds
+(:mod:`fedselect.runner`) into the run files (:mod:`fedselect.runfiles`), and returns the
+summary. :func:`resume_experiment` continues a killed or finished run exactly.
+
+Reliability (docs/reliability.md): checkpoints every ``checkpoint_every`` rounds hold the
+server state, the selector's and the algorithm's state, every generator reachable from them,
+the metrics rows so far and the running totals, so a run killed at any moment and resumed gives
+byte-identical ``metrics.csv`` and ``model.pt``; every input is validated before the first file
+is written.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from fedselect.config import ExperimentConfig, parse_config, read_yaml_file
+from fedselect.federation import Federation, build_federation
+from fedselect.fl.checkpoint import FORMAT_VERSION, NoCheckpointError, load_checkpoint, remove_stale_temp_files
+from fedselect.fl.types import Evaluation
+from fedselect.resolve import Resolved, resolve
+from fedselect.runfiles import RUN_FILES, RoundEvent, RunFiles
+from fedselect.runner import run_rounds
+from fedselect.simulation import Simulation
+
+log = logging.getLogger("fedselect")
+
+__all__ = ["RoundEvent", "make_simulation", "run_experiment", "resume_experiment", "check_run_dir", "existing_run_files", "RUN_FILES"]
+
+#: files whose presence means a directory already holds a run
+_RUN_MARKERS = ("config.yaml", "metrics.csv", "summary.json", "checkpoint.pt", "checkpoint.prev.pt")
+
+
+def _setup_logging(run_dir: Path) -> logging.Handler:
+    handler = logging.FileHandler(run_dir / "run.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("fedselect").addHandler(handler)
+    logging.getLogger("fedselect").setLevel(logging.INFO)
+    return handler
+
+
+def existing_run_files(run_dir: str | Path) -> list[str]:
+    """Names of the files in ``run_dir`` showing that it already holds a run."""
+    d = Path(run_dir)
+    return [n for n in _RUN_MARKERS if (d / n).exists()]
+
+
+def check_run_dir(run_dir: str | Path, overwrite: bool = False) -> None:
+    """Refuse to start a new run where one exists (before anything is built or written).
+
+    Raises:
+        FileExistsError: ``run_dir`` is a file, or holds a run and ``overwrite`` is false (the
+        message says to use ``--resume`` or ``--overwrite``).
+    """
+    d = Path(run_dir)
+    if d.exists() and not d.is_dir():
+        raise FileExistsError(f"run directory {d} exists and is not a directory; choose another --out")
+    found = existing_run_files(d)
+    if found and not overwrite:
+        raise FileExistsError(
+            f"run directory {d} already holds a run ({', '.join(found)}); nothing was changed. "
+            f"Continue it with `fedselect run --resume {d}`, replace it with --overwrite, or choose another --out"
+        )
+
+
+def make_simulation(cfg: ExperimentConfig, federation: Federation | None = None) -> Simulation:
+    """The selector, algorithm, faults and trainer of ``cfg`` on ``federation`` (built from the
+    config when None), without running anything (notebooks, tests, other engines).
+
+    Raises:
+        ConfigError: invalid config (every problem named). ValueError / DatasetNotFoundError: bad data.
+    """
+    r = resolve(cfg, cfg.name)
+    return Simulation(r, federation or build_federation(r.config))
+
+
+def run_experiment(
+    cfg: ExperimentConfig, run_dir: str | Path, on_round: Callable[[RoundEvent], None] | None = None,
+    resume: bool = False, federation: Federation | None = None, stop_after: int | None = None,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Run ``cfg`` into ``run_dir`` and return the summary (also in ``summary.json``).
+
+    Args:
+        cfg: an experiment config (validated; resolved here if it is not yet).
+        run_dir: output directory (created).
+        on_round: called after every round (progress bars).
+        resume: continue from the last checkpoint in ``run_dir`` (the round budget counts the
+            rounds already done). With no checkpoint file at all (the run stopped before its
+            first one) the run starts again from round 0, which gives the same results.
+        federation: reuse an already built federation (comparisons share one).
+        stop_after: stop after this round without finishing (tests of interruption).
+        overwrite: replace the run files of a run already in ``run_dir`` (only with
+            ``resume=False``; files that are not run files are left alone).
+
+    Raises:
+        FileExistsError: ``run_dir`` already holds a run and neither ``resume`` nor ``overwrite``.
+        ValueError / ConfigError / DatasetNotFoundError: bad input (config, data, fault names,
+            a resume whose config.yaml no longer matches its checkpoint, ``cfg.rounds`` below the
+            rounds already done), raised before anything is written.
+        CheckpointError: ``resume`` and checkpoint files exist but none is readable.
+    """
+    run_dir = Path(run_dir)
+    if not resume:
+        check_run_dir(run_dir, overwrite)
+    elif not run_dir.is_dir():
+        raise FileNotFoundError(f"--resume {run_dir}: no such run directory")
+    r = resolve(cfg, cfg.name)
+    fed = federation or build_federation(r.config)
+    sim = Simulation(r, fed)
+    ck = _load_resume_point(run_dir, r, sim) if resume else None
+    # ---- validation done: from here on files are written
+    if ck is None and (overwrite or resume):
+        for name in RUN_FILES:
+            if not (resume and name == "run.log"):  # a restarted resume appends to its log
+                (run_dir / name).unlink(missing_ok=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_temp_files(run_dir, RUN_FILES)
+    handler = _setup_logging(run_dir)
+    files = RunFiles(run_dir, r, sim, on_round, stop_after, ck)
+    try:
+        if ck is not None:
+            _warn_threads(ck)
+            log.info("resuming %s at round %d of %d", cfg.name, ck["round"] + 1, cfg.rounds)
+            state = sim.restore(ck["snapshot"])
+            finished = run_rounds(sim, files, state, Evaluation.from_dict(ck["before"]), ck["round"])
+        else:
+            log.info("run %s: %s (selector %s, algorithm %s), N=%d, U=%d, T=%d, seed %d", cfg.name, r.method, r.config.selector.name,
+                     r.config.algorithm.name, fed.num_clients, cfg.clients_per_round, cfg.rounds, cfg.seed)
+            if sim.faults.active:
+                log.info("faults: mean dropout %.3g, %d injection(s), round deadline %s s", float(sim.faults.dropout.mean()),
+                         len(sim.faults.injections), sim.faults.deadline_s)
+            finished = run_rounds(sim, files, start=0)
+        if finished is None:
+            return {"stopped_after": stop_after}
+        return files.finish(finished, sim.selector.finish())
+    finally:
+        files.close()
+        sim.close()
+        logging.getLogger("fedselect").removeHandler(handler)
+        handler.close()
+
+
+def _warn_threads(ck: dict[str, Any]) -> None:
+    threads = ck.get("torch_threads")
+    if threads is not None and threads != torch.get_num_threads():
+        log.warning("the checkpoint was written with %d torch threads, this process uses %d: float sums may differ in the "
+                    "last digits; set OMP_NUM_THREADS=%d for bit-identical results", threads, torch.get_num_threads(), threads)
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict):
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: d}
+
+
+_MISSING = object()
+
+
+def config_differences(saved: dict[str, Any], now: dict[str, Any], ignore: tuple[str, ...] = ()) -> list[str]:
+    """Every dotted key whose value differs between two resolved configs (defaults included;
+    a key present on one side only differs too), as ``"key (old in the saved run, new now)"``."""
+    a, b = _flatten(saved), _flatten(now)
+    out = []
+    for k in sorted(set(a) | set(b)):
+        if k in ignore:
+            continue
+        x, y = a.get(k, _MISSING), b.get(k, _MISSING)
+        if x != y:
+            show = lambda v: "absent" if v is _MISSING else repr(v)  # noqa: E731
+            out.append(f"{k} ({show(x)} in the saved run, {show(y)} now)")
+    return out
+
+
+def saved_run_differences(run_dir: str | Path, cfg: ExperimentConfig, finished: bool) -> list[str]:
+    """How the resolved config saved in ``run_dir`` differs from ``cfg`` (resolved), every key
+    and default included; the round budget counts only for a finished run (an interrupted one
+    may still be extended). [] when the directory holds no run."""
+    import yaml
+
+    p = Path(run_dir) / "config.yaml"
+    if not p.is_file():
+        return []
+    saved = yaml.safe_load(p.read_text()) or {}
+    return config_differences(saved, cfg.model_dump(mode="json"), ignore=() if finished else ("rounds",))
+
+
+def check_saved_runs(items: list[tuple[Path, ExperimentConfig]], where: str, how: str) -> None:
+    """Refuse to reuse results whose config differs from the one that would produce them now.
+
+    Args:
+        items: (run directory, the resolved config it should hold) pairs.
+        where: what reuses them (for the message). how: what the user can do instead.
+
+    Raises:
+        ValueError: naming every run directory and every differing key.
+    """
+    bad = []
+    for run_dir, cfg in items:
+        diff = saved_run_differences(run_dir, cfg, finished=(Path(run_dir) / "summary.json").exists())
+        if diff:
+            bad.append(f"{run_dir}: " + "; ".join(diff))
+    if bad:
+        raise ValueError(f"{where} holds runs made with another config than the one it would run now, which would mix old and new "
+                         f"results: " + " | ".join(bad) + f". {how}")
+
+
+def budget_problems(sim: Simulation, old_rounds: int, new_rounds: int, done: int) -> list[str]:
+    """Why continuing a run planned for ``old_rounds`` (``done`` of them played) to
+    ``new_rounds`` would not equal a fresh ``new_rounds``-round run ([] when it would)."""
+    out = []
+    every = sim.settings.eval_every
+    if done >= old_rounds and old_rounds % every:
+        out.append(f"round {old_rounds} was evaluated because it was the last, while a {new_rounds}-round run evaluates every "
+                   f"{every} rounds only (eval_every)")
+    out += [f"selector {sim.selector.name!r}: {p}" for p in sim.selector.budget_problems(old_rounds, new_rounds, done)]
+    out += [f"algorithm {sim.algorithm.name!r}: {p}" for p in sim.algorithm.budget_problems(old_rounds, new_rounds, done)]
+    return out
+
+
+def _load_resume_point(run_dir: Path, r: Resolved, sim: Simulation) -> dict[str, Any] | None:
+    """The checkpoint to resume from (None: no checkpoint file at all, start again), checked
+    against the resolved config and the run's columns."""
+    try:
+        ck = load_checkpoint(run_dir)
+    except NoCheckpointError:
+        log.warning("%s holds no checkpoint yet (stopped before its first one): starting again from round 0", run_dir)
+        return None
+    if ck.get("format_version", 1) < FORMAT_VERSION or "snapshot" not in ck:
+        raise ValueError(f"cannot resume {run_dir}: its checkpoint was written by an older fedselect (checkpoint format "
+                         f"{ck.get('format_version', 1)}; this one needs {FORMAT_VERSION}); start the run again with --overwrite")
+    cfg = r.config
+    diff = config_differences(ck.get("config") or {}, cfg.model_dump(mode="json"), ignore=("rounds",))
+    if diff:
+        raise ValueError(
+            f"cannot resume {run_dir}: the config differs from the one the checkpoint was written with at "
+            f"{'; '.join(diff)}; only `rounds` may change on resume. Restore config.yaml or start a new run"
+        )
+    if cfg.rounds < ck["round"]:
+        raise ValueError(f"cannot resume {run_dir} with rounds={cfg.rounds}: the checkpoint already holds {ck['round']} rounds; "
+                         f"rounds must be >= {ck['round']}")
+    saved_rounds = int((ck.get("config") or {}).get("rounds", cfg.rounds))
+    if cfg.rounds != saved_rounds:
+        problems = budget_problems(sim, saved_rounds, cfg.rounds, ck["round"])
+        if problems:
+            raise ValueError(f"cannot resume {run_dir} with rounds={cfg.rounds} (it was planned for {saved_rounds}): the result would "
+                             f"differ from a fresh {cfg.rounds}-round run because " + "; ".join(problems)
+                             + ". Start a new run with the longer budget (docs/reliability.md)")
+    if "metrics_rows" not in ck:
+        raise ValueError(f"cannot resume {run_dir}: its checkpoint was written by an older fedselect without the metrics rows; "
+                         f"start the run again with --overwrite")
+    if ck.get("columns") != sim.columns:
+        raise ValueError(f"cannot resume {run_dir}: metrics.csv columns {ck.get('columns')} differ from the run's current "
+                         f"columns {sim.columns} (the selector's or algorithm's code changed); start the run again with --overwrite")
+    return ck
+
+
+def resume_experiment(run_dir: str | Path, on_round=None, rounds: int | None = None) -> dict[str, Any]:
+    """Continue the run in ``run_dir`` from its last complete checkpoint, using the config
+    saved there (``rounds`` may extend the budget; config.yaml is rewritten only once the new
+    value has been validated).
+
+    Raises:
+        FileNotFoundError: no such directory, or no config.yaml in it.
+        ConfigError: config.yaml unreadable or invalid (with ``rounds`` applied).
+        ValueError / CheckpointError: see :func:`run_experiment`.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"--resume {run_dir}: no such run directory")
+    cfg_path = run_dir / "config.yaml"
+    if not cfg_path.is_file():
+        raise FileNotFoundError(f"--resume {run_dir}: no config.yaml there (not a run directory)")
+    doc = read_yaml_file(cfg_path)
+    if isinstance(doc, dict) and rounds is not None:
+        doc["rounds"] = rounds
+    source = str(cfg_path) + (f" (with rounds={rounds})" if rounds is not None else "")
+    cfg = resolve(parse_config(doc, source), source).config
+    return run_experiment(cfg, run_dir, on_round=on_round, resume=True)
+

@@ -1,0 +1,182 @@
+"""The typed values that cross the seams of the round loop.
+
+* :class:`ClientCost` — what one client costs in one round (seconds and bytes; SPEC 0.3).
+* :class:`ClientOutcome` — what one selected client reports after a round (or why it failed).
+* :class:`Evaluation` — the figures of one evaluation (global model on the test set, or the
+  mean over clients of their own models on their held-out splits).
+* :class:`PhaseCost` — simulated time and traffic of work outside the rounds (a warm-up
+  before round 1, a transfer after the last round).
+
+They know nothing of any selector or algorithm; selectors (``fedselect.selectors``) and
+algorithms (``fedselect.algorithms``) both speak them, and so does the Flower integration.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+#: a model state: ``model.state_dict()``, parameter / buffer name -> tensor
+State = dict[str, torch.Tensor]
+
+#: failure kinds of :attr:`ClientOutcome.failed` (docs/reliability.md)
+FAILURE_KINDS = ("dropout", "error", "nan", "inf", "timeout")
+
+
+@dataclass(frozen=True)
+class ClientCost:
+    """Simulated cost of one client in one round (SPEC 0.3; FR-eq 3, 4, 5).
+
+    Attributes:
+        compute_s: local computation, seconds (FR-eq 3).
+        upload_s, download_s: transmission of the upload / of the broadcast, seconds (FR-eq 4).
+        latency_s: l_t^k = compute_s + upload_s (+ download_s when ``system.count_download``), s.
+        upload_bytes, download_bytes: bytes sent by / to the client.
+    """
+
+    compute_s: float
+    upload_s: float
+    download_s: float
+    latency_s: float
+    upload_bytes: int
+    download_bytes: int
+
+
+@dataclass(frozen=True)
+class ClientOutcome:
+    """What one selected client reports after round ``round``.
+
+    Attributes:
+        client_id: k.
+        round: t (0 for work before round 1).
+        state: the client's model after local training (every entry; the algorithm's upload
+            keys say which are sent), or None when the client failed or the selector did not
+            ask for weights.
+        num_samples: n_k, training samples (the FedAvg weight).
+        train_loss: mean local cross-entropy over all mini-batches (nan when failed).
+        epochs: local epochs run.
+        compute_s, upload_s, download_s, latency_s, upload_bytes, download_bytes: see
+            :class:`ClientCost`; for a failed client the failure's latency and the bytes that
+            actually moved (docs/reliability.md).
+        failed: None, or one of :data:`FAILURE_KINDS`.
+        sample_loss_sq_sum, sample_loss_count: sum of squared per-sample losses and their
+            number over every local mini-batch (only when the selector asked for sample losses,
+            e.g. Oort's statistical utility; else 0.0 and 0).
+    """
+
+    client_id: int
+    round: int
+    state: State | None
+    num_samples: int
+    train_loss: float
+    epochs: int
+    compute_s: float
+    upload_s: float
+    download_s: float
+    latency_s: float
+    upload_bytes: int
+    download_bytes: int
+    failed: str | None = None
+    sample_loss_sq_sum: float = 0.0
+    sample_loss_count: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """True when the update reached the server intact."""
+        return self.failed is None
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The figures of one evaluation.
+
+    Attributes:
+        accuracy: fraction in [0, 1] (nan on an empty set).
+        f1_macro: macro-F1 in [0, 1].
+        loss: mean cross-entropy.
+        per_client: with per-client evaluation, ``{"accuracy_std": float, "client_accuracy":
+            [float, ...]}`` (population std over clients; client order); else None.
+    """
+
+    accuracy: float
+    f1_macro: float
+    loss: float
+    per_client: dict[str, Any] | None = None
+
+    def value(self, metric: str) -> float:
+        """``accuracy`` or ``f1_macro`` (the config's ``metrics.metric``).
+
+        Raises:
+            KeyError: another name.
+        """
+        if metric not in ("accuracy", "f1_macro", "loss"):
+            raise KeyError(f"unknown metric {metric!r}; allowed: 'accuracy', 'f1_macro', 'loss'")
+        return float(getattr(self, metric))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Evaluation":
+        """From ``{"accuracy", "f1_macro", "loss"[, "accuracy_std", "client_accuracy"]}``."""
+        per = None
+        if "client_accuracy" in d:
+            per = {"accuracy_std": d.get("accuracy_std", math.nan), "client_accuracy": list(d["client_accuracy"])}
+        return cls(float(d["accuracy"]), float(d["f1_macro"]), float(d["loss"]), per)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"accuracy": self.accuracy, "f1_macro": self.f1_macro, "loss": self.loss}
+        if self.per_client is not None:
+            out.update(self.per_client)
+        return out
+
+
+@dataclass(frozen=True)
+class PhaseCost:
+    """Simulated time (s) and traffic (bytes) of a phase outside the rounds."""
+
+    latency_s: float = 0.0
+    upload_bytes: int = 0
+    download_bytes: int = 0
+
+    def __add__(self, other: "PhaseCost") -> "PhaseCost":
+        return PhaseCost(self.latency_s + other.latency_s, self.upload_bytes + other.upload_bytes,
+                         self.download_bytes + other.download_bytes)
+
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The few experiment settings that selectors and algorithms may read (never the whole config).
+
+    Attributes:
+        seed: the experiment seed (each component derives its own generator from it).
+        rounds: T. num_clients: N. clients_per_round: U.
+        local_epochs: E. eval_every: evaluation period in rounds.
+        metric: ``accuracy`` or ``f1_macro``; target: its target value or None.
+        dataset: the data set's registered name.
+        count_download: the broadcast counts in a client's latency.
+        cycles_per_bit: g of FR-eq 3.
+    """
+
+    seed: int
+    rounds: int
+    num_clients: int
+    clients_per_round: int
+    local_epochs: int
+    eval_every: int = 1
+    metric: str = "accuracy"
+    target: float | None = None
+    dataset: str = ""
+    count_download: bool = False
+    cycles_per_bit: float = 20.0
+
+
+@dataclass(frozen=True)
+class WarmClient:
+    """One client's part of the shared warm-up: its model after ``epochs`` local epochs from the
+    initial model (round 0) and its mean training loss."""
+
+    client_id: int
+    state: State
+    loss: float

@@ -1,0 +1,141 @@
+"""A Flower ServerApp running a fedselect experiment with :class:`fedselect.flower.strategy.FedselectStrategy`.
+
+In a Flower app's pyproject::
+
+    [tool.flwr.app.components]
+    serverapp = "fedselect.flower.server_app:app"
+    clientapp = "fedselect.flower.client_app:app"
+
+Settings (the run config: ``[tool.flwr.app.config]`` of the app's pyproject, overridden by
+``flwr run --run-config``; with :func:`make_server_app` also defaults below them), read exactly
+like the ClientApp's so that the server and the nodes build the same experiment:
+
+* ``fedselect-config``: path of an experiment YAML (as for ``fedselect run``) on the SuperLink's
+  machine; any dotted experiment key overrides it, as in our YAML and ``--set``: ``seed``,
+  ``method``, ``selector.name``, ``selector.options.pca_components``, ``rounds``,
+  ``clients_per_round``, ``data.dataset``, ``data.num_clients``, ``model.options.hidden = "[64]"``
+  (a string starting with ``[`` or ``{`` is read as YAML: Flower configs hold no lists),
+  ``system.round_deadline_s`` ...
+* ``run-dir``: the run directory (default ``fedselect-runs/<name>-flower-<run id>`` under the
+  ServerApp process's working directory: give an absolute path in a deployment).
+* ``overwrite``: replace the run files of a run already in ``run-dir`` (default false).
+* ``latency``: ``simulated`` (default) or ``measured``; ``arrival-order``: ``seeded`` or
+  ``nodes`` (default: ``seeded`` with simulated latency, ``nodes`` with measured);
+  ``reply-timeout`` (s, default 600), ``connect-timeout`` (s, default 300), ``poll-interval``
+  (s between two polls of the SuperLink for replies, default 0.1)
+  (:class:`fedselect.flower.strategy.FlowerOptions`).
+* ``torch-threads``: torch CPU threads of the ServerApp process (the server aggregates and
+  scores the model: use the nodes' value for bit-identical results).
+
+The nodes read the same run config (they ignore the server's keys). The ServerApp writes the
+run directory of ``fedselect run`` (docs/flower.md: how the results map to ``metrics.csv``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+
+from fedselect.config import ConfigError, ExperimentConfig, apply_overrides
+from fedselect.flower.client_app import set_threads, settings_document
+from fedselect.flower.strategy import ARRIVAL_MODES, LATENCY_MODES, FedselectStrategy
+from fedselect.resolve import parse_experiment
+
+__all__ = ["app", "make_server_app", "server_experiment", "strategy_settings", "SERVER_KEYS"]
+
+log = logging.getLogger("fedselect.flower")
+
+#: run-config keys of the ServerApp (beside the experiment's dotted keys) and their types
+SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
+    "run-dir": str, "overwrite": bool, "latency": str, "arrival-order": str, "reply-timeout": (int, float),
+    "connect-timeout": (int, float), "poll-interval": (int, float), "torch-threads": int,
+}
+
+
+def server_experiment(run_config: dict[str, Any]) -> ExperimentConfig:
+    """The experiment of the run config (module docstring), validated and resolved.
+
+    Raises:
+        ConfigError / FileNotFoundError: a bad ``fedselect-config`` file or invalid keys (named).
+    """
+    doc, overrides, source = settings_document(dict(run_config), "run config")
+    return parse_experiment(apply_overrides(doc, overrides), source)
+
+
+def strategy_settings(run_config: dict[str, Any]) -> dict[str, Any]:
+    """The strategy's keyword arguments from the run config (module docstring).
+
+    Raises:
+        ConfigError: a value of the wrong type, or not one of the allowed ones (named).
+    """
+    rc = dict(run_config)
+    for key, kind in SERVER_KEYS.items():
+        v = rc.get(key)
+        if v is not None and (isinstance(v, bool) and kind is not bool or not isinstance(v, kind)):
+            raise ConfigError(f"run config: '{key}' must be of type {kind}, got {v!r}")
+    if rc.get("latency", "simulated") not in LATENCY_MODES:
+        raise ConfigError(f"run config: 'latency' must be one of {list(LATENCY_MODES)}, got {rc['latency']!r}")
+    if rc.get("arrival-order") is not None and rc["arrival-order"] not in ARRIVAL_MODES:
+        raise ConfigError(f"run config: 'arrival-order' must be one of {list(ARRIVAL_MODES)}, got {rc['arrival-order']!r}")
+    for key in ("reply-timeout", "connect-timeout", "poll-interval"):
+        if key in rc and not rc[key] > 0:
+            raise ConfigError(f"run config: '{key}' must be > 0 seconds, got {rc[key]!r}")
+    out: dict[str, Any] = {"latency": rc.get("latency", "simulated"), "arrival": rc.get("arrival-order"),
+                           "overwrite": bool(rc.get("overwrite", False))}
+    if "reply-timeout" in rc:
+        out["reply_timeout"] = float(rc["reply-timeout"])
+    if "connect-timeout" in rc:
+        out["connect_timeout"] = float(rc["connect-timeout"])
+    if "poll-interval" in rc:
+        out["poll_s"] = float(rc["poll-interval"])
+    return out
+
+
+def make_server_app(settings: dict[str, Any] | None = None, run_dir: str | Path | None = None,
+                    on_strategy: Callable[[FedselectStrategy], None] | None = None) -> ServerApp:
+    """A ServerApp running the experiment of its run config (module docstring).
+
+    Args:
+        settings: defaults below the run config (lowest precedence), e.g. for
+            :func:`flwr.simulation.run_simulation`, which passes no run config.
+        run_dir: the run directory when the run config names none.
+        on_strategy: called with the strategy once built (before it runs): tests and notebooks
+            keep it to look at the selector, the server state and the results afterwards.
+    """
+    base = dict(settings or {})
+    server = ServerApp()
+
+    @server.main()
+    def main(grid: Grid, context: Context) -> None:
+        rc = {**base, **dict(context.run_config)}
+        set_threads(rc)
+        cfg = server_experiment(rc)
+        kwargs = strategy_settings(rc)
+        out = rc.get("run-dir") or run_dir or Path("fedselect-runs") / f"{cfg.name}-flower-{context.run_id}"
+        strategy = FedselectStrategy(cfg, out, **kwargs)
+        # progress on the ServerApp's output (what `flwr run --stream` shows); run.log has it all
+        root = logging.getLogger("fedselect")
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("fedselect %(levelname)s: %(message)s"))
+        handler.setLevel(logging.INFO)
+        root.addHandler(handler)
+        if root.level == logging.NOTSET or root.level > logging.INFO:
+            root.setLevel(logging.INFO)
+        try:
+            log.info("fedselect ServerApp: run directory %s", Path(out).resolve())
+            if on_strategy is not None:
+                on_strategy(strategy)
+            strategy.start(grid)
+        finally:
+            root.removeHandler(handler)
+
+    return server
+
+
+#: the ServerApp of a Flower app's pyproject: ``serverapp = "fedselect.flower.server_app:app"``
+app = make_server_app()

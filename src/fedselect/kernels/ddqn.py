@@ -1,0 +1,466 @@
+"""Double deep Q-learning agent with multi-action selection (SPEC 1.3; FLASH-RL Section III-C2).
+
+Shared by the FLASH-RL and FAVOR selectors (:mod:`fedselect.selectors.flashrl`, :mod:`fedselect.selectors.favor`).
+
+* Main and target networks: MLP ``state_dim -> 512 -> ReLU -> N``; output k is Q(s, a_k), the
+  value of selecting client k.
+* Selection: epsilon-greedy per slot; U distinct clients (:meth:`DDQNAgent.select`).
+* Epsilon: linear from ``eps_init`` (round 1) to ``eps_end`` (round ``eps_decay_rounds``),
+  constant afterwards (:func:`linear_epsilon`).
+* Replay memory of transitions ``(s_t, a_t (U ids), r_t (U rewards), s_{t+1}, done)``, capacity
+  1000, oldest overwritten first.
+* Learning (FR-eq 15, 16): for every stored action a_k of a minibatch sample,
+  ``Y = r_k + gamma * Q_target(s', argmax_a Q_main(s', a)) * (1 - done)`` and
+  ``loss = mean over (sample, action) of (Y - Q_main(s, a_k))^2``; one Adam step.
+* The target network is hard-copied from the main network every P rounds (:meth:`end_round`).
+* Non-finite numbers never win and never stick: a NaN or infinite Q value ranks below every
+  finite one (selection and the double-Q argmax; ties by lowest id), and a learning step whose
+  TD loss, updated weights or outputs on its minibatch are not finite is discarded (weights
+  and Adam state restored to their last finite values), logged as a warning naming the round
+  the first time (INFO afterwards), and the run goes on.
+
+Randomness: the caller passes a ``numpy.random.Generator`` (epsilon draws, random slots,
+minibatch sampling) and a ``torch.Generator`` (network initialisation). No global RNG is used.
+:meth:`DDQNAgent.state_dict` holds everything needed to resume bit-identically: both networks,
+the optimiser, the memory, the counters and both generators' states.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from dataclasses import dataclass, asdict
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedselect.models import MLP, reset_parameters
+
+log = logging.getLogger("fedselect.ddqn")
+
+
+def rank_scores(q) -> np.ndarray:
+    """Scores for ranking: non-finite values (NaN, +-inf) become ``-inf``, so they are never
+    preferred to a finite score; ``np.argmax`` then breaks ties by the lowest index."""
+    q = np.asarray(q, dtype=np.float64)
+    return np.where(np.isfinite(q), q, -np.inf)
+
+
+def linear_epsilon(round_: int, eps_init: float = 0.9, eps_end: float = 0.2, decay_rounds: int = 100) -> float:
+    """Exploration rate of round ``round_`` (1-based), linear decay (SPEC 1.3).
+
+    ``eps(1) = eps_init``, ``eps(decay_rounds) = eps_end``, linear in between and ``eps_end``
+    afterwards. ``decay_rounds = 1`` means ``eps_end`` from round 1 on.
+
+    Raises:
+        ValueError: ``round_ < 1``, ``decay_rounds < 1`` or an epsilon outside [0, 1].
+    """
+    if round_ < 1:
+        raise ValueError(f"linear_epsilon: rounds are 1-based, got round {round_}")
+    if decay_rounds < 1:
+        raise ValueError(f"linear_epsilon: eps_decay_rounds must be >= 1, got {decay_rounds}")
+    for name, v in (("eps_init", eps_init), ("eps_end", eps_end)):
+        if not 0.0 <= v <= 1.0:
+            raise ValueError(f"linear_epsilon: {name} must lie in [0, 1], got {v}")
+    if decay_rounds == 1:
+        return float(eps_end)
+    frac = min(1.0, (round_ - 1) / (decay_rounds - 1))
+    return float(eps_init + (eps_end - eps_init) * frac)
+
+
+@dataclass
+class DDQNConfig:
+    """Agent hyper-parameters; defaults are FLASH-RL Table IV (SPEC 1.3).
+
+    Attributes:
+        hidden: width of the single hidden layer (512).
+        lr: Adam learning rate (0.01).
+        gamma: discount rate (0.9).
+        memory_capacity: replay memory size in transitions (1000).
+        batch_size: minibatch size; learning starts once the memory holds this many (50).
+        target_sync: P, rounds between hard copies main -> target (10).
+        eps_init, eps_end: exploration rate at round 1 and at ``eps_decay_rounds``.
+        eps_decay_rounds: rounds of linear decay; ``None`` = all rounds of the run.
+        uniform_first_round: round 1 picks U clients uniformly at random (SPEC 1.3).
+        learn_steps: Adam steps per round (SPEC 1.3: 1); each on a fresh minibatch. A tuning
+            knob (replay ratio), not in the paper.
+    """
+
+    hidden: int = 512
+    lr: float = 0.01
+    gamma: float = 0.9
+    memory_capacity: int = 1000
+    batch_size: int = 50
+    target_sync: int = 10
+    eps_init: float = 0.9
+    eps_end: float = 0.2
+    eps_decay_rounds: int | None = None
+    uniform_first_round: bool = True
+    learn_steps: int = 1
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad field."""
+        for name in ("hidden", "memory_capacity", "batch_size", "target_sync", "learn_steps"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"DDQN config: {name} must be >= 1, got {getattr(self, name)}")
+        if self.batch_size > self.memory_capacity:
+            raise ValueError(f"DDQN config: batch_size {self.batch_size} > memory_capacity {self.memory_capacity}")
+        if not self.lr > 0:
+            raise ValueError(f"DDQN config: lr must be > 0, got {self.lr}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"DDQN config: gamma must lie in [0, 1], got {self.gamma}")
+        for name in ("eps_init", "eps_end"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"DDQN config: {name} must lie in [0, 1], got {getattr(self, name)}")
+        if self.eps_decay_rounds is not None and int(self.eps_decay_rounds) < 1:
+            raise ValueError(f"DDQN config: eps_decay_rounds must be >= 1 or null, got {self.eps_decay_rounds}")
+
+
+class ReplayMemory:
+    """Ring buffer of transitions ``(s, a, r, s', done)`` (SPEC 1.3).
+
+    Shapes: ``s, s'`` ``(state_dim,)`` float32; ``a`` ``(U,)`` int64; ``r`` ``(U,)`` float32;
+    ``done`` bool. Arrays are allocated on the first push; U is fixed by it.
+    """
+
+    def __init__(self, capacity: int, state_dim: int):
+        if capacity < 1:
+            raise ValueError(f"ReplayMemory: capacity must be >= 1, got {capacity}")
+        self.capacity = int(capacity)
+        self.state_dim = int(state_dim)
+        self.size = 0
+        self.pos = 0
+        self.s: np.ndarray | None = None
+        self.a: np.ndarray | None = None
+        self.r: np.ndarray | None = None
+        self.s2: np.ndarray | None = None
+        self.done: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return self.size
+
+    def push(self, s, a, r, s2, done: bool) -> None:
+        """Store one transition, overwriting the oldest when full.
+
+        Raises:
+            ValueError: wrong state size, ``a`` and ``r`` of different lengths, or a U
+                different from the first transition's.
+        """
+        s = np.asarray(s, dtype=np.float32).reshape(-1)
+        s2 = np.asarray(s2, dtype=np.float32).reshape(-1)
+        a = np.asarray(a, dtype=np.int64).reshape(-1)
+        r = np.asarray(r, dtype=np.float32).reshape(-1)
+        if s.size != self.state_dim or s2.size != self.state_dim:
+            raise ValueError(f"ReplayMemory.push: states must have {self.state_dim} values, got {s.size} and {s2.size}")
+        if a.size != r.size or a.size == 0:
+            raise ValueError(f"ReplayMemory.push: {a.size} actions but {r.size} rewards")
+        if not (np.all(np.isfinite(r)) and np.all(np.isfinite(s)) and np.all(np.isfinite(s2))):
+            raise ValueError("ReplayMemory.push: states and rewards must be finite")
+        if self.s is None:
+            u = a.size
+            self.s = np.zeros((self.capacity, self.state_dim), np.float32)
+            self.s2 = np.zeros((self.capacity, self.state_dim), np.float32)
+            self.a = np.zeros((self.capacity, u), np.int64)
+            self.r = np.zeros((self.capacity, u), np.float32)
+            self.done = np.zeros(self.capacity, bool)
+        if a.size != self.a.shape[1]:
+            raise ValueError(f"ReplayMemory.push: every transition needs {self.a.shape[1]} actions, got {a.size}")
+        i = self.pos
+        self.s[i], self.a[i], self.r[i], self.s2[i], self.done[i] = s, a, r, s2, bool(done)
+        self.pos = (self.pos + 1) % self.capacity
+        self.size = min(self.size + 1, self.capacity)
+
+    def sample(self, batch_size: int, rng: np.random.Generator):
+        """A minibatch of ``batch_size`` distinct stored transitions, as torch tensors
+        ``(s (B, D), a (B, U), r (B, U), s2 (B, D), done (B,))``."""
+        if batch_size > self.size:
+            raise ValueError(f"ReplayMemory.sample: asked for {batch_size} of {self.size} transitions")
+        idx = rng.choice(self.size, size=batch_size, replace=False)
+        return (torch.from_numpy(self.s[idx]), torch.from_numpy(self.a[idx]), torch.from_numpy(self.r[idx]),
+                torch.from_numpy(self.s2[idx]), torch.from_numpy(self.done[idx].astype(np.float32)))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Copies of the filled part of the buffer and the ring pointer."""
+        n = self.size
+        arrays = {} if self.s is None else {k: getattr(self, k)[:n].copy() for k in ("s", "a", "r", "s2", "done")}
+        # the ring keeps its physical order; pos says where the next write goes
+        return {"capacity": self.capacity, "state_dim": self.state_dim, "size": n, "pos": self.pos, **arrays}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if int(state["capacity"]) != self.capacity or int(state["state_dim"]) != self.state_dim:
+            raise ValueError(
+                f"ReplayMemory.load_state_dict: saved capacity/state_dim {state['capacity']}/{state['state_dim']} "
+                f"!= {self.capacity}/{self.state_dim}")
+        self.size, self.pos = int(state["size"]), int(state["pos"])
+        if "s" not in state:
+            self.s = self.a = self.r = self.s2 = self.done = None
+            return
+        u = np.asarray(state["a"]).shape[1]
+        self.s = np.zeros((self.capacity, self.state_dim), np.float32)
+        self.s2 = np.zeros((self.capacity, self.state_dim), np.float32)
+        self.a = np.zeros((self.capacity, u), np.int64)
+        self.r = np.zeros((self.capacity, u), np.float32)
+        self.done = np.zeros(self.capacity, bool)
+        n = self.size
+        for k in ("s", "a", "r", "s2", "done"):
+            getattr(self, k)[:n] = np.asarray(state[k])
+
+
+def build_q_network(state_dim: int, num_actions: int, hidden: int, generator: torch.Generator) -> nn.Module:
+    """The Q network of SPEC 1.3: ``state_dim -> hidden -> ReLU -> num_actions``, initialised
+    from ``generator`` (PyTorch's default uniform rule, no global RNG)."""
+    net = MLP(state_dim, num_actions, hidden=(int(hidden),))
+    reset_parameters(net, generator)
+    return net
+
+
+def double_q_targets(main: nn.Module, target: nn.Module, r: torch.Tensor, s2: torch.Tensor, done: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Double-Q targets for every taken action, FR-eq 16 (SPEC 1.3).
+
+    ``Y[b, j] = r[b, j] + gamma * Q_target(s2[b], argmax_a Q_main(s2[b], a)) * (1 - done[b])``.
+
+    Args:
+        r: rewards ``(B, U)``; s2: next states ``(B, D)``; done: ``(B,)`` in {0, 1}.
+
+    Returns:
+        ``(B, U)`` float32 tensor, no gradient.
+    """
+    with torch.no_grad():
+        q_main = main(s2)
+        q_main = torch.where(torch.isfinite(q_main), q_main, torch.full_like(q_main, -math.inf))  # NaN never wins
+        best = q_main.argmax(dim=1, keepdim=True)              # (B, 1) chosen by the main net
+        q_next = target(s2).gather(1, best).squeeze(1)         # (B,) valued by the target net
+        return r + gamma * (q_next * (1.0 - done)).unsqueeze(1)
+
+
+class DDQNAgent:
+    """DDQN client selector with multi-action selection (SPEC 1.3; FR-eq 15, 16).
+
+    Args:
+        state_dim: length D of the state vector.
+        num_actions: N, one action per client.
+        config: :class:`DDQNConfig` (Table IV defaults).
+        total_rounds: T, used when ``config.eps_decay_rounds`` is ``None``.
+        rng: ``numpy.random.Generator`` for epsilon draws, random slots and minibatches.
+        torch_generator: ``torch.Generator`` for the network initialisation.
+
+    Raises:
+        ValueError: non-positive sizes or a bad config field.
+    """
+
+    def __init__(self, state_dim: int, num_actions: int, config: DDQNConfig, total_rounds: int,
+                 rng: np.random.Generator, torch_generator: torch.Generator):
+        if state_dim < 1 or num_actions < 1 or total_rounds < 1:
+            raise ValueError(f"DDQNAgent: need state_dim, num_actions, total_rounds >= 1, got "
+                             f"{state_dim}, {num_actions}, {total_rounds}")
+        if not isinstance(rng, np.random.Generator):
+            raise ValueError("DDQNAgent: rng must be a numpy.random.Generator")
+        if not isinstance(torch_generator, torch.Generator):
+            raise ValueError("DDQNAgent: torch_generator must be a torch.Generator")
+        config.validate()
+        self.config = config
+        self.state_dim, self.num_actions, self.total_rounds = int(state_dim), int(num_actions), int(total_rounds)
+        self.rng = rng
+        self.torch_generator = torch_generator
+        self.main = build_q_network(self.state_dim, self.num_actions, config.hidden, torch_generator)
+        self.target = copy.deepcopy(self.main)
+        self.target.requires_grad_(False)
+        self.optimizer = torch.optim.Adam(self.main.parameters(), lr=config.lr)
+        self.memory = ReplayMemory(config.memory_capacity, self.state_dim)
+        self.learn_steps = 0
+        self.last_loss: float | None = None
+        self.discarded_steps = 0          # learning steps dropped for a non-finite loss / weights
+        self.nonfinite_q_rounds = 0       # selections that met a non-finite Q value
+        self._round: int | None = None    # the round of the last select(), for messages
+
+    # ---- exploration -------------------------------------------------------------------
+    @property
+    def decay_rounds(self) -> int:
+        return int(self.config.eps_decay_rounds or self.total_rounds)
+
+    def epsilon(self, round_: int) -> float:
+        """Exploration rate of round ``round_`` (1-based); see :func:`linear_epsilon`."""
+        return linear_epsilon(round_, self.config.eps_init, self.config.eps_end, self.decay_rounds)
+
+    def q_values(self, state) -> np.ndarray:
+        """Q_main(state, .) as a float64 array ``(N,)``."""
+        s = torch.as_tensor(np.asarray(state, dtype=np.float32).reshape(1, -1))
+        if s.shape[1] != self.state_dim:
+            raise ValueError(f"DDQNAgent: state has {s.shape[1]} values, expected {self.state_dim}")
+        with torch.no_grad():
+            return self.main(s)[0].double().numpy()
+
+    def select(self, state, k: int, round_: int) -> list[int]:
+        """Choose ``k`` distinct clients, epsilon-greedy per slot (SPEC 1.3).
+
+        For each of the k slots, with probability eps a uniformly random not-yet-chosen client,
+        else the not-yet-chosen client with the highest Q (ties: lowest id; a NaN or infinite Q
+        ranks below every finite one, see :func:`rank_scores`). Round 1 is uniform when
+        ``uniform_first_round``.
+
+        Args:
+            state: ``(state_dim,)`` state vector s_t.
+            k: U, number of clients to choose.
+            round_: t, 1-based.
+
+        Returns:
+            k distinct client ids (python ints), in slot order.
+
+        Raises:
+            ValueError: ``k`` < 1 or more than N.
+        """
+        if not 1 <= k <= self.num_actions:
+            raise ValueError(f"DDQNAgent.select: cannot choose {k} clients out of {self.num_actions}")
+        self._round = int(round_)
+        if round_ == 1 and self.config.uniform_first_round:
+            return [int(c) for c in self.rng.choice(np.arange(self.num_actions), size=k, replace=False)]
+        eps = self.epsilon(round_)
+        raw = self.q_values(state)
+        q = rank_scores(raw)
+        if not np.all(np.isfinite(raw)):
+            self.nonfinite_q_rounds += 1
+            log.log(logging.WARNING if self.nonfinite_q_rounds == 1 else logging.INFO,
+                    "round %d: Q values of clients %s are not finite; they rank below every finite value%s", round_,
+                    np.flatnonzero(~np.isfinite(raw)).tolist(), " (later rounds like this are logged at INFO level)"
+                    if self.nonfinite_q_rounds == 1 else "")
+        free = np.ones(self.num_actions, bool)
+        chosen: list[int] = []
+        for _ in range(k):
+            cand = np.flatnonzero(free)
+            if self.rng.random() < eps:
+                c = int(cand[self.rng.integers(cand.size)])
+            else:
+                c = int(cand[np.argmax(q[cand])])
+            chosen.append(c)
+            free[c] = False
+        return chosen
+
+    # ---- learning ----------------------------------------------------------------------
+    def remember(self, s, a, r, s2, done: bool) -> None:
+        """Push a transition (see :class:`ReplayMemory`)."""
+        a = np.asarray(a, dtype=np.int64)
+        if a.size and (a.min() < 0 or a.max() >= self.num_actions):
+            raise ValueError(f"DDQNAgent.remember: actions must lie in [0, {self.num_actions}), got {a.tolist()}")
+        self.memory.push(s, a, r, s2, done)
+
+    def learn(self, round_: int | None = None) -> float | None:
+        """``learn_steps`` (default 1) Adam steps, each on a fresh minibatch, if the memory holds
+        >= batch_size transitions.
+
+        A step whose TD loss is not finite is not taken, and a step that leaves a weight, or
+        the network's output on the minibatch's states, non-finite is undone (main network and
+        Adam state restored from a snapshot taken before it): the network keeps its last finite
+        weights and the run goes on. The first
+        discarded step is logged as a warning naming ``round_`` (default: the round of the
+        last :meth:`select`), later ones at INFO level; :attr:`discarded_steps` counts them.
+
+        Returns:
+            The TD loss (mean over samples and taken actions of the squared error; averaged over
+            the kept steps), or None when the memory is still too small or every step was
+            discarded.
+        """
+        if len(self.memory) < self.config.batch_size:
+            return None
+        losses = [loss for loss in (self._learn_step(round_) for _ in range(self.config.learn_steps)) if loss is not None]
+        if not losses:
+            return None
+        self.last_loss = float(np.mean(losses))
+        return self.last_loss
+
+    def _learn_step(self, round_: int | None = None) -> float | None:
+        s, a, r, s2, done = self.memory.sample(self.config.batch_size, self.rng)
+        y = double_q_targets(self.main, self.target, r, s2, done, self.config.gamma)
+        q_taken = self.main(s).gather(1, a)                      # (B, U)
+        loss = torch.mean((y - q_taken) ** 2)
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            self._discard(round_, f"TD loss {value}")
+            return None
+        snapshot = (copy.deepcopy(self.main.state_dict()), copy.deepcopy(self.optimizer.state_dict()))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        finite = all(bool(torch.isfinite(p).all()) for p in self.main.parameters())
+        if finite:
+            with torch.no_grad():
+                finite = bool(torch.isfinite(self.main(s)).all() and torch.isfinite(self.main(s2)).all())
+        if not finite:
+            self.main.load_state_dict(snapshot[0])
+            self.optimizer.load_state_dict(snapshot[1])
+            self.optimizer.zero_grad(set_to_none=True)
+            self._discard(round_, f"the step would make the Q network's weights or outputs non-finite (TD loss {value:.6g})")
+            return None
+        self.learn_steps += 1
+        return value
+
+    def _discard(self, round_: int | None, why: str) -> None:
+        self.discarded_steps += 1
+        t = round_ if round_ is not None else self._round
+        where = f"round {t}" if t is not None else "a round"
+        if self.discarded_steps == 1:
+            log.warning("%s: DDQN learning step discarded: %s; the Q network keeps its last finite weights and the "
+                        "run goes on (further discarded steps are logged at INFO level)", where, why)
+        else:
+            log.info("%s: DDQN learning step discarded: %s (%d discarded so far)", where, why, self.discarded_steps)
+
+    def sync_target(self) -> None:
+        """Hard copy main -> target."""
+        self.target.load_state_dict(self.main.state_dict())
+
+    def end_round(self, round_: int) -> bool:
+        """Call once after learning in round ``round_``; syncs the target every P rounds.
+
+        Returns:
+            True when the target network was synced.
+        """
+        if round_ % self.config.target_sync == 0:
+            self.sync_target()
+            return True
+        return False
+
+    # ---- checkpoints -------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: networks, optimiser, memory, counters, config, and the
+        numpy / torch generator states."""
+        return {
+            "config": asdict(self.config),
+            "state_dim": self.state_dim,
+            "num_actions": self.num_actions,
+            "total_rounds": self.total_rounds,
+            "main": copy.deepcopy(self.main.state_dict()),
+            "target": copy.deepcopy(self.target.state_dict()),
+            "optimizer": copy.deepcopy(self.optimizer.state_dict()),
+            "memory": self.memory.state_dict(),
+            "learn_steps": self.learn_steps,
+            "last_loss": self.last_loss,
+            "discarded_steps": self.discarded_steps,
+            "nonfinite_q_rounds": self.nonfinite_q_rounds,
+            "rng": copy.deepcopy(self.rng.bit_generator.state),
+            "torch_generator": self.torch_generator.get_state().clone(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore from :meth:`state_dict`.
+
+        Raises:
+            ValueError: the saved agent has another state size or number of actions.
+        """
+        if int(state["state_dim"]) != self.state_dim or int(state["num_actions"]) != self.num_actions:
+            raise ValueError(
+                f"DDQNAgent.load_state_dict: saved agent has state_dim={state['state_dim']}, "
+                f"num_actions={state['num_actions']}; this one {self.state_dim}, {self.num_actions}")
+        self.config = DDQNConfig(**state["config"])
+        self.total_rounds = int(state["total_rounds"])
+        self.main.load_state_dict(state["main"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.memory.load_state_dict(state["memory"])
+        self.learn_steps = int(state["learn_steps"])
+        self.last_loss = state["last_loss"]
+        self.discarded_steps = int(state.get("discarded_steps", 0))
+        self.nonfinite_q_rounds = int(state.get("nonfinite_q_rounds", 0))
+        self.rng.bit_generator.state = copy.deepcopy(state["rng"])
+        self.torch_generator.set_state(state["torch_generator"])

@@ -1,0 +1,282 @@
+"""One resolve step from a config to the components of a run, before any data is loaded.
+
+:func:`resolve` looks each registry up once — data set, partition scheme, model, the method
+preset, the selector and the algorithm — validates every component's options with the
+component's own pydantic model (or, for data sets and partition schemes, its signature),
+checks that the selector and the algorithm fit together and with the settings, and returns a
+:class:`Resolved` whose ``config`` has every default written out (what ``config.yaml`` holds).
+All problems are reported at once, one line each, naming the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dis
+import inspect
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from fedselect.algorithms import ALGORITHMS
+from fedselect.algorithms.base import Algorithm
+from fedselect.config import ComponentConfig, ConfigError, ExperimentConfig, load_config, parse_config
+from fedselect.data.catalog import DATASETS, PARTITIONERS
+from fedselect.fl.train import TrainConfig
+from fedselect.fl.types import RunSettings
+from fedselect.models import MODEL_OPTIONS, MODELS
+from fedselect.presets import PRESETS, Preset
+from fedselect.selectors import SELECTORS
+from fedselect.selectors.base import Selector
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A config resolved into its components.
+
+    Attributes:
+        config: the config with every default written out (``selector`` and ``algorithm`` with
+            all their options, partition parameters and data / model options with defaults,
+            ``method_options`` routed and emptied).
+        method: the display name: the preset's name when the selector and algorithm are the
+            preset's, else ``"<selector>+<algorithm>"``.
+        selector, selector_options, algorithm, algorithm_options: the classes and validated options.
+        settings: what the components may read. train_cfg: local-training settings.
+    """
+
+    config: ExperimentConfig
+    method: str
+    selector: type[Selector]
+    selector_options: BaseModel
+    algorithm: type[Algorithm]
+    algorithm_options: BaseModel
+    settings: RunSettings
+    train_cfg: TrainConfig
+
+
+# ------------------------------------------------------------------------ signature options
+def option_names(fn: Any, skip: tuple[str, ...] = ()) -> tuple[list[str], bool]:
+    """Keyword options ``fn`` accepts, and whether it forwards extra keywords (a ``**kwargs``
+    that the body uses; one it never reads, like ``**_``, swallows typos silently, so keys
+    outside the named ones are then errors)."""
+    if not inspect.isfunction(fn):  # e.g. object.__init__ of a class without its own: takes nothing
+        return [], False
+    params = inspect.signature(fn).parameters.values()
+    named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in skip]
+    var = [p.name for p in params if p.kind == p.VAR_KEYWORD]
+    forwards = bool(var) and any(i.argval == var[0] and i.opname.startswith("LOAD") for i in dis.get_instructions(fn))
+    return named, forwards
+
+
+def _defaults(fn: Any, skip: tuple[str, ...]) -> dict[str, Any]:
+    if not inspect.isfunction(fn):
+        return {}
+    out = {}
+    for p in inspect.signature(fn).parameters.values():
+        if p.name in skip or p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) or p.default is p.empty:
+            continue
+        v = p.default
+        out[p.name] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def _int_only(hint: Any) -> bool | None:
+    """True for ``int``, None-able for ``int | None``; None when the hint is not an integer."""
+    if hint is int:
+        return True
+    args = set(typing.get_args(hint))
+    if args and args <= {int, type(None)} and int in args:
+        return True
+    return None
+
+
+def _check_signature(label: str, what: str, fn: Any, options: dict[str, Any], skip: tuple[str, ...]) -> list[str]:
+    named, forwards = option_names(fn, skip)
+    reserved = sorted(set(options) & set(skip))
+    if reserved:
+        return [f"{label}: {reserved} cannot be set here (the runner passes them)"]
+    unknown = sorted(set(options) - set(named))
+    if unknown and not forwards:
+        return [f"{label}: unknown option(s) {unknown} for {what}; allowed: {sorted(named)}"]
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # unresolvable annotations: the loader checks its own values
+        hints = {}
+    errors = []
+    for key, value in options.items():
+        if _int_only(hints.get(key)) and value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            errors.append(f"{label}.{key}: Input should be a valid integer, got {value!r}")
+    return errors
+
+
+# ------------------------------------------------------------------------ component options
+def _options(label: str, model: type[BaseModel], options: dict[str, Any], errors: list[str]) -> BaseModel | None:
+    try:
+        return model.model_validate(options, strict=True)
+    except ValidationError as e:
+        for err in e.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            msg = (f"unknown key (not allowed here); allowed: {sorted(model.model_fields)}" if err["type"] == "extra_forbidden"
+                   else err["msg"].removeprefix("Value error, "))
+            errors.append(f"{label}.{loc}: {msg}" if loc else f"{label}: {msg}")
+        return None
+
+
+def _fields(cls: type) -> set[str]:
+    opts = getattr(cls, "Options", None)
+    return set(opts.model_fields) if opts is not None else set()
+
+
+def _lookup(registry, name: str, label: str, errors: list[str]):
+    try:
+        return registry.get(name)
+    except ValueError as e:
+        errors.append(f"{label}: {e}")
+        return None
+
+
+def resolve(cfg: ExperimentConfig, source: str = "<config>") -> Resolved:
+    """Resolve ``cfg`` (module docstring).
+
+    Raises:
+        ConfigError: ``invalid config SOURCE:`` then one line per problem (unknown names with the
+            allowed ones, bad options, a selector and an algorithm that do not fit together).
+    """
+    errors: list[str] = []
+    doc = cfg.model_dump(mode="json")
+
+    # ---- data set and partition scheme
+    d = cfg.data
+    if d.dataset not in DATASETS:
+        errors.append(f"data.dataset: unknown dataset {d.dataset!r}; allowed: {sorted(DATASETS)}")
+    else:
+        loader = DATASETS[d.dataset]
+        bad = _check_signature("data.options", f"dataset {d.dataset!r}", loader, d.options, ("seed",))
+        errors += bad
+        if not bad:
+            doc["data"]["options"] = {**_defaults(loader, ("seed",)), **d.options}
+    scheme, params = d.partition.scheme, d.partition.params()
+    if scheme not in PARTITIONERS:
+        errors.append(f"data.partition.scheme: unknown scheme {scheme!r}; allowed: {sorted(PARTITIONERS)}")
+    else:
+        init = PARTITIONERS[scheme].__init__
+        bad = _check_signature("data.partition", f"scheme {scheme!r}", init, params, ("self",))
+        if "alpha" in params and not (isinstance(params["alpha"], (int, float)) and not isinstance(params["alpha"], bool) and params["alpha"] > 0):
+            bad.append(f"data.partition.alpha must be a number > 0, got {params['alpha']!r}")
+        errors += bad
+        if not bad:
+            doc["data"]["partition"] = {"scheme": scheme, **_defaults(init, ("self",)), **params}
+
+    # ---- model
+    m = cfg.model
+    if m.name not in MODELS:
+        errors.append(f"model.name: unknown model {m.name!r}; allowed: {sorted(MODELS)}")
+    else:
+        mo = _options("model.options", MODEL_OPTIONS[m.name], m.options, errors)
+        if mo is not None:
+            doc["model"]["options"] = mo.model_dump(mode="json")
+
+    # ---- method preset, selector, algorithm
+    preset: Preset | None = None
+    if cfg.method is not None:
+        preset = PRESETS.get(cfg.method)
+        if preset is None:
+            errors.append(f"method: unknown method {cfg.method!r}; allowed: {sorted(PRESETS)}")
+    elif cfg.selector is None and cfg.algorithm is None:
+        preset = PRESETS["fedavg"]
+    sel_spec = cfg.selector or (ComponentConfig(name=preset.selector) if preset else None)
+    alg_spec = cfg.algorithm or (ComponentConfig(name=preset.algorithm) if preset else None)
+    if sel_spec is None and cfg.method is None:
+        sel_spec = ComponentConfig(name="random")
+    if alg_spec is None and cfg.method is None:
+        alg_spec = ComponentConfig(name="fedavg")
+    sel_cls = _lookup(SELECTORS, sel_spec.name, "selector.name", errors) if sel_spec else None
+    alg_cls = _lookup(ALGORITHMS, alg_spec.name, "algorithm.name", errors) if alg_spec else None
+
+    sel_opts = alg_opts = None
+    if sel_cls is not None and alg_cls is not None:
+        s_raw = dict(preset.selector_options) if preset and sel_spec.name == preset.selector else {}
+        a_raw = dict(preset.algorithm_options) if preset and alg_spec.name == preset.algorithm else {}
+        s_fields, a_fields = _fields(sel_cls), _fields(alg_cls)
+        label = preset.name if preset is not None else f"{sel_spec.name}+{alg_spec.name}"
+        for key, value in cfg.method_options.items():
+            if key not in s_fields and key not in a_fields:
+                errors.append(
+                    f"method_options.{key}: unknown key (not allowed here); method {label!r} = selector {sel_spec.name!r} "
+                    f"(options {sorted(s_fields) or 'none'}) + algorithm {alg_spec.name!r} (options {sorted(a_fields) or 'none'})")
+                continue
+            if key in s_fields:
+                s_raw[key] = value
+            if key in a_fields:
+                a_raw[key] = value
+        for raw, spec, which in ((s_raw, cfg.selector, "selector"), (a_raw, cfg.algorithm, "algorithm")):
+            if spec is None:
+                continue
+            both = sorted(set(spec.options) & set(cfg.method_options))
+            if both:
+                errors.append(f"{which}.options and method_options both set {both}; set each option once")
+            raw.update(spec.options)
+        sel_opts = _options("selector.options" if cfg.selector else "method_options", sel_cls.Options, s_raw, errors)
+        alg_opts = _options("algorithm.options" if cfg.algorithm else "method_options", alg_cls.Options, a_raw, errors)
+
+    settings = RunSettings(
+        seed=cfg.seed, rounds=cfg.rounds, num_clients=d.num_clients, clients_per_round=cfg.clients_per_round,
+        local_epochs=cfg.train.local_epochs, eval_every=cfg.eval_every, metric=cfg.metrics.metric, target=cfg.metrics.target,
+        dataset=d.dataset, count_download=cfg.system.count_download, cycles_per_bit=cfg.system.cycles_per_bit,
+    )
+    if sel_opts is not None and alg_opts is not None:
+        errors += _compatibility(sel_cls, sel_spec.name, alg_cls, alg_spec.name, settings)
+        errors += [f"selector {sel_spec.name!r}: {m}" for m in sel_cls.check(sel_opts, settings)]
+        errors += [f"algorithm {alg_spec.name!r}: {m}" for m in alg_cls.check(alg_opts, settings)]
+    if errors:
+        raise ConfigError("\n".join([f"invalid config {source}:"] + [f"  {e}" for e in errors]))
+
+    if preset is not None:
+        doc["method"] = preset.name  # the default preset is written out too
+    doc["selector"] = {"name": sel_spec.name, "options": sel_opts.model_dump(mode="json")}
+    doc["algorithm"] = {"name": alg_spec.name, "options": alg_opts.model_dump(mode="json")}
+    doc["method_options"] = {}
+    resolved_cfg = ExperimentConfig.model_validate(doc)
+    if preset is not None and sel_spec.name == preset.selector and alg_spec.name == preset.algorithm:
+        method = preset.name
+    else:
+        method = f"{sel_spec.name}+{alg_spec.name}"
+    tr = cfg.train
+    return Resolved(resolved_cfg, method, sel_cls, sel_opts, alg_cls, alg_opts, settings,
+                    TrainConfig(tr.local_epochs, tr.batch_size, tr.lr, tr.momentum, tr.optimizer, tr.weight_decay))
+
+
+def _compatibility(sel: type[Selector], sname: str, alg: type[Algorithm], aname: str, settings: RunSettings) -> list[str]:
+    """Refuse the pairs that make no sense, saying why."""
+    out = []
+    if alg.needs_groups and not sel.provides_groups:
+        have = [n for n in SELECTORS.builtin_names() if SELECTORS.get(n).provides_groups]
+        out.append(f"algorithm {aname!r} trains cluster leaders and transfers their models to the members: it needs a selector "
+                   f"that clusters the clients and names leaders ({', '.join(repr(n) for n in have)}), not {sname!r}")
+    if sel.needs_shared_model and not alg.shares_model:
+        out.append(f"selector {sname!r} scores clients against the shared global model, which algorithm {aname!r} does not have "
+                   f"(its clients exchange nothing); use an algorithm that shares a model (fedavg, fedper, cefl)")
+    if sel.needs_every_round_evaluation and settings.eval_every != 1:
+        out.append(f"selector {sname!r} needs the global metric every round (rewards, FR-eq 8 / FAVOR); "
+                   f"set eval_every: 1 (got {settings.eval_every})")
+    return out
+
+
+def parse_experiment(doc: dict[str, Any] | None, source: str = "<dict>") -> ExperimentConfig:
+    """Schema validation and :func:`resolve`: the resolved config.
+
+    Raises:
+        ConfigError: one line per problem (schema first, then registries and options).
+    """
+    return resolve(parse_config(doc, source), source).config
+
+
+def load_experiment(path: str | Path, overrides: dict[str, Any] | None = None) -> ExperimentConfig:
+    """Read, validate and resolve an experiment YAML; ``overrides`` (dotted keys) apply first.
+
+    Raises:
+        FileNotFoundError: no such file. ConfigError: bad YAML, wrong kind of config, invalid values.
+    """
+    return resolve(load_config(path, overrides), str(path)).config
+

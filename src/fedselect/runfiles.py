@@ -1,0 +1,243 @@
+"""A run directory's files, written from the loop's typed results (:mod:`fedselect.runner`).
+
+* ``config.yaml`` — the resolved config (every default written out);
+* ``metrics.csv`` — a row per round (round 0: the preparation and the initial model), appended
+  and fsync'ed every round; only deterministic values, so the same config and seed give a
+  byte-identical file;
+* ``timing.csv`` — wall-clock seconds per round (kept apart so that metrics.csv can be identical);
+* ``checkpoint.pt`` / ``checkpoint.prev.pt`` — everything needed to continue exactly (atomic);
+* ``model.pt`` — the final server model's ``state_dict``; ``summary.json`` — written atomically
+  at the end; ``run.log``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from fedselect.algorithms.base import Finished, RunTotals, ServerState
+from fedselect.config import dump_config
+from fedselect.fl.checkpoint import save_checkpoint
+from fedselect.fl.metrics import TIMING_COLUMNS, CsvLog, _fmt, atomic_write, read_csv_rows, summarize, write_json_atomic
+from fedselect.fl.types import Evaluation
+from fedselect.resolve import Resolved
+from fedselect.runner import RoundResult
+from fedselect.selectors.base import Prepared
+from fedselect.simulation import Simulation
+
+#: files a run writes into its directory (``overwrite`` removes exactly these)
+RUN_FILES = ("config.yaml", "metrics.csv", "timing.csv", "summary.json", "model.pt", "run.log",
+             "checkpoint.pt", "checkpoint.prev.pt", ".checkpoint.new")
+
+
+@dataclass
+class RoundEvent:
+    """Passed to progress callbacks after each round."""
+
+    round: int
+    rounds: int
+    row: dict[str, Any]
+    wall_s: float
+
+
+def write_csv(path: Path, columns: list[str], rows: list[dict[str, str]]) -> None:
+    """Write a whole CSV atomically (header + already formatted rows)."""
+    def write(fh):
+        w = csv.writer(fh)
+        w.writerow(columns)
+        for r in rows:
+            w.writerow([r.get(c, "") for c in columns])
+
+    atomic_write(path, write, newline="")
+
+
+class RunFiles:
+    """The files of one run (module docstring); the loop's :class:`fedselect.runner.Recorder`.
+
+    Args:
+        run_dir: the run directory (exists).
+        resolved: the resolved experiment. sim: its simulation (columns, snapshots).
+        on_round: called after every round with a :class:`RoundEvent` (progress bars).
+        stop_after: stop after this round without finishing (tests of interruption).
+        resume: a checkpoint to continue from, or None for a new run.
+    """
+
+    def __init__(self, run_dir: Path, resolved: Resolved, sim: Simulation, on_round: Callable | None = None,
+                 stop_after: int | None = None, resume: dict[str, Any] | None = None):
+        self.dir, self.r, self.sim, self.on_round, self.stop_after = Path(run_dir), resolved, sim, on_round, stop_after
+        self.columns = sim.columns
+        cfg = resolved.config
+        (self.dir / "config.yaml").write_text(dump_config(cfg))  # rounds may have been extended on resume
+        if resume is not None:
+            self.cum = dict(resume["cum"])
+            self.prep_info = dict(resume.get("prep_info", {}))
+            self.prep_cost = dict(resume.get("prep_cost", {"latency_s": 0.0, "upload_bytes": 0, "download_bytes": 0}))
+            self.mrows, self.trows = list(resume["metrics_rows"]), list(resume.get("timing_rows", []))
+            write_csv(self.dir / "metrics.csv", self.columns, self.mrows)
+            write_csv(self.dir / "timing.csv", TIMING_COLUMNS, self.trows)
+            self.metrics = CsvLog(self.dir / "metrics.csv", self.columns, keep_through=resume["round"])
+            self.timing = CsvLog(self.dir / "timing.csv", TIMING_COLUMNS, keep_through=resume["round"])
+        else:
+            self.cum = {"up": 0, "down": 0, "e2e": 0.0, "wall": 0.0}
+            self.prep_info, self.prep_cost = {}, {"latency_s": 0.0, "upload_bytes": 0, "download_bytes": 0}
+            self.mrows, self.trows = [], []
+            self.metrics = CsvLog(self.dir / "metrics.csv", self.columns)
+            self.timing = CsvLog(self.dir / "timing.csv", TIMING_COLUMNS)
+        self._t0 = time.perf_counter()
+
+    # ---------------------------------------------------------------- the loop's records
+    def _append(self, row: dict[str, Any], t: int) -> None:
+        self.metrics.append(row)
+        self.mrows.append({c: _fmt(row.get(c)) for c in self.columns})
+        wall = time.perf_counter() - self._t0
+        self.cum["wall"] += wall
+        trow = {"round": t, "wall_s": wall, "cum_wall_s": self.cum["wall"]}
+        self.timing.append(trow)
+        self.trows.append({c: _fmt(trow.get(c)) for c in TIMING_COLUMNS})
+        self._t0 = time.perf_counter()
+
+    def prepared(self, prepared: Prepared, before: Evaluation) -> None:
+        """The round-0 row: the preparation's cost and the initial model's figures."""
+        c = prepared.cost
+        self.prep_info = dict(prepared.summary)
+        self.prep_cost = {"latency_s": float(c.latency_s), "upload_bytes": int(c.upload_bytes), "download_bytes": int(c.download_bytes)}
+        self.cum["up"] += int(c.upload_bytes)
+        self.cum["down"] += int(c.download_bytes)
+        self.cum["e2e"] += float(c.latency_s)
+        row = {
+            "round": 0, "selected": [], "accuracy": before.accuracy, "f1_macro": before.f1_macro, "test_loss": before.loss,
+            "train_loss": math.nan, "round_latency_s": float(c.latency_s), "e2e_latency_s": self.cum["e2e"],
+            "upload_bytes": int(c.upload_bytes), "download_bytes": int(c.download_bytes),
+            "cum_upload_bytes": self.cum["up"], "cum_download_bytes": self.cum["down"], "failed": [], "aggregated": 0, "round_failed": 0,
+        }
+        self._append(row, 0)
+
+    def round(self, result: RoundResult, state: ServerState) -> bool:
+        """Append round ``result.round``'s row, checkpoint, report progress; True to stop."""
+        t, ev = result.round, result.after
+        lat, up, down = result.latency_s, result.upload_bytes, result.download_bytes
+        self.cum["up"] += up
+        self.cum["down"] += down
+        self.cum["e2e"] += lat
+        nan = math.nan
+        row = {
+            "round": t, "selected": list(result.selection.clients),
+            "accuracy": ev.accuracy if result.evaluated else nan, "f1_macro": ev.f1_macro if result.evaluated else nan,
+            "test_loss": ev.loss if result.evaluated else nan, "train_loss": result.train_loss,
+            "round_latency_s": lat, "e2e_latency_s": self.cum["e2e"], "upload_bytes": up, "download_bytes": down,
+            "cum_upload_bytes": self.cum["up"], "cum_download_bytes": self.cum["down"],
+            "failed": [f"{o.client_id}:{o.failed}" for o in result.outcomes if not o.ok],
+            "aggregated": result.aggregated, "round_failed": int(result.round_failed),
+        }
+        if self.sim.selector.probes:
+            cost = result.selection.cost
+            row.update(probe_latency_s=cost.latency_s, probe_upload_bytes=cost.upload_bytes,
+                       probe_download_bytes=cost.download_bytes, candidates_probed=cost.candidates)
+        if result.evaluated and ev.per_client is not None:
+            row["accuracy_std"] = ev.per_client["accuracy_std"]
+            row["client_accuracy"] = [round(a, 6) for a in ev.per_client["client_accuracy"]]
+        row.update({k: v for k, v in result.columns.items() if k in self.columns and k not in row})
+        self._append(row, t)
+        every = self.r.config.checkpoint_every
+        if every and (t % every == 0 or t == self.sim.rounds):
+            self.checkpoint(t, state, ev)
+        if self.on_round:
+            self.on_round(RoundEvent(t, self.sim.rounds, row, self.cum["wall"]))
+        self._t0 = time.perf_counter()  # checkpoint and progress time count in no round
+        return self.stop_after is not None and t >= self.stop_after
+
+    def totals(self) -> RunTotals:
+        """Bytes moved in the rounds (the preparation excluded)."""
+        return RunTotals(self.cum["up"] - self.prep_cost["upload_bytes"], self.cum["down"] - self.prep_cost["download_bytes"])
+
+    def checkpoint(self, t: int, state: ServerState, before: Evaluation) -> None:
+        save_checkpoint(self.dir, {
+            "round": t, "snapshot": self.sim.snapshot(state), "cum": dict(self.cum), "before": before.as_dict(),
+            "prep_info": self.prep_info, "prep_cost": self.prep_cost, "config": self.r.config.model_dump(mode="json"),
+            "columns": self.columns, "metrics_rows": self.mrows, "timing_rows": self.trows, "torch_threads": torch.get_num_threads(),
+        })
+
+    def close(self) -> None:
+        self.metrics.close()
+        self.timing.close()
+
+    # ---------------------------------------------------------------- the end
+    def finish(self, finished: Finished, selector_summary: dict[str, Any]) -> dict[str, Any]:
+        """``model.pt`` and ``summary.json``; returns the summary."""
+        self.cum["wall"] += time.perf_counter() - self._t0  # the finish counts in the run's wall time
+        state = {k: v.detach().clone() for k, v in finished.state.model.items()}
+        atomic_write(self.dir / "model.pt", lambda fh: torch.save(state, fh), mode="wb")
+        final: dict[str, Any] = {}
+        if finished.evaluation is not None:
+            final.update(finished.evaluation.as_dict())
+        final.update(finished.summary)
+        final.update(selector_summary or {})
+        phases = {
+            "prepare": dict(self.prep_cost),
+            "finish": {"latency_s": float(finished.cost.latency_s), "upload_bytes": int(finished.cost.upload_bytes),
+                       "download_bytes": int(finished.cost.download_bytes)},
+        }
+        return write_summary(self.dir, self.r, self.sim, final, self.prep_info, self.cum["wall"], phases)
+
+
+def failure_counts(rows: list[dict[str, str]]) -> dict[str, Any]:
+    """Failures in metrics rows: ``{"client_failures": {kind: count}, "failed_rounds": n}``."""
+    kinds: dict[str, int] = {}
+    failed_rounds = 0
+    for r in rows:
+        for item in filter(None, (r.get("failed") or "").split(";")):
+            kind = item.split(":", 1)[-1]
+            kinds[kind] = kinds.get(kind, 0) + 1
+        failed_rounds += int(r.get("round_failed") or 0)
+    return {"client_failures": dict(sorted(kinds.items())), "failed_rounds": failed_rounds}
+
+
+def write_summary(run_dir: Path, r: Resolved, sim: Simulation, final: dict[str, Any], prep_info: dict[str, Any], wall: float,
+                  phases: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``summary.json`` from the saved metrics rows plus the final figures (atomic).
+
+    The end-to-end latency and the traffic cover every phase the run had: the preparation
+    (round 0's row), the rounds, and the work after the last round (``phases.finish``: e.g.
+    CEFL's transfer); ``phases`` gives each part (seconds, MB) and they sum to the totals. The
+    best accuracy / macro-F1 is taken over every evaluation, the final one included."""
+    cfg = r.config
+    rows = read_csv_rows(run_dir / "metrics.csv")
+    summary = summarize(rows, cfg.metrics.target, cfg.metrics.metric, cfg.metrics.summary_window)
+    fin = (phases or {}).get("finish", {"latency_s": 0.0, "upload_bytes": 0, "download_bytes": 0})
+    rows_e2e = float(summary["e2e_latency_s"])
+    rows_up, rows_down = summary["upload_mb"] * 1e6, summary["download_mb"] * 1e6
+    prep = (phases or {}).get("prepare", {"latency_s": 0.0, "upload_bytes": 0, "download_bytes": 0})
+    summary["e2e_latency_s"] = rows_e2e + fin["latency_s"]
+    summary["upload_mb"] = (rows_up + fin["upload_bytes"]) / 1e6
+    summary["download_mb"] = (rows_down + fin["download_bytes"]) / 1e6
+    summary["communication_mb"] = summary["upload_mb"] + summary["download_mb"]
+    summary["phases"] = {
+        "prepare": {"latency_s": prep["latency_s"], "upload_mb": prep["upload_bytes"] / 1e6, "download_mb": prep["download_bytes"] / 1e6},
+        "rounds": {"latency_s": rows_e2e - prep["latency_s"], "upload_mb": (rows_up - prep["upload_bytes"]) / 1e6,
+                   "download_mb": (rows_down - prep["download_bytes"]) / 1e6},
+        "finish": {"latency_s": fin["latency_s"], "upload_mb": fin["upload_bytes"] / 1e6, "download_mb": fin["download_bytes"] / 1e6},
+    }
+    if final:
+        for key in ("accuracy", "f1_macro"):
+            if key in final:
+                summary[f"final_{key}"] = final[key]
+                best = summary.get(f"best_{key}")
+                summary[f"best_{key}"] = final[key] if best is None else max(best, final[key])
+        summary.update({k: v for k, v in final.items() if k not in ("accuracy", "f1_macro", "loss")})
+    summary.update({
+        "name": cfg.name, "method": r.method, "selector": cfg.selector.name, "algorithm": cfg.algorithm.name, "seed": cfg.seed,
+        "dataset": cfg.data.dataset, "num_clients": sim.fed.num_clients, "clients_per_round": cfg.clients_per_round,
+        "wall_s": wall, "complete": True,
+        "data_dropped_rows": sim.fed.data_dropped_rows,  # rows dropped at load by a loader's drop_invalid
+    })
+    summary.update(failure_counts(rows))
+    if prep_info:
+        summary["prepare"] = {k: v for k, v in prep_info.items() if isinstance(v, (int, float, str, bool, list, dict))}
+    write_json_atomic(run_dir / "summary.json", summary)
+    return summary

@@ -1,0 +1,239 @@
+"""Shared machinery of the DDQN selectors FLASH-RL and FAVOR: warm-up, PCA, agent, checkpointing.
+
+* ``prepare`` (once): every client trains ``warmup_epochs`` (1) local epoch(s) from the initial
+  global model (the shared warm-up, :meth:`SelectorContext.warmup`); a PCA (scikit-learn,
+  ``svd_solver="full"``) is fitted once on those N flattened weight vectors (the uploaded
+  entries) with ``n_components = min(N, pca_components)`` (SPEC 1.2).
+* ``select``: state s_t -> the DDQN agent (:mod:`fedselect.kernels.ddqn`) chooses U distinct
+  clients, epsilon-greedy per slot.
+* ``observe``: rewards of the U selected (subclass), the participants' PCA rows are refreshed,
+  s_{t+1} is built from round t+1's draws, the transition is stored and the agent learns
+  (FR-eq 15, 16); target sync every P rounds.
+
+State features (a documented departure, SPEC 1.2): ``sigma_1`` is the standard deviation of the
+first principal component on the warm-up models (one fixed scalar, so relative PCA geometry is
+kept and the values are O(1)); device features are standardised with fixed *fleet statistics*:
+for n and c the mean and standard deviation over the N clients, for f and b the mean and
+standard deviation over the N clients of their profile means (MHz, Mb/s). Raw MHz and core
+counts (up to 4400 and 384) would saturate the 512-unit ReLU layer.
+
+The warm-up costs one extra "round" in which all N clients download the initial model, train
+and upload their weights; its bytes and latency (the straggler among N) are charged before
+round 1 and, with ``count_warmup: true`` (default), counted in the end-to-end latency.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from fedselect.fl.aggregate import flat_parameters
+from fedselect.fl.types import ClientOutcome, PhaseCost, State
+from fedselect.kernels.ddqn import DDQNAgent, DDQNConfig
+from fedselect.seeding import np_rng, torch_rng
+from fedselect.selectors.base import Feedback, Prepared, RoundView, Selection, Selector
+from fedselect.system import RoundDraws
+
+log = logging.getLogger("fedselect.flashrl")
+
+
+class DDQNOptions(BaseModel):
+    """Agent and state options shared by FLASH-RL and FAVOR (defaults: FR Table IV, SPEC 1.3)."""
+
+    model_config = ConfigDict(extra="forbid")
+    pca_components: int = Field(100, ge=1, description="PCA components per model (capped by N)")
+    warmup_epochs: int = Field(1, ge=1, description="local epochs of the warm-up of all clients")
+    count_warmup: bool = Field(True, description="count the warm-up's straggler latency in the end-to-end latency")
+    hidden: int = Field(512, ge=1)
+    rl_lr: float = Field(0.01, gt=0, description="Adam learning rate of the Q network")
+    gamma: float = Field(0.9, ge=0, le=1)
+    memory_capacity: int = Field(1000, ge=1)
+    rl_batch_size: int = Field(50, ge=1, description="minibatch size; learning starts once the memory holds this many")
+    target_sync: int = Field(10, ge=1, description="P, rounds between target-network copies")
+    rl_learn_steps: int = Field(1, ge=1, description="Adam steps per round (paper: 1; a tuning knob)")
+    eps_init: float = Field(0.9, ge=0, le=1)
+    eps_end: float = Field(0.2, ge=0, le=1, description="0.35 for MNIST in the paper")
+    eps_decay_rounds: int | None = Field(None, ge=1, description="rounds of linear decay; null = all rounds")
+    checkpoint_pca: bool = Field(True, description="store the PCA in checkpoints; false = refit it on resume by re-running the deterministic warm-up")
+
+    def agent_config(self) -> DDQNConfig:
+        return DDQNConfig(hidden=self.hidden, lr=self.rl_lr, gamma=self.gamma, memory_capacity=self.memory_capacity,
+                          batch_size=self.rl_batch_size, target_sync=self.target_sync, eps_init=self.eps_init,
+                          eps_end=self.eps_end, eps_decay_rounds=self.eps_decay_rounds,
+                          learn_steps=self.rl_learn_steps)
+
+
+def _stats(x) -> tuple[float, float]:
+    x = np.asarray(x, dtype=float)
+    s = float(x.std())
+    return float(x.mean()), (s if s > 0 else 1.0)
+
+
+class DDQNSelector(Selector):
+    """FLASH-RL / FAVOR base (module docstring). Subclasses implement :meth:`state_dim`,
+    :meth:`state_vector` and :meth:`round_rewards`."""
+
+    Options = DDQNOptions
+    extra_columns = ("epsilon", "mean_reward", "td_loss", "selected_devices", "selected_networks")
+    wants_weights = True
+    needs_shared_model = True
+    needs_every_round_evaluation = True
+
+    def __init__(self, ctx, options=None):
+        super().__init__(ctx, options)
+        s = self.settings
+        n = s.num_clients
+        self.n_components = min(n, self.options.pca_components)
+        fleet = ctx.fleet
+        sizes = np.asarray(ctx.num_samples, dtype=float)
+        # fixed fleet statistics for standardising n_k, c_k, f_{t,k}, b_{t,k} (module docstring)
+        self.feature_stats = {"n": _stats(sizes), "c": _stats(fleet.cores), "f": _stats(fleet.mean_mhz), "b": _stats(fleet.mean_mbps)}
+        self.static_features = np.stack([(sizes - self.feature_stats["n"][0]) / self.feature_stats["n"][1],
+                                         (fleet.cores - self.feature_stats["c"][0]) / self.feature_stats["c"][1]], axis=1)
+        self.pca_mean: torch.Tensor | None = None        # (P,)
+        self.pca_components: torch.Tensor | None = None  # (m, P)
+        self.pca_scale = 1.0
+        self.pca_explained: list[float] = []
+        self.pca_explained_total = 0.0
+        self.client_rows = np.zeros((n, self.n_components), np.float32)
+        self.agent = DDQNAgent(self.state_dim(), n, self.options.agent_config(), s.rounds,
+                               rng=np_rng(s.seed, f"agent/{self.name}"), torch_generator=torch_rng(s.seed, f"agent-init/{self.name}"))
+        self.current_state: np.ndarray | None = None
+
+    def budget_problems(self, old_rounds: int, new_rounds: int, done: int) -> list[str]:
+        """Epsilon decays over T when ``eps_decay_rounds`` is unset, and round T's transition is
+        stored as terminal (and learned from) once round T has been played."""
+        out = []
+        if self.options.eps_decay_rounds is None:
+            out.append(f"epsilon decays over all T rounds (eps_decay_rounds unset: {old_rounds} here, {new_rounds} in a fresh run); "
+                       f"set eps_decay_rounds explicitly in the config of new runs that you may want to extend")
+        if done >= old_rounds:
+            out.append(f"round {old_rounds}'s transition is in the replay memory as terminal and the agent has learned from it")
+        return out
+
+    # ---------------------------------------------------------------- to implement
+    def state_dim(self) -> int:
+        raise NotImplementedError
+
+    def state_vector(self, t: int, draws: RoundDraws, global_state: State | None) -> np.ndarray:
+        """s_t as float32 ``(state_dim,)`` from the current PCA rows, round t's draws and (FAVOR)
+        the global model."""
+        raise NotImplementedError
+
+    def round_rewards(self, t: int, outcomes: Sequence[ClientOutcome], feedback: Feedback) -> np.ndarray:
+        """Rewards ``(U,)`` of the selected clients, in selection order."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- PCA
+    def flat(self, state: State) -> torch.Tensor:
+        """The weight vector of a model: its uploaded floating entries, float32 ``(P,)``."""
+        return flat_parameters(state, self.ctx.upload_keys)
+
+    def project(self, state: State) -> np.ndarray:
+        """PCA coordinates of one model state, divided by sigma_1: float32 ``(m,)``."""
+        w = self.flat(state)
+        return ((self.pca_components @ (w - self.pca_mean)) / self.pca_scale).numpy().astype(np.float32)
+
+    def _warmup(self) -> np.ndarray:
+        """``(N, P)`` weights of every client after the warm-up (round 0)."""
+        return np.stack([self.flat(w.state).numpy() for w in self.ctx.warmup(self.options.warmup_epochs, "warmup")])
+
+    def _fit_pca(self, weights: np.ndarray) -> None:
+        from sklearn.decomposition import PCA
+
+        m = min(self.n_components, weights.shape[0])
+        with np.errstate(invalid="ignore", divide="ignore"):  # one row: scikit-learn divides by n - 1 = 0
+            pca = PCA(n_components=m, svd_solver="full").fit(weights)
+        comps = np.zeros((self.n_components, weights.shape[1]), np.float32)
+        comps[:m] = pca.components_
+        self.pca_mean = torch.from_numpy(np.asarray(pca.mean_, np.float32))
+        self.pca_components = torch.from_numpy(comps)
+        self.pca_scale = float(np.sqrt(pca.explained_variance_[0])) if pca.explained_variance_[0] > 0 else 1.0
+        # with one model (N = 1) or identical models scikit-learn's ratios are 0/0 = NaN: the single
+        # component then explains 0 and the fit as a whole explains everything (total 1.0)
+        ratios = np.asarray(pca.explained_variance_ratio_, dtype=np.float64)
+        self.pca_explained = [float(v) if np.isfinite(v) else 0.0 for v in ratios]
+        self.pca_explained_total = float(sum(self.pca_explained)) if np.all(np.isfinite(ratios)) else 1.0
+        self.client_rows = (((torch.from_numpy(weights) - self.pca_mean) @ self.pca_components.T) / self.pca_scale).numpy().astype(np.float32)
+
+    def prepare(self) -> Prepared:
+        """Warm-up of all N clients and the PCA fit (SPEC 1.2). Charges the warm-up's bytes and
+        straggler latency (s); reports the PCA's explained-variance ratio."""
+        weights = self._warmup()
+        self._fit_pca(weights)
+        draws = self.ctx.draw(0)
+        costs = [self.ctx.client_cost(k, self.options.warmup_epochs, draws) for k in range(self.settings.num_clients)]
+        lat = max(c.latency_s for c in costs)
+        up, down = sum(c.upload_bytes for c in costs), sum(c.download_bytes for c in costs)
+        charged = lat if self.options.count_warmup else 0.0
+        info = {"upload_bytes": up, "download_bytes": down, "latency_s": charged, "warmup_latency_s": lat,
+                "pca_components": self.n_components, "pca_explained_variance": self.pca_explained_total}
+        log.info("%s warm-up: %d clients, straggler %.2f s, PCA %d components explain %.3f of the variance",
+                 self.name, self.settings.num_clients, lat, self.n_components, info["pca_explained_variance"])
+        return Prepared(PhaseCost(charged, up, down), info)
+
+    # ---------------------------------------------------------------- hooks
+    def device_features(self, draws: RoundDraws) -> np.ndarray:
+        """``(N, 4)`` standardised (n_k, c_k, f_{t,k}, b_{t,k}) (module docstring)."""
+        fs = self.feature_stats
+        f = (np.asarray(draws.freq_mhz, float) - fs["f"][0]) / fs["f"][1]
+        b = (np.asarray(draws.bandwidth_mbps, float) - fs["b"][0]) / fs["b"][1]
+        return np.concatenate([self.static_features, f[:, None], b[:, None]], axis=1)
+
+    def select(self, view: RoundView) -> Selection:
+        if self.pca_components is None:
+            raise RuntimeError(f"{self.name}: select() before prepare()")
+        self.current_state = self.state_vector(view.round, view.draws, view.global_state)
+        return Selection(self.agent.select(self.current_state, self.settings.clients_per_round, view.round))
+
+    def refresh_rows(self, outcomes: Sequence[ClientOutcome]) -> None:
+        """Replace the PCA rows of the participants by those of their new local weights (SPEC 1.2)."""
+        for o in outcomes:
+            if o.failed is None and o.state is not None:
+                self.client_rows[o.client_id] = self.project(o.state)
+
+    def observe(self, t: int, outcomes: Sequence[ClientOutcome], feedback: Feedback) -> dict[str, Any]:
+        rewards = np.asarray(self.round_rewards(t, outcomes, feedback), dtype=np.float64)
+        self.refresh_rows(outcomes)
+        done = t == self.settings.rounds
+        next_state = self.state_vector(t + 1, self.ctx.draw(t + 1), feedback.global_state)
+        self.agent.remember(self.current_state, [o.client_id for o in outcomes], rewards, next_state, done)
+        loss = self.agent.learn(t)
+        self.agent.end_round(t)
+        fleet = self.ctx.fleet
+        return {
+            "epsilon": self.agent.epsilon(t) if not (t == 1 and self.agent.config.uniform_first_round) else 1.0,
+            "mean_reward": float(rewards.mean()),
+            "td_loss": float("nan") if loss is None else loss,
+            "selected_devices": [fleet.devices[o.client_id].name for o in outcomes],
+            "selected_networks": [fleet.networks[o.client_id].name for o in outcomes],
+        }
+
+    # ---------------------------------------------------------------- checkpointing
+    def state_dict(self) -> dict[str, Any]:
+        st = super().state_dict()
+        st.update({
+            "agent": self.agent.state_dict(),
+            "client_rows": self.client_rows.copy(),
+            "pca": None if not self.options.checkpoint_pca else {
+                "mean": self.pca_mean.clone(), "components": self.pca_components.clone(),
+                "scale": self.pca_scale, "explained": list(self.pca_explained), "explained_total": self.pca_explained_total},
+        })
+        return st
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("pca") is None:  # refit the PCA from the deterministic warm-up of the initial model
+            self._fit_pca(self._warmup())
+        else:
+            p = state["pca"]
+            self.pca_mean, self.pca_components = p["mean"].clone(), p["components"].clone()
+            self.pca_scale, self.pca_explained = float(p["scale"]), list(p["explained"])
+            self.pca_explained_total = float(p.get("explained_total", sum(self.pca_explained)))
+        super().load_state_dict(state)
+        self.agent.load_state_dict(state["agent"])
+        self.client_rows = np.array(state["client_rows"], dtype=np.float32, copy=True)
+

@@ -1,0 +1,42 @@
+"""An oracle baseline: the U clients with the lowest latency (FR-eq 5; SPEC 0.3).
+
+With ``latency: expected`` (default) it knows each client's expected latency — local
+computation at its device profile's mean frequency plus the upload at its network profile's
+mean bandwidth, for E local epochs — and picks the same U fastest clients every round. With
+``latency: actual`` it also knows this round's draws (frequencies and bandwidths) and picks the
+U fastest of the round. Either way it is a lower bound on the end-to-end latency a selector can
+reach with U participants, and the exploitation limit used by docs/flash-rl.md's exploration
+bound: it ignores the data entirely, so accuracy on non-IID partitions usually suffers.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from fedselect.selectors import register_selector
+from fedselect.selectors.base import RoundView, Selection, Selector
+
+
+class FastestOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    latency: Literal["expected", "actual"] = Field("expected", description="expected (profile means) or this round's actual latency")
+
+
+@register_selector
+class Fastest(Selector):
+    """The U clients of lowest latency, ties to the lowest id (module docstring)."""
+
+    name = "fastest"
+    Options = FastestOptions
+
+    def select(self, view: RoundView) -> Selection:
+        s = self.settings
+        if self.options.latency == "expected":
+            lat = np.asarray(self.ctx.expected_latency_s(), dtype=np.float64)
+        else:
+            lat = np.array([self.ctx.client_cost(k, s.local_epochs, view.draws).latency_s for k in range(s.num_clients)])
+        order = np.lexsort((np.arange(s.num_clients), lat))
+        return Selection(sorted(int(k) for k in order[: s.clients_per_round]))

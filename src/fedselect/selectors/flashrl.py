@@ -1,0 +1,97 @@
+"""FLASH-RL: double deep Q-learning client selection with a reputation-based utility
+(Bouaziz et al.; SPEC 1; seed ``flash-rl.txt``).
+
+Per round t, on top of the DDQN machinery (:mod:`fedselect.selectors._ddqn`):
+
+* state s_t = (s_t^1, ..., s_t^N), s_t^k = (PCA(w_k) / sigma_1, z(n_k), z(c_k), z(f_{t,k}),
+  z(b_{t,k})) (FR-eq 11, 12);
+* reward: the divergence of every participant from the aggregated global model (FR-eq 7),
+  utility with the global metric before/after (FR-eq 8), min-max normalised latency,
+  reputations (FR-eq 10, or FR-eq 6 / 9), r_t = Psi_t of the U selected (FR-eq 14).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from fedselect.kernels.rewards import normalise_latency, normalised_divergence, update_reputations, utility
+from fedselect.selectors import register_selector
+from fedselect.selectors._ddqn import DDQNOptions, DDQNSelector
+
+
+class FlashRLOptions(DDQNOptions):
+    """FLASH-RL options (SPEC 1.1): reward kind and FR-eq 10 weights."""
+
+    reward: Literal["utility_latency", "utility", "reputation_accuracy"] = Field(
+        "utility_latency", description="FR-eq 10 (default), FR-eq 9 or FR-eq 6")
+    lam: float = Field(0.6, ge=0, le=1, description="lambda of FR-eq 6/9/10")
+    alpha1: float = Field(1.0, ge=0, description="weight of the utility in FR-eq 10")
+    alpha2: float = Field(1.0, ge=0, description="weight of the normalised latency in FR-eq 10")
+    psi_init: float | None = Field(None, description="Psi_0; null = 1/N")
+    performance_metric: Literal["accuracy", "f1_macro"] | None = Field(
+        None, description="P of FR-eq 8; null = metrics.metric (accuracy for images, f1_macro for fall detection)")
+
+
+@register_selector
+class FlashRL(DDQNSelector):
+    """FLASH-RL (SPEC 1): DDQN selection rewarded by the reputation-based utility FR-eq 10.
+
+    Options (:class:`FlashRLOptions`): Table IV defaults; ``reward`` picks FR-eq 10
+    (``utility_latency``), FR-eq 9 (``utility``) or FR-eq 6 (``reputation_accuracy``; evaluates every
+    participant's local model on the test set, slow).
+
+    Extra per-round columns: ``epsilon``, ``mean_reward`` (mean of r_t), ``td_loss`` (nan before
+    the first learning step), ``selected_devices`` / ``selected_networks`` (profile names of the
+    selected clients, in selection order).
+    """
+
+    name = "flashrl"
+    Options = FlashRLOptions
+
+    def __init__(self, ctx, options=None):
+        super().__init__(ctx, options)
+        n = self.settings.num_clients
+        self.psi = np.full(n, 1.0 / n if self.options.psi_init is None else self.options.psi_init, dtype=np.float64)
+        self.metric = self.options.performance_metric or self.settings.metric
+        self.l_min, self.l_max = ctx.latency_bounds()
+
+    def state_dim(self) -> int:
+        return self.settings.num_clients * (self.n_components + 4)
+
+    def state_vector(self, t, draws, global_state):
+        """s_t = (s_t^1, ..., s_t^N), s_t^k = (PCA row, z(n_k), z(c_k), z(f), z(b)) (FR-eq 11, 12)."""
+        return np.concatenate([self.client_rows, self.device_features(draws).astype(np.float32)], axis=1).reshape(-1)
+
+    def round_rewards(self, t, outcomes, feedback):
+        """Reputations Psi_t of the selected clients (FR-eq 10 / 9 / 6, FR-eq 14).
+
+        A failed participant gets utility 0 (and accuracy 0 for FR-eq 6) and its reported latency.
+        """
+        ids = [o.client_id for o in outcomes]
+        before, after = feedback.before.value(self.metric), feedback.after.value(self.metric)
+        improved = float(after) > float(before)
+        global_flat = self.flat(feedback.global_state).numpy()
+        lnorm = normalise_latency(np.array([o.latency_s for o in outcomes]), self.l_min, self.l_max)
+        opts = self.options
+        if opts.reward == "reputation_accuracy":
+            accs = [0.0 if o.failed is not None else self.ctx.evaluate(o.state).value(self.metric) for o in outcomes]
+            self.psi = update_reputations(self.psi, ids, "reputation_accuracy", local_accuracy=accs,
+                                          prev_global_accuracy=float(before), lam=opts.lam)
+        else:
+            zeta = [0.0 if o.failed is not None else
+                    utility(normalised_divergence(self.flat(o.state).numpy(), global_flat), improved) for o in outcomes]
+            self.psi = update_reputations(self.psi, ids, opts.reward, zeta=zeta, lnorm=lnorm,
+                                          lam=opts.lam, alpha1=opts.alpha1, alpha2=opts.alpha2)
+        return self.psi[ids]
+
+    def state_dict(self):
+        st = super().state_dict()
+        st["psi"] = self.psi.copy()
+        return st
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        self.psi = np.array(state["psi"], dtype=np.float64, copy=True)

@@ -1,0 +1,184 @@
+"""Oort: guided participant selection by statistical x system utility (Lai, Zhu, Madhyastha,
+Chowdhury, OSDI 2021; the training selector of FedScale). Kernels in :mod:`fedselect.kernels.oort`.
+
+Each round t (Oort Algorithm 1), with U slots:
+
+1. the preferred round duration T is the ``round_threshold``-th percentile of the clients' known
+   durations (the last measured latency of an explored client, the expected latency
+   ``ctx.expected_latency_s()`` of an unexplored one);
+2. **exploitation** (``(1 - eps) * U`` slots, floored, at most the explored clients): every
+   explored client k scores ``Util(k) = [norm(U_k) + sqrt(0.1 ln t / L_k)] * (T / t_k)^alpha``
+   (the penalty only when ``t_k > T``), with ``U_k = |B_k| sqrt(mean squared per-sample loss)``
+   of its last training clipped at the ``clip_bound`` quantile and min-max normalised, ``L_k`` the
+   last round it took part in and ``t_k`` its last duration (s). The candidates are the clients
+   scoring at least ``cut_off`` x the score of the last exploited slot; the slots are drawn among
+   them with probability proportional to the score (without replacement);
+3. **exploration** (the other slots, at most the unexplored clients): the unexplored clients are
+   ranked by ``|B_k| x (T / expected latency)^alpha`` (fast clients with much data first); the
+   slots are drawn among the best ``sample_window`` x (slots) of them proportionally to it;
+4. slots still empty (nothing left to explore or exploit) are filled uniformly at random.
+
+``eps`` starts at ``exploration_factor`` (round 1) and is multiplied by ``exploration_decay``
+after every round, down to ``exploration_min``; once every client has been explored all U slots
+are exploited (FedScale does the same). After each round the participants' utilities, durations
+and last rounds are updated from their outcomes (the loop fills ``sample_loss_sq_sum`` /
+``sample_loss_count`` because :attr:`Oort.wants_sample_losses`); a failed client gets utility 0
+and its reported latency as its duration (a dropout without deadline reports 0 s, which says
+nothing about its speed: its previous duration is kept then). Every ``pacer_step`` rounds the
+pacer compares the exploitation utility summed over the last window with the window before
+(:func:`fedselect.kernels.oort.pacer_update`): nearly flat (within 10 %) relaxes T
+(``round_threshold += pacer_delta``), a 5x change tightens it. The per-round exploitation utility
+is the mean statistical utility of that round's exploited clients that succeeded (0 without any).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from fedselect.fl.types import ClientOutcome
+from fedselect.kernels.oort import (exploitation_scores, exploration_scores, pacer_update, preferred_duration, rank_desc,
+                                    statistical_utility)
+from fedselect.kernels.sampling import weighted_sample
+from fedselect.selectors import register_selector
+from fedselect.selectors.base import Feedback, RoundView, Selection, Selector
+
+
+class OortOptions(BaseModel):
+    """Oort's options; defaults are the paper's / FedScale's (Oort Sec. 7.1, FedScale arguments)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    round_penalty: float = Field(2.0, ge=0, description="alpha, exponent of the speed penalty (T/t_k)^alpha (Oort Eq. (2))")
+    round_threshold: float = Field(30.0, ge=0, le=100, description="initial percentile (%) of the known durations that sets the preferred round duration T")
+    pacer_step: int = Field(20, ge=1, description="W, rounds between two pacer decisions (and the window compared)")
+    pacer_delta: float = Field(5.0, gt=0, le=100, description="percentile points the pacer adds to / removes from round_threshold")
+    exploration_factor: float = Field(0.9, ge=0, le=1, description="eps of round 1: the share of slots left to exploration")
+    exploration_decay: float = Field(0.98, gt=0, le=1, description="eps is multiplied by this after every round")
+    exploration_min: float = Field(0.2, ge=0, le=1, description="eps never decays below this")
+    cut_off: float = Field(0.95, gt=0, le=1, description="exploitation candidates score >= cut_off x the score of the last exploited slot")
+    clip_bound: float = Field(0.95, gt=0, le=1, description="statistical utilities are clipped at this quantile before min-max normalisation")
+    sample_window: float = Field(5.0, ge=1, description="exploration draws among the best sample_window x (exploration slots) unexplored clients")
+
+    @model_validator(mode="after")
+    def _eps_order(self) -> "OortOptions":
+        if self.exploration_min > self.exploration_factor:
+            raise ValueError(f"exploration_min ({self.exploration_min}) must not exceed exploration_factor ({self.exploration_factor})")
+        return self
+
+
+@register_selector
+class Oort(Selector):
+    """Oort (module docstring). Options: :class:`OortOptions`.
+
+    Extra per-round columns: ``epsilon`` (eps used this round; 0 once every client is explored),
+    ``exploited`` / ``explored`` (slots filled by exploitation / by exploration; the rest were
+    filled at random), ``preferred_duration_s`` (T, s; inf when the threshold reached 100 %),
+    ``round_threshold`` (its percentile), ``mean_utility`` (mean statistical utility U_k of this
+    round's successful participants; nan without any).
+    """
+
+    name = "oort"
+    Options = OortOptions
+    wants_sample_losses = True
+    extra_columns = ("epsilon", "exploited", "explored", "preferred_duration_s", "round_threshold", "mean_utility")
+
+    def __init__(self, ctx, options=None):
+        super().__init__(ctx, options)
+        n = self.settings.num_clients
+        self.num_samples = np.asarray(ctx.num_samples, dtype=np.int64)
+        self.expected = np.asarray(ctx.expected_latency_s(), dtype=np.float64)
+        self.utility = np.zeros(n, dtype=np.float64)
+        self.duration = self.expected.copy()
+        self.last_round = np.zeros(n, dtype=np.int64)
+        self.explored = np.zeros(n, dtype=bool)
+        self.epsilon = float(self.options.exploration_factor)
+        self.threshold = float(self.options.round_threshold)
+        self.exploit_history: list[float] = []
+        self.exploited: list[int] = []
+        self.pending: dict[str, Any] = {}
+
+    def select(self, view: RoundView) -> Selection:
+        opts, t = self.options, view.round
+        n, u = self.settings.num_clients, min(self.settings.clients_per_round, self.settings.num_clients)
+        preferred = preferred_duration(self.duration, self.threshold)
+        known = np.flatnonzero(self.explored)
+        unknown = np.flatnonzero(~self.explored)
+        eps = self.epsilon if unknown.size else 0.0
+        n_exploit = min(int(np.floor(u * (1.0 - eps) + 1e-9)), known.size)  # floor, robust to 0.8 * 5 = 3.999...
+
+        exploited: list[int] = []
+        if n_exploit > 0:
+            scores = exploitation_scores(self.utility[known], self.last_round[known], self.duration[known], t, preferred,
+                                         opts.round_penalty, opts.clip_bound)
+            score_of = dict(zip(known.tolist(), scores.tolist()))
+            ranked = rank_desc(known, scores)
+            cut = opts.cut_off * score_of[int(ranked[n_exploit - 1])]
+            pool = np.array([k for k in ranked if score_of[int(k)] >= cut], dtype=np.int64)
+            exploited = weighted_sample(self.rng, pool, np.array([score_of[int(k)] for k in pool]), n_exploit)
+
+        n_explore = min(unknown.size, u - len(exploited))
+        explored: list[int] = []
+        if n_explore > 0:
+            prio = exploration_scores(self.num_samples[unknown], self.expected[unknown], preferred, opts.round_penalty)
+            prio_of = dict(zip(unknown.tolist(), prio.tolist()))
+            ranked = rank_desc(unknown, prio)
+            window = ranked[: max(n_explore, min(int(opts.sample_window * n_explore), ranked.size))]
+            explored = weighted_sample(self.rng, window, np.array([prio_of[int(k)] for k in window]), n_explore)
+
+        chosen = exploited + explored
+        missing = u - len(chosen)
+        if missing > 0:
+            rest = np.setdiff1d(np.arange(n), np.array(chosen, dtype=np.int64))
+            chosen += [int(k) for k in self.rng.choice(rest, size=missing, replace=False)]
+        self.exploited = exploited
+        self.pending = {"epsilon": eps, "exploited": len(exploited), "explored": len(explored),
+                        "preferred_duration_s": preferred, "round_threshold": self.threshold}
+        return Selection(tuple(chosen))
+
+    def observe(self, t: int, outcomes: Sequence[ClientOutcome], feedback: Feedback) -> dict[str, Any]:
+        utilities = []
+        for o in outcomes:
+            k = o.client_id
+            self.explored[k] = True
+            self.last_round[k] = t
+            if o.failed is not None:
+                self.utility[k] = 0.0
+                if o.latency_s > 0:
+                    self.duration[k] = float(o.latency_s)
+                continue
+            self.utility[k] = statistical_utility(o.sample_loss_sq_sum, o.sample_loss_count, o.num_samples)
+            self.duration[k] = float(o.latency_s)
+            utilities.append(self.utility[k])
+        ok = {o.client_id for o in outcomes if o.failed is None}
+        exploit = [self.utility[k] for k in self.exploited if k in ok]
+        self.exploit_history.append(float(np.mean(exploit)) if exploit else 0.0)
+        opts = self.options
+        self.threshold, _ = pacer_update(self.exploit_history, self.threshold, opts.pacer_step, opts.pacer_delta, t)
+        self.epsilon = max(self.epsilon * opts.exploration_decay, opts.exploration_min)
+        return {**self.pending, "mean_utility": float(np.mean(utilities)) if utilities else float("nan")}
+
+    def finish(self) -> dict[str, Any]:
+        return {"explored_clients": int(self.explored.sum()), "final_round_threshold": self.threshold,
+                "final_epsilon": self.epsilon}
+
+    def state_dict(self) -> dict[str, Any]:
+        st = super().state_dict()
+        st.update(utility=self.utility.copy(), duration=self.duration.copy(), last_round=self.last_round.copy(),
+                  explored=self.explored.copy(), epsilon=self.epsilon, threshold=self.threshold,
+                  exploit_history=list(self.exploit_history), exploited=list(self.exploited), pending=dict(self.pending))
+        return st
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.utility = np.array(state["utility"], dtype=np.float64, copy=True)
+        self.duration = np.array(state["duration"], dtype=np.float64, copy=True)
+        self.last_round = np.array(state["last_round"], dtype=np.int64, copy=True)
+        self.explored = np.array(state["explored"], dtype=bool, copy=True)
+        self.epsilon = float(state["epsilon"])
+        self.threshold = float(state["threshold"])
+        self.exploit_history = [float(x) for x in state["exploit_history"]]
+        self.exploited = [int(k) for k in state["exploited"]]
+        self.pending = dict(state["pending"])

@@ -1,0 +1,383 @@
+"""Tables from saved metrics: per-run summaries, the mean ± std table over seeds, paired
+differences against the baseline, and their Markdown / CSV renderings (used by
+:mod:`fedselect.report`, :mod:`fedselect.sweep` and :mod:`fedselect.html_report`)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedselect.fl.metrics import read_csv_rows, summarize
+
+#: table columns: key, header, digits, "higher is better"
+COLUMNS = [
+    ("final_accuracy", "final acc", 4, True),
+    ("best_accuracy", "best acc", 4, True),
+    ("final_f1_macro", "final F1", 4, True),
+    ("e2e_latency_s", "e2e latency (s)", 1, False),
+    ("rounds_to_target", "rounds to target", 1, False),
+    ("latency_to_target_s", "latency to target (s)", 1, False),
+    ("communication_mb", "comm (MB)", 1, False),
+    ("wall_s", "wall (s)", 1, False),
+]
+#: method-specific summary figures, shown only when some run in the report has them
+OPTIONAL_COLUMNS = [
+    ("client_accuracy_std", "client acc std", 4, False),
+    ("candidates_evaluated", "candidates evaluated", 1, False),
+    ("competitive_ratio", "competitive ratio", 3, True),
+]
+#: keys whose change vs the baseline is reported in points (x100), not percent
+POINT_KEYS = {"final_accuracy", "best_accuracy", "final_f1_macro"}
+
+
+@dataclass
+class RunResult:
+    label: str
+    seed: int
+    dir: Path
+    rows: list[dict[str, str]]
+    summary: dict[str, Any]
+    complete: bool
+    rounds_planned: int | None
+    extra: dict[str, Any] = field(default_factory=dict)
+    metric: str = "accuracy"  # the config's metrics.metric: "accuracy" or "f1_macro"
+
+
+def load_run(run_dir: Path, label: str, seed: int, target: float | None = None, metric: str = "accuracy", window: int = 10,
+             window_override: int | None = None) -> RunResult:
+    """Summarise one run directory from its metrics (see module docstring); the target,
+    metric and summary window come from its ``config.yaml`` when it has one
+    (``window_override`` replaces the window)."""
+    rows = read_csv_rows(run_dir / "metrics.csv") if (run_dir / "metrics.csv").exists() else []
+    planned = None
+    if (run_dir / "config.yaml").exists():
+        import yaml
+
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+        planned = cfg.get("rounds")
+        target = cfg.get("metrics", {}).get("target", target) if target is None else target
+        metric = cfg.get("metrics", {}).get("metric", metric)
+        window = cfg.get("metrics", {}).get("summary_window", window)
+    if window_override is not None:
+        if window_override < 1:
+            raise ValueError(f"summary window must be >= 1, got {window_override}")
+        window = window_override
+    s = summarize(rows, target, metric, window) if rows else {"rounds": 0, "summary_window": window}
+    timing = run_dir / "timing.csv"
+    trows = read_csv_rows(timing) if timing.exists() else []
+    s["wall_s"] = float(trows[-1]["cum_wall_s"]) if trows else None
+    summary_path = run_dir / "summary.json"
+    complete = summary_path.exists()
+    extra = {}
+    if complete:
+        saved = json.loads(summary_path.read_text())
+        if isinstance(saved.get("wall_s"), (int, float)):  # includes the method's finish()
+            s["wall_s"] = saved["wall_s"]
+        # communication: a method may add bytes after the last round (CEFL's transfer to members)
+        for key in ("final_accuracy", "final_f1_macro", "communication_mb", "upload_mb", "download_mb"):
+            if key in saved:
+                s[key] = saved[key]
+        extra = {k: v for k, v in saved.items() if k not in s}
+    return RunResult(label, seed, run_dir, rows, s, complete, planned, extra, metric)
+
+
+def _mean_std(values: list[float | None]) -> tuple[float | None, float | None, int]:
+    xs = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not xs:
+        return None, None, 0
+    return float(np.mean(xs)), float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0, len(xs)
+
+
+def _value(r: RunResult, key: str):
+    v = r.summary.get(key, r.extra.get(key))
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def summary_window(results: list[RunResult]) -> int | None:
+    """The ``metrics.summary_window`` k of the runs (None when they differ or there are none)."""
+    ks = {r.summary.get("summary_window") for r in results}
+    return ks.pop() if len(ks) == 1 else None
+
+
+def metric_of(results: list[RunResult]) -> str:
+    """The runs' ``metrics.metric`` (that of the first run)."""
+    return results[0].metric if results else "accuracy"
+
+
+def _short(metric: str) -> str:
+    return "F1" if metric == "f1_macro" else "acc"
+
+
+def last_k_column(results: list[RunResult]) -> tuple[str, str, int, bool]:
+    """The stable-summary column: the metric's mean over the last k evaluated rounds; its
+    header says k (``acc mean last 10``)."""
+    metric, k = metric_of(results), summary_window(results)
+    return (f"last_k_{metric}", f"{_short(metric)} mean last {k if k else 'k'}", 4, True)
+
+
+def columns_for(results: list[RunResult]) -> list[tuple[str, str, int, bool]]:
+    """The standard columns, the last-k mean of the metric (after best acc) and the optional
+    columns some run reports."""
+    cols = list(COLUMNS)
+    cols.insert(2, last_k_column(results))
+    return cols + [c for c in OPTIONAL_COLUMNS if any(_value(r, c[0]) is not None for r in results)]
+
+
+def aggregate_table(results: list[RunResult], labels: list[str], baseline: str | None, columns=None) -> list[dict[str, Any]]:
+    """Per label: mean and spread (sample std) over seeds of every column, the runs reaching
+    the target, and the change vs ``baseline`` (percent; accuracy/F1 in points)."""
+    columns = columns or columns_for(results)
+    table = []
+    for lab in labels:
+        rs = [r for r in results if r.label == lab]
+        entry: dict[str, Any] = {"label": lab, "seeds": len(rs), "incomplete": [f"{r.dir.name} ({r.summary.get('rounds', 0)} of {r.rounds_planned} rounds)" for r in rs if not r.complete]}
+        for key, *_ in columns:
+            mean, std, n = _mean_std([_value(r, key) for r in rs])
+            entry[key], entry[key + "_std"], entry[key + "_n"] = mean, std, n
+        table.append(entry)
+    base = next((e for e in table if e["label"] == baseline), None)
+    for e in table:
+        for key, *_ in columns:
+            e[key + "_vs"] = None
+            if base is None or e is base or e[key] is None or base[key] is None:
+                continue
+            if key in POINT_KEYS or key.startswith("last_k_"):
+                e[key + "_vs"] = 100.0 * (e[key] - base[key])
+            elif base[key] != 0:
+                e[key + "_vs"] = 100.0 * (e[key] - base[key]) / base[key]
+    return table
+
+
+def _cell(e: dict[str, Any], key: str, digits: int) -> str:
+    m, s, n = e[key], e[key + "_std"], e[key + "_n"]
+    if m is None:
+        return "-"
+    txt = f"{m:.{digits}f}"
+    if e["seeds"] > 1:
+        txt += f" ± {s:.{digits}f}"
+        if key in ("rounds_to_target", "latency_to_target_s") and n < e["seeds"]:
+            txt += f" ({n}/{e['seeds']} reached)"
+    return txt
+
+
+def relative_phrases(e: dict[str, Any], baseline: str, window: int | None = None) -> list[str]:
+    """Paper-style phrases, e.g. ``accuracy (mean last 10) +0.4 pts vs FedAvg``, ``final
+    accuracy +0.2 pts vs FedAvg``, ``latency -24.8% vs FedAvg``. The first uses the stable
+    summary (the metric's mean over the last ``window`` evaluated rounds)."""
+    k = f"mean last {window}" if window else "mean last k"
+    names = {"last_k_accuracy": f"accuracy ({k})", "last_k_f1_macro": f"F1 ({k})", "final_accuracy": "final accuracy",
+             "final_f1_macro": "final F1", "e2e_latency_s": "latency", "rounds_to_target": "rounds to target", "communication_mb": "communication"}
+    out = []
+    for key, name in names.items():
+        v = e.get(key + "_vs")
+        if v is None:
+            continue
+        out.append(f"{name} {v:+.1f} pts vs {baseline}" if key in POINT_KEYS or key.startswith("last_k_") else f"{name} {v:+.1f}% vs {baseline}")
+    return out
+
+
+#: quantities of the paired comparison: key (``{metric}`` = the config's metrics.metric), name, unit
+PAIRED = [
+    ("last_k_{metric}", "{name} mean last {k}", "pts"),
+    ("final_{metric}", "final {name}", "pts"),
+    ("e2e_latency_s", "e2e latency", "%"),
+    ("rounds_to_target", "rounds to target", "%"),
+    ("latency_to_target_s", "latency to target", "%"),
+    ("communication_mb", "comm", "%"),
+]
+
+
+def paired_quantities(metric: str, window: int | None) -> list[tuple[str, str, str]]:
+    """``(key, header, unit)`` of the paired comparison for ``metric``."""
+    name = "F1" if metric == "f1_macro" else "acc"
+    return [(k.format(metric=metric), h.format(name=name, k=window or "k"), u) for k, h, u in PAIRED]
+
+
+def paired_table(results: list[RunResult], labels: list[str], baseline: str | None, quantities=None, confidence: float = 0.95) -> list[dict[str, Any]]:
+    """Per method but the baseline: for each quantity the per-seed differences against the
+    baseline run of the same seed (same federation) and their mean with a ``confidence``
+    Student-t interval (:func:`fedselect.stats.paired_interval`).
+
+    Returns ``[{"label", "seeds": [...], "cells": {key: {"diffs": {seed: d}, "interval":
+    PairedInterval, "unit"}}}]``; empty without a baseline among ``labels``.
+    """
+    from fedselect.stats import paired_differences, paired_interval
+
+    if baseline is None or baseline not in labels:
+        return []
+    quantities = quantities or paired_quantities(metric_of(results), summary_window(results))
+    base = {r.seed: r for r in results if r.label == baseline}
+    out = []
+    for lab in labels:
+        if lab == baseline:
+            continue
+        ours = {r.seed: r for r in results if r.label == lab}
+        seeds = sorted(set(ours) & set(base))
+        cells = {}
+        for key, _, unit in quantities:
+            diffs = paired_differences({s: _value(ours[s], key) for s in seeds}, {s: _value(base[s], key) for s in seeds}, unit)
+            cells[key] = {"diffs": diffs, "interval": paired_interval(diffs.values(), confidence), "unit": unit}
+        out.append({"label": lab, "seeds": seeds, "cells": cells})
+    return out
+
+
+def paired_cell(cell: dict[str, Any], nseeds: int) -> str:
+    """A paired-difference cell: ``+2.00 [-0.48, +4.48]``, ``*`` when the interval excludes 0,
+    ``(2/3 seeds)`` when some seeds have no pair (e.g. one side missed the target)."""
+    from fedselect.stats import format_interval
+
+    iv = cell["interval"]
+    digits = 2 if cell["unit"] == "pts" else 1
+    if iv.mean is None:
+        return "-"
+    if nseeds <= 1:  # the section says that no interval is possible
+        return f"{iv.mean:+.{digits}f}"
+    txt = format_interval(iv, cell["unit"], digits).replace("(1 seed: no interval)", "(1 pair: no interval)")
+    return txt + (f" ({iv.n}/{nseeds} seeds)" if iv.n < nseeds else "")
+
+
+def paired_intro(baseline: str, nseeds: int, confidence: float = 0.95) -> str:
+    """The sentence above the paired table (one seed: why there is no interval)."""
+    if nseeds <= 1:
+        return (f"One seed: no interval is possible (an interval needs the differences of at least two seeds; run with "
+                f"--seeds 0,1,2). The cells give that seed's difference against {baseline}.")
+    return (f"For each seed a method and {baseline} ran on the same federation; a cell is the mean over the seeds of the "
+            f"difference (method - {baseline}) with its {confidence:.0%} confidence interval [low, high] (Student t, "
+            f"n - 1 degrees of freedom). `*`: the interval excludes 0, the difference is larger than the seed-to-seed noise. "
+            f"pts = accuracy points (x100); % = percent of {baseline}'s value in the same seed (negative = less latency, "
+            f"fewer rounds, fewer MB).")
+
+
+def render_paired(paired: list[dict[str, Any]], baseline: str, quantities, nseeds: int) -> list[str]:
+    """Markdown lines of the paired section."""
+    if not paired:
+        return []
+    heads = ["method"] + [f"{h} ({u})" for _, h, u in quantities]
+    lines = ["", f"## Paired differences vs {baseline}" + (f" ({nseeds} seeds, 95% CI)" if nseeds > 1 else " (1 seed)"), "",
+             paired_intro(baseline, nseeds), "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for p in paired:
+        lines.append("| " + " | ".join([p["label"]] + [paired_cell(p["cells"][k], nseeds) for k, _, _ in quantities]) + " |")
+    return lines
+
+
+def render_markdown(title: str, table: list[dict[str, Any]], baseline: str | None, paper: dict | None = None, paper_source: str | None = None, columns=COLUMNS,
+                    window: int | None = None, paired: list[dict[str, Any]] | None = None, quantities=None, caveat: str | None = None) -> str:
+    heads = ["method"] + [h for _, h, _, _ in columns]
+    lines = [f"# {title}", "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for e in table:
+        lines.append("| " + " | ".join([e["label"]] + [_cell(e, k, d) for k, _, d, _ in columns]) + " |")
+    lines.append("")
+    seeds = max((e["seeds"] for e in table), default=0)
+    lines.append(f"Mean over {seeds} seed(s)" + (" ± sample standard deviation." if seeds > 1 else "."))
+    lastk = next((h for k, h, _, _ in columns if k.startswith("last_k_")), None)
+    if lastk:
+        lines.append(f"`{lastk}`: the mean of the metric over each run's last {window or 'k'} evaluated rounds "
+                     f"(metrics.summary_window; all of them when a run has fewer), steadier than the final round's value.")
+        if caveat:
+            lines.append(caveat)
+    if baseline:
+        lines += ["", f"Relative to {baseline}" + (f" (accuracy: {lastk}; final: after the last round)" if lastk else "") + ":", ""]
+        for e in table:
+            if e["label"] != baseline:
+                lines.append(f"- {e['label']}: " + (", ".join(relative_phrases(e, baseline, window)) or "no comparable figures"))
+    if paired and baseline:
+        lines += render_paired(paired, baseline, quantities, seeds)
+    incomplete = [x for e in table for x in e["incomplete"]]
+    if incomplete:
+        lines += ["", "Incomplete runs (their existing rounds are used): " + ", ".join(incomplete)]
+    if paper:
+        lines += ["", "## Ours vs the paper" + (f" ({paper_source})" if paper_source else ""), "", "| method | figure | ours | paper |", "|---|---|---|---|"]
+        ours = {e["label"]: e for e in table}
+        for lab, figs in paper.items():
+            for key, val in figs.items():
+                o = ours.get(lab, {}).get(key)
+                lines.append(f"| {lab} | {key} | {'-' if o is None else f'{o:.4g}'} | {val} |")
+    return "\n".join(lines) + "\n"
+
+
+def render_csv(table: list[dict[str, Any]], columns=COLUMNS) -> str:
+    """``table.csv``: the columns in table order, except the last-k mean, which comes last so
+    that the earlier columns keep their positions."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    keys = [k for k, *_ in columns if not k.startswith("last_k_")] + [k for k, *_ in columns if k.startswith("last_k_")]
+    w.writerow(["method", "seeds"] + [x for k in keys for x in (k, k + "_std", k + "_vs_baseline")])
+    fmt = lambda v: "" if v is None else repr(float(v))  # noqa: E731
+    for e in table:
+        w.writerow([e["label"], e["seeds"]] + [x for k in keys for x in (fmt(e[k]), fmt(e[k + "_std"]), fmt(e[k + "_vs"]))])
+    return buf.getvalue()
+
+
+def render_paired_csv(paired: list[dict[str, Any]], quantities) -> str:
+    """``paired.csv``: one row per method and quantity: unit, pairs n, mean difference, sd,
+    interval low/high (empty with fewer than two pairs), whether it excludes 0, and the
+    per-seed differences (``seed:value`` separated by ``;``)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["method", "quantity", "unit", "n", "mean", "sd", "low", "high", "excludes_zero", "per_seed"])
+    fmt = lambda v: "" if v is None else repr(float(v))  # noqa: E731
+    for p in paired:
+        for key, _, unit in quantities:
+            c = p["cells"][key]
+            iv = c["interval"]
+            sig = "" if iv.significant is None else str(int(iv.significant))
+            w.writerow([p["label"], key, unit, iv.n, fmt(iv.mean), fmt(iv.sd), fmt(iv.low), fmt(iv.high), sig,
+                        ";".join(f"{s}:{d!r}" for s, d in c["diffs"].items())])
+    return buf.getvalue()
+
+
+def collect(directory: Path, window: int | None = None) -> tuple[str, list[RunResult], list[str], str | None, dict | None, str | None, list[dict]]:
+    """Results of a comparison directory or of a single run directory (``window`` overrides
+    each run's metrics.summary_window)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{directory}: no such directory (give a comparison or run directory)")
+    if (directory / "compare.json").exists():
+        spec = json.loads((directory / "compare.json").read_text())
+        labels = [m["label"] for m in spec["methods"]]
+        results = [load_run(directory / r["dir"], r["label"], r["seed"], window_override=window) for r in spec["runs"] if (directory / r["dir"]).exists()]
+        return spec["name"], results, labels, spec.get("baseline"), spec.get("paper"), spec.get("paper_source"), load_federations(directory)
+    if (directory / "metrics.csv").exists():
+        import yaml
+
+        cfg = yaml.safe_load((directory / "config.yaml").read_text()) if (directory / "config.yaml").exists() else {}
+        label = cfg.get("method", directory.name)
+        return cfg.get("name", directory.name), [load_run(directory, label, cfg.get("seed", 0), window_override=window)], [label], None, None, None, []
+    raise FileNotFoundError(f"{directory}: neither a comparison directory (compare.json) nor a run directory (metrics.csv)")
+
+
+def load_federations(directory: Path) -> list[dict[str, Any]]:
+    """The ``federation-s<seed>.json`` files of a comparison, in seed order, each with its
+    ``seed`` added."""
+    feds = []
+    for p in Path(directory).glob("federation-s*.json"):
+        m = re.fullmatch(r"federation-s(\d+)\.json", p.name)
+        if m:
+            feds.append({**json.loads(p.read_text()), "seed": int(m.group(1))})
+    return sorted(feds, key=lambda f: f["seed"])
+
+
+def window_caveat(results: list[RunResult]) -> str | None:
+    """A warning when the last-k window covers more than half of some run's evaluated rounds:
+    the mean then includes the early learning phase (None otherwise)."""
+    wide = []
+    for r in results:
+        n_eval = sum(1 for row in r.rows if int(row["round"]) >= 1 and row.get(r.metric) not in ("", None, "nan"))
+        w = r.summary.get("summary_window_rounds")
+        if n_eval and w and w > n_eval / 2:
+            wide.append((w, n_eval))
+    if not wide:
+        return None
+    w, n = max(wide, key=lambda x: x[0] / x[1])
+    return (f"Caution: in {len(wide)} of {len(results)} runs the window covers more than half of the evaluated rounds "
+            f"(up to {w} of {n}), early rounds included, so the last-k mean also measures how fast a method learned, not only "
+            f"where it ended. For the end state use a shorter window: fedselect report DIR --window {max(1, n // 3)} "
+            f"(or metrics.summary_window), or more rounds.")

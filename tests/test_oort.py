@@ -1,0 +1,272 @@
+"""Oort (Lai et al., OSDI 2021): kernels with hand-computed values, the per-sample loss statistics
+of real local training, the selector's exploration / exploitation on a hand-made fleet, an
+end-to-end run on the embedded MNIST and exact kill-and-resume."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from conftest import tiny_experiment
+import torch
+from torch import nn
+
+from fedselect.config import ConfigError
+from fedselect.data.datasets import ArrayDataset
+from fedselect.experiment import run_experiment
+from fedselect.federation import build_federation
+from fedselect.fl.metrics import read_csv_rows
+from fedselect.fl.train import TrainConfig, iterate_minibatches, local_train, make_optimizer
+from fedselect.fl.types import ClientOutcome, RunSettings
+from fedselect.kernels.oort import (normalise_utilities, pacer_update, preferred_duration, speed_penalty, staleness_bonus,
+                                    statistical_utility)
+from fedselect.kernels.sampling import weighted_sample
+from fedselect.resolve import parse_experiment, resolve
+from fedselect.seeding import torch_rng
+from fedselect.selectors.base import RoundView
+from fedselect.selectors.oort import Oort, OortOptions
+from fedselect.simulation import Simulation
+
+
+# ---------------------------------------------------------------- kernels, by hand
+def test_statistical_utility_uses_every_sample_loss():
+    # per-sample losses [1, 1, 1, 3] over two mini-batches of 2, |B_k| = 4:
+    # U = 4 * sqrt((1 + 1 + 1 + 9) / 4) = 4 * sqrt(3) = 6.928..., not the last batch's 2 * sqrt(5) = 4.47
+    u = statistical_utility(1 + 1 + 1 + 9, 4, 4)
+    assert u == pytest.approx(4 * math.sqrt(3)) and round(u, 2) == 6.93
+    assert abs(u - 2 * math.sqrt((1 + 9) / 2)) > 2
+    assert statistical_utility(0.0, 0, 10) == 0.0
+    with pytest.raises(ValueError, match="sum_sq_loss"):
+        statistical_utility(float("nan"), 3, 3)
+
+
+def test_local_train_sample_loss_stats_by_hand():
+    """A model whose per-sample cross-entropies are exactly [1, 1, 1, 3]: logits (z, 0) with label 1
+    give CE = log(1 + e^z), so z = log(e^L - 1). Learning rate 0 keeps the model fixed; batch size 2
+    makes two mini-batches."""
+    losses = np.array([1.0, 1.0, 1.0, 3.0])
+    z = np.log(np.expm1(losses)).astype(np.float32)[:, None]
+    data = ArrayDataset(z, np.ones(4, dtype=np.int64), 2)
+    model = nn.Linear(1, 2)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[1.0], [0.0]]))
+        model.bias.zero_()
+    stats: dict = {}
+    local_train(model, data, TrainConfig(batch_size=2, lr=0.0, momentum=0.0), torch.Generator().manual_seed(0), epochs=1, stats=stats)
+    assert stats["num_sample_losses"] == 4
+    assert stats["sum_sq_sample_loss"] == pytest.approx(12.0, rel=1e-6)
+    assert statistical_utility(stats["sum_sq_sample_loss"], stats["num_sample_losses"], len(data)) == pytest.approx(4 * math.sqrt(3), rel=1e-6)
+
+
+def test_speed_penalty_by_hand():
+    assert speed_penalty(2.0, 1.0, 2.0) == pytest.approx(0.25)  # t_k = 2T, alpha = 2
+    assert speed_penalty(4.0, 2.0, 1.0) == pytest.approx(0.5)
+    assert speed_penalty(0.5, 1.0, 2.0) == 1.0 and speed_penalty(1.0, 1.0, 2.0) == 1.0  # not slower than T
+    assert speed_penalty(100.0, math.inf, 2.0) == 1.0
+    np.testing.assert_allclose(speed_penalty(np.array([1.0, 3.0]), 1.5, 2.0), [1.0, 0.25])
+
+
+def test_staleness_bonus_by_hand():
+    assert staleness_bonus(10, 2) == pytest.approx(math.sqrt(0.1 * math.log(10) / 2))  # 0.3393
+    assert staleness_bonus(1, 1) == 0.0
+    np.testing.assert_allclose(staleness_bonus(5, np.array([1, 4])), np.sqrt(0.1 * math.log(5) / np.array([1.0, 4.0])))
+    with pytest.raises(ValueError):
+        staleness_bonus(3, 0)
+
+
+def test_preferred_duration_percentile():
+    d = [5.0, 1.0, 4.0, 2.0, 3.0]
+    assert preferred_duration(d, 30) == 2.0  # sorted[int(5 * 0.3) = 1]
+    assert preferred_duration(d, 0) == 1.0 and preferred_duration(d, 99.9) == 5.0
+    assert preferred_duration(d, 100) == math.inf
+
+
+def test_pacer_relaxes_tightens_and_waits():
+    flat = [1.0] * 40
+    assert pacer_update(flat, 30.0, 20, 5.0, 40) == (35.0, "relax")  # |20 - 20| <= 2
+    assert pacer_update(flat[:39], 30.0, 20, 5.0, 39) == (30.0, "")  # not a pacer round
+    assert pacer_update(flat[:20], 30.0, 20, 5.0, 20) == (30.0, "")  # fewer than two windows
+    assert pacer_update([1.0] * 20 + [10.0] * 20, 30.0, 20, 5.0, 40) == (25.0, "tighten")  # |200 - 20| >= 100
+    assert pacer_update([1.0] * 20 + [1.5] * 20, 30.0, 20, 5.0, 40) == (30.0, "")  # +50 %: kept
+    assert pacer_update([1.0] * 20 + [10.0] * 20, 5.0, 20, 5.0, 40) == (5.0, "tighten")  # floor at delta
+    assert pacer_update(flat, 98.0, 20, 5.0, 40) == (100.0, "relax")  # cap at 100
+
+
+def test_normalise_utilities_clips_and_scales():
+    # positive [2, 4, 6, 100]; clip at sorted[int(4 * 0.5) = 2] = 6; range [2 * 0.999, 6]
+    out = normalise_utilities(np.array([0.0, 2.0, 4.0, 6.0, 100.0]), 0.5)
+    low, width = 1.998, 6 - 1.998
+    np.testing.assert_allclose(out, [0.0, (2 - low) / width, (4 - low) / width, 1.0, 1.0])
+    assert (normalise_utilities(np.zeros(3), 0.95) == 0).all()
+
+
+def test_weighted_sample_distinct_and_zero_weights_last():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        got = weighted_sample(rng, np.arange(6), np.array([0, 1.0, 0, 2.0, 0, 0]), 3)
+        assert len(set(got)) == 3 and {1, 3} <= set(got)
+    with pytest.raises(ValueError):
+        weighted_sample(rng, np.arange(2), np.ones(2), 3)
+
+
+# ---------------------------------------------------------------- the selector on a hand-made fleet
+def fake_ctx(num_samples, expected, u):
+    n = len(num_samples)
+    return SimpleNamespace(settings=RunSettings(seed=1, rounds=10, num_clients=n, clients_per_round=u, local_epochs=1),
+                           num_samples=np.array(num_samples), expected_latency_s=lambda epochs=None: np.array(expected, float))
+
+
+def outcome(k, t, n_k, sum_sq, count, latency, failed=None):
+    return ClientOutcome(k, t, None, n_k, 1.0, 1, latency, 0.0, 0.0, latency, 0, 0, failed, sum_sq, count)
+
+
+def view(t):
+    return RoundView(t, None)
+
+
+def test_exploration_prefers_big_fast_clients():
+    # T = sorted([1, 1, 1, 1, 1, 10])[int(6 * 0.3) = 1] = 1 s; client 5 (60 samples, 10 s) scores
+    # 60 * (1/10)^2 = 0.6, below everyone; the top two by size are clients 1 (50) and 2 (40)
+    ctx = fake_ctx([10, 50, 40, 30, 20, 60], [1, 1, 1, 1, 1, 10], 2)
+    sel = Oort(ctx, OortOptions(sample_window=1.0))
+    s = sel.select(view(1))
+    assert set(s.clients) == {1, 2}
+    cols = sel.observe(1, [outcome(1, 1, 50, 4.0 * 20, 20, 1.5), outcome(2, 1, 40, 1.0 * 10, 10, 0.8)], None)
+    assert cols["epsilon"] == 0.9 and cols["explored"] == 2 and cols["exploited"] == 0
+    assert cols["preferred_duration_s"] == 1.0
+    assert cols["mean_utility"] == pytest.approx((50 * 2.0 + 40 * 1.0) / 2)  # U = |B| sqrt(mean sq)
+    assert sel.utility[1] == pytest.approx(100.0) and sel.duration[1] == 1.5 and sel.last_round[2] == 1
+    assert sel.epsilon == pytest.approx(0.9 * 0.98)
+
+
+def test_exploitation_penalises_slow_clients_and_cuts_off():
+    ctx = fake_ctx([10] * 5, [1.0] * 5, 2)
+
+    def primed(**opts):
+        sel = Oort(ctx, OortOptions(cut_off=1.0, clip_bound=1.0, **opts))
+        sel.explored[:] = True
+        sel.last_round[:] = 1
+        sel.utility[:] = [10.0, 50.0, 40.0, 30.0, 100.0]
+        sel.duration[:] = [1.0, 1.0, 1.0, 1.0, 8.0]
+        return sel
+
+    # T = 1 s; client 4 has the highest utility but (1/8)^2 = 1/64 of its score; with cut_off 1 the
+    # pool is exactly the top two: clients 1 and 2, every time
+    for seed_round in range(2, 8):
+        assert set(primed().select(view(seed_round)).clients) == {1, 2}
+    assert set(primed(round_penalty=0.0).select(view(2)).clients) == {4, 1}  # no speed penalty
+    sel = primed()
+    sel.select(view(2))
+    assert sel.pending["epsilon"] == 0.0 and sel.pending["exploited"] == 2  # nothing left to explore
+
+
+def test_epsilon_decays_to_its_floor_and_failures_get_zero_utility():
+    ctx = fake_ctx([10] * 40, [1.0] * 40, 1)
+    sel = Oort(ctx)
+    eps = []
+    for t in range(1, 90):
+        s = sel.select(view(t))
+        k = s.clients[0]
+        failed = "dropout" if t == 3 else None
+        eps.append(sel.observe(t, [outcome(k, t, 10, 0.0 if failed else 40.0, 0 if failed else 10, 0.0 if failed else 2.0, failed)], None)["epsilon"])
+        if t == 3:
+            assert sel.utility[k] == 0.0 and sel.duration[k] == 1.0  # a dropout reporting 0 s keeps its duration
+            assert sel.explored[k] and sel.last_round[k] == 3
+    assert eps[0] == 0.9 and eps[1] == pytest.approx(0.882)
+    # 40 clients explored one per round (U = 1, int(1 * (1 - eps)) = 0), then every slot exploits
+    assert eps[39] == pytest.approx(0.9 * 0.98 ** 39) and eps[40] == 0.0 and sel.explored.all()
+    assert sel.epsilon == 0.2  # the internal eps reached its floor (0.9 * 0.98^t < 0.2 from t = 75)
+    sel.observe(90, [outcome(0, 90, 10, 0.0, 0, 7.5, "timeout")], None)
+    assert sel.utility[0] == 0.0 and sel.duration[0] == 7.5
+
+
+def test_options_are_validated():
+    with pytest.raises(ConfigError, match="exploration_min"):
+        parse_experiment({"selector": {"name": "oort", "options": {"exploration_min": 0.95}}, "algorithm": {"name": "fedavg"}})
+    with pytest.raises(ConfigError, match="unknown key"):
+        parse_experiment({"method": "oort", "method_options": {"alpha": 2}})
+    cfg = parse_experiment({"method": "oort"})
+    assert cfg.selector.options == OortOptions().model_dump(mode="json")
+    assert cfg.selector.options["round_threshold"] == 30.0 and cfg.selector.options["pacer_step"] == 20
+
+
+# ---------------------------------------------------------------- real runs on the embedded MNIST
+def tiny(method="oort", **over):
+    return tiny_experiment(method, seed=4, **over)
+
+
+@pytest.fixture(scope="module")
+def fed():
+    return build_federation(tiny())
+
+
+def test_outcome_sample_losses_match_a_replay_of_local_training(fed):
+    """The loop hands Oort the squared per-sample losses of every mini-batch of real local training;
+    a replay of the same training (same start, same mini-batch stream) recomputes them."""
+    r = resolve(tiny())
+    sim = Simulation(r, fed)
+    state = sim.algorithm.initial_state()
+    draws = fed.fleet.draw(1)
+    outs = sim.train(1, [0, 5], state, draws)
+    for o in outs:
+        k = o.client_id
+        model = fed.new_model()
+        model.load_state_dict(state.model)
+        opt = make_optimizer(model, r.train_cfg)
+        data = fed.clients[k].train
+        x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
+        gen = torch_rng(fed.seed, f"train/1/{k}")
+        sq, count = 0.0, 0
+        for idx in iterate_minibatches(len(data), r.train_cfg.batch_size, gen):
+            opt.zero_grad()
+            per = nn.functional.cross_entropy(model(x[idx]), y[idx], reduction="none")
+            sq += float((per.detach().double() ** 2).sum())
+            count += len(idx)
+            per.mean().backward()
+            opt.step()
+        assert o.sample_loss_count == count == len(data) > 0
+        assert o.sample_loss_sq_sum == pytest.approx(sq, rel=1e-12)
+        assert all(torch.equal(o.state[n], v) for n, v in model.state_dict().items())  # training unchanged
+    # a selector that does not ask gets no statistics
+    plain = Simulation(resolve(tiny("fedavg")), fed).train(1, [0], state, draws)[0]
+    assert (plain.sample_loss_sq_sum, plain.sample_loss_count) == (0.0, 0)
+
+
+def test_oort_end_to_end_on_embedded_mnist(tmp_path, fed):
+    run_experiment(tiny(), tmp_path / "run", federation=fed)
+    rows = [r for r in read_csv_rows(tmp_path / "run" / "metrics.csv") if r["round"] != "0"]
+    assert len(rows) == 4
+    # N 8, U 3: eps 0.9, 0.882, 0.864 leave int(3 * (1 - eps)) = 0 exploitation slots; rounds 1-2
+    # explore 3 each, round 3 the last 2 (+1 at random); round 4 exploits all 3 (eps 0)
+    assert [int(r["explored"]) for r in rows] == [3, 3, 2, 0]
+    assert [int(r["exploited"]) for r in rows] == [0, 0, 0, 3]
+    assert [float(r["epsilon"]) for r in rows] == pytest.approx([0.9, 0.882, 0.86436, 0.0])
+    seen = set()
+    for r in rows[:3]:
+        ids = [int(k) for k in r["selected"].split(";")]
+        assert len(set(ids)) == 3
+        seen |= set(ids)
+    assert seen == set(range(8))
+    assert all(float(r["mean_utility"]) > 0 for r in rows)
+    assert all(float(r["preferred_duration_s"]) > 0 for r in rows)
+
+
+def same_run(a: Path, b: Path) -> None:
+    assert (a / "metrics.csv").read_bytes() == (b / "metrics.csv").read_bytes()
+    ma, mb = torch.load(a / "model.pt"), torch.load(b / "model.pt")
+    assert list(ma) == list(mb) and all(torch.equal(ma[k], mb[k]) for k in ma)
+
+
+@pytest.mark.parametrize("faults", [None, {"dropout": 0.3}])
+def test_oort_kill_and_resume_is_exact(tmp_path, fed, faults):
+    over = {"rounds": 6} | ({"faults": faults} if faults else {})
+    cfg = tiny(**over)
+    run_experiment(cfg, tmp_path / "ref", federation=fed)
+    run_experiment(cfg, tmp_path / "cut", federation=fed, stop_after=2)
+    run_experiment(cfg, tmp_path / "cut", federation=fed, resume=True)
+    same_run(tmp_path / "ref", tmp_path / "cut")
+    rows = read_csv_rows(tmp_path / "ref" / "metrics.csv")
+    assert int(rows[-1]["exploited"]) == 3  # the resumed part exploits (the state was restored)
