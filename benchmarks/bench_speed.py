@@ -415,7 +415,7 @@ def child_scale(quick: bool, n: int, rounds: int) -> dict:
     """FedAvg rounds at N clients, 600 rows each (fixed work per round), all cores."""
     import numpy as np
 
-    from fedselect.data.datasets import load_dataset
+    from fedselect.data.catalog import load_dataset
     from fedselect.fl.aggregate import fedavg
     from fedselect.fl.pool import ClientData, ClientTrainer, ModelSpec, TrainJob, usable_cores
     from fedselect.fl.train import TrainConfig

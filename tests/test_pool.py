@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedselect.data.datasets import load_dataset
+from fedselect.data.catalog import load_dataset
 from fedselect.fl.batched import supports_batched, train_batched
 from fedselect.fl.evaluate import evaluate
 from fedselect.fl.pool import ClientData, ClientTrainer, ModelSpec, TrainJob, _threads, usable_cores

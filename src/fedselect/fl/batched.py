@@ -24,7 +24,6 @@ Models with buffers (BatchNorm), recurrent layers or dropout are not supported
 from __future__ import annotations
 
 import math
-import traceback
 from typing import TYPE_CHECKING
 
 import torch
@@ -34,7 +33,8 @@ from fedselect.fl.train import TrainConfig
 from fedselect.seeding import torch_rng
 
 if TYPE_CHECKING:
-    from fedselect.fl.pool import ClientData, TrainJob, TrainResult
+    from fedselect.fl.clientdata import ClientData
+    from fedselect.fl.clients import TrainJob, TrainResult
 
 
 def supports_batched(model: nn.Module) -> bool:
@@ -63,13 +63,13 @@ def train_batched(model: nn.Module, data: "ClientData", jobs: list["TrainJob"], 
     Args:
         model: a template of the model (its weights are not used; it must pass
             :func:`supports_batched`); ``data``: every client's samples (on ``device`` or CPU).
-        jobs: :class:`fedselect.fl.pool.TrainJob` s; jobs with different ``trainable`` sets are
+        jobs: :class:`fedselect.fl.clients.TrainJob` s; jobs with different ``trainable`` sets are
             trained in separate stacks. A job with ``crash_after_batches`` is reported failed.
 
     Raises:
         ValueError: the model does not support stacking, or an unknown optimiser.
     """
-    from fedselect.fl.pool import TrainResult
+    from fedselect.fl.clients import TrainResult
 
     if not supports_batched(model):
         raise ValueError(f"train_batched: {type(model).__name__} has buffers, recurrent, normalisation or dropout layers; "
@@ -88,8 +88,8 @@ def train_batched(model: nn.Module, data: "ClientData", jobs: list["TrainJob"], 
     for trainable, idx in groups.items():
         try:
             out = _train_stack(model, data, [jobs[i] for i in idx], cfg, device, trainable)
-        except Exception:
-            err = traceback.format_exc(limit=8)
+        except (MemoryError, torch.cuda.OutOfMemoryError) as e:  # the stack did not fit: its clients failed
+            err = f"{type(e).__name__}: {e}"
             out = [TrainResult(jobs[i].client_id, None, math.nan, error=err) for i in idx]
         for i, r in zip(idx, out):
             results[i] = r
@@ -100,7 +100,7 @@ def _train_stack(model: nn.Module, data: "ClientData", jobs: list["TrainJob"], c
                  trainable: frozenset[str] | None) -> list["TrainResult"]:
     from torch.func import functional_call, grad_and_value, vmap
 
-    from fedselect.fl.pool import TrainResult
+    from fedselect.fl.clients import TrainResult
 
     names = [n for n, _ in model.named_parameters()]
     train_names = [n for n in names if trainable is None or n in trainable]

@@ -31,6 +31,10 @@ class TrainJob:
         seed, stream: the mini-batch order comes from ``torch_rng(seed, stream)``
             (:mod:`fedselect.seeding`), e.g. stream ``train/<t>/<k>``.
         sample_losses: also return the sum of squared per-sample losses (Oort).
+        trainable: names of the parameters to update, the others frozen (None: all).
+        crash_after_batches: fault drill: a worker process of :class:`fedselect.fl.pool.ClientTrainer`
+            kills itself (SIGKILL) after this many mini-batches, as an out-of-memory kill would;
+            trainers in this process report the job failed instead.
     """
 
     client_id: int
@@ -39,6 +43,8 @@ class TrainJob:
     seed: int
     stream: str
     sample_losses: bool = False
+    trainable: frozenset[str] | None = None
+    crash_after_batches: int | None = None
 
 
 @dataclass(frozen=True)
@@ -73,11 +79,13 @@ class SequentialTrainer:
         return [self._one(j) for j in jobs]
 
     def _one(self, job: TrainJob) -> TrainResult:
+        if job.crash_after_batches is not None:
+            return TrainResult(job.client_id, None, math.nan, error="fault drill: crash (in this process: reported, not killed)")
         self.worker.load_state_dict(job.start_state)
         stats: dict | None = {} if job.sample_losses else None
         try:
             loss = local_train(self.worker, self.datasets[job.client_id], self.train_cfg, torch_rng(job.seed, job.stream),
-                               epochs=job.epochs, stats=stats)
+                               epochs=job.epochs, stats=stats, trainable=None if job.trainable is None else set(job.trainable))
         except ClientFailure as e:  # a client-side failure: the round goes on without this client
             return TrainResult(job.client_id, None, math.nan, error=str(e) or type(e).__name__)
         state = {n: v.detach().clone() for n, v in self.worker.state_dict().items()}

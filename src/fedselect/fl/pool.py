@@ -66,11 +66,17 @@ import torch
 from torch import nn
 
 from fedselect.data.datasets import ArrayDataset
+from fedselect.fl.clientdata import ClientData, _shared_copy
+from fedselect.fl.clients import TrainJob, TrainResult
+from fedselect.fl.faults import ClientFailure
 from fedselect.fl.train import TrainConfig, train_steps
 from fedselect.models import build_model, prefers_channels_last
 from fedselect.seeding import torch_rng
 
 State = dict[str, torch.Tensor]
+
+__all__ = ["ClientTrainer", "ClientData", "ModelSpec", "TrainJob", "TrainResult", "usable_cores", "resolve_device", "eval_chunk",
+           "EVAL_CHUNK", "EVAL_FORWARD_BATCH"]
 
 #: rows of an evaluation set whose cross-entropy is summed as one float32 sum before being
 #: added (in float64, in order) to the total: the chunking of :func:`fedselect.fl.evaluate.predict`
@@ -107,161 +113,6 @@ class ModelSpec:
                            generator=torch_rng(0, "pool/scratch-model"), **dict(self.options))
 
 
-@dataclass(frozen=True)
-class TrainJob:
-    """One client's local training.
-
-    Attributes:
-        client_id: index k of the client (its rows in :class:`ClientData`).
-        start_state: the weights it starts from (every entry of the model's ``state_dict``).
-        epochs: local epochs (0: no training; the start state comes back, loss nan).
-        seed, stream: the mini-batch order comes from ``torch_rng(seed, stream)``, e.g.
-            ``stream = f"train/{t}/{k}"`` (what ``Federation.train_generator(t, k)`` uses).
-        trainable: names of the parameters to update (None: all).
-        sample_losses: also return the sum of squared per-sample losses and their count
-            (Oort's statistical utility; no effect on the weights).
-        crash_after_batches: fault drill: the worker process kills itself (SIGKILL) after this
-            many mini-batches, as an out-of-memory kill would. In the calling process
-            (``workers=0``, GPU) nothing is killed: the job is reported failed instead.
-    """
-
-    client_id: int
-    start_state: State
-    epochs: int
-    seed: int
-    stream: str
-    trainable: frozenset[str] | None = None
-    sample_losses: bool = False
-    crash_after_batches: int | None = None
-
-
-@dataclass
-class TrainResult:
-    """The outcome of one :class:`TrainJob`.
-
-    Attributes:
-        client_id: the job's client.
-        state: the trained weights (standard contiguous layout, CPU), or None on error.
-        loss: mean training cross-entropy over all mini-batches (nan when none ran or on error).
-        sum_sq_sample_loss, num_sample_losses: with ``sample_losses``, the sum over every
-            sample of every local mini-batch of its squared cross-entropy, and how many
-            (0.0 and 0 otherwise).
-        error: None, or why the job failed (an exception's traceback, a dead worker, a timeout).
-    """
-
-    client_id: int
-    state: State | None
-    loss: float
-    sum_sq_sample_loss: float = 0.0
-    num_sample_losses: int = 0
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-# ---------------------------------------------------------------------------- shared data
-@dataclass
-class ClientData:
-    """Every client's training samples as one data array plus per-client row indices.
-
-    Client ``k``'s samples are ``x[rows[offsets[k]:offsets[k + 1]]]`` (same for ``y``), in
-    the order of its own :class:`ArrayDataset`. Memory is one copy of ``x`` however many
-    clients there are (the rows are int64: 8 bytes per client sample).
-
-    Attributes:
-        x: float32 ``(M, *input_shape)``; y: int64 ``(M,)``; rows: int64 ``(R,)``;
-        offsets: int64 ``(N + 1,)``, non-decreasing, ``offsets[0] = 0``, ``offsets[N] = R``.
-        num_classes: number of classes of the task.
-    """
-
-    x: torch.Tensor
-    y: torch.Tensor
-    rows: torch.Tensor
-    offsets: torch.Tensor
-    num_classes: int
-
-    @classmethod
-    def from_arrays(cls, x: np.ndarray, y: np.ndarray, client_rows: Sequence[np.ndarray], num_classes: int) -> "ClientData":
-        """Clients as row indices into one data set (``x``, ``y``), e.g. a federation's
-        training set and each client's ``train_indices``.
-
-        Raises:
-            ValueError: mismatched lengths, or a row outside ``[0, len(x))``.
-        """
-        x = np.asarray(x)
-        y = np.asarray(y)
-        if x.shape[0] != y.shape[0]:
-            raise ValueError(f"ClientData: {x.shape[0]} inputs but {y.shape[0]} labels")
-        parts = [np.asarray(r, dtype=np.int64).reshape(-1) for r in client_rows]
-        for k, r in enumerate(parts):
-            if r.size and (r.min() < 0 or r.max() >= x.shape[0]):
-                raise ValueError(f"ClientData: client {k} has rows outside [0, {x.shape[0]})")
-        sizes = np.array([len(r) for r in parts], dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        rows = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-        return cls(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)), torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64)),
-                   torch.from_numpy(rows), torch.from_numpy(offsets), int(num_classes))
-
-    @classmethod
-    def from_datasets(cls, datasets: Sequence[ArrayDataset]) -> "ClientData":
-        """Clients given as separate data sets (concatenated: one copy in all).
-
-        Raises:
-            ValueError: no data sets, or data sets with different input shapes.
-        """
-        if not datasets:
-            raise ValueError("ClientData.from_datasets: no client data sets given")
-        shapes = {d.input_shape for d in datasets}
-        if len(shapes) != 1:
-            raise ValueError(f"ClientData.from_datasets: client data sets have different input shapes {sorted(shapes)}")
-        x = np.concatenate([d.x for d in datasets])
-        y = np.concatenate([d.y for d in datasets])
-        sizes = [len(d) for d in datasets]
-        starts = np.concatenate([[0], np.cumsum(sizes)])
-        rows = [np.arange(starts[i], starts[i + 1], dtype=np.int64) for i in range(len(datasets))]
-        return cls.from_arrays(x, y, rows, max(d.num_classes for d in datasets))
-
-    @property
-    def num_clients(self) -> int:
-        return int(self.offsets.numel()) - 1
-
-    @property
-    def input_shape(self) -> tuple[int, ...]:
-        return tuple(int(s) for s in self.x.shape[1:])
-
-    def num_samples(self, k: int) -> int:
-        return int(self.offsets[k + 1] - self.offsets[k])
-
-    def client_rows(self, k: int) -> torch.Tensor:
-        """Row indices of client ``k`` (a view). Raises IndexError for a bad ``k``."""
-        if not 0 <= k < self.num_clients:
-            raise IndexError(f"client {k} out of range: the data holds {self.num_clients} clients")
-        return self.rows[int(self.offsets[k]) : int(self.offsets[k + 1])]
-
-    def client_dataset(self, k: int) -> ArrayDataset:
-        """Client ``k``'s samples as their own :class:`ArrayDataset` (a copy)."""
-        r = self.client_rows(k)
-        return ArrayDataset(self.x[r].numpy(), self.y[r].numpy(), self.num_classes, f"client{k}")
-
-    def shared(self) -> "ClientData":
-        """A copy whose tensors live in shared memory (what the workers map)."""
-        return ClientData(_shared_copy(self.x), _shared_copy(self.y), _shared_copy(self.rows), _shared_copy(self.offsets), self.num_classes)
-
-    def to(self, device: torch.device) -> "ClientData":
-        return ClientData(self.x.to(device), self.y.to(device), self.rows.to(device), self.offsets, self.num_classes)
-
-
-def _shared_copy(t: torch.Tensor) -> torch.Tensor:
-    if t.is_shared():
-        return t
-    out = torch.empty(t.shape, dtype=t.dtype)
-    out.share_memory_()
-    out.copy_(t)
-    return out
-
-
 # ---------------------------------------------------------------------------- the worker
 @dataclass
 class _WorkerInit:
@@ -275,8 +126,13 @@ class _WorkerInit:
     eval_forward_batch: int
 
 
-class _Crash(Exception):
-    pass
+class _Crash(ClientFailure):
+    """The fault drill of ``TrainJob.crash_after_batches`` where no process may be killed."""
+
+
+#: exceptions of local training that mean "this client failed" (kind ``error``), as in
+#: :class:`fedselect.fl.clients.SequentialTrainer`; any other exception is a bug and stops the run
+_CLIENT_FAILURES = (ClientFailure, MemoryError)
 
 
 def _load(model: nn.Module, state: Mapping[str, torch.Tensor]) -> None:
@@ -372,9 +228,11 @@ def _worker_main(conn, init: _WorkerInit) -> None:
                 pred, loss = eval_chunk(model, x, y, start, stop, init.eval_forward_batch)
                 conn.send(("eval", task, pred, loss))
             else:
-                conn.send(("error", task, f"unknown message {kind!r}"))
-        except Exception:  # reported for this job; the worker keeps serving
-            conn.send(("error", task, traceback.format_exc(limit=8)))
+                conn.send(("bug", task, f"unknown message {kind!r}"))
+        except _CLIENT_FAILURES as e:  # the client failed: reported for this job
+            conn.send(("error", task, f"{type(e).__name__}: {e}"))
+        except Exception:  # a bug: the main process stops the run with this traceback
+            conn.send(("bug", task, traceback.format_exc(limit=8)))
 
 
 @dataclass
@@ -507,8 +365,8 @@ class ClientTrainer:
     def from_federation(cls, fed, train_cfg: TrainConfig, **kwargs) -> "ClientTrainer":
         """A trainer over a :class:`fedselect.federation.Federation`: its training set shared
         once, client k = ``fed.clients[k].train_indices``, the test set registered as
-        ``"test"``, the model of ``fed.cfg.model``."""
-        m = fed.cfg.model
+        ``"test"``, the model of ``fed.model``."""
+        m = fed.model
         spec = ModelSpec(m.name, tuple(fed.input_shape), int(fed.num_classes), dict(m.options))
         data = ClientData.from_arrays(fed.train_set.x, fed.train_set.y, [c.train_indices for c in fed.clients], fed.num_classes)
         eval_sets = dict(kwargs.pop("eval_sets", None) or {})
@@ -560,13 +418,16 @@ class ClientTrainer:
 
     # ------------------------------------------------------------------ public API
     def train(self, jobs: Sequence[TrainJob]) -> list[TrainResult]:
-        """Run every job; results in job order. A job that raised, whose worker died, or that
-        ran past ``job_timeout_s`` gives a result with ``error`` set and ``state`` None.
+        """Run every job (:class:`fedselect.fl.clients.TrainJob`); results in job order. A job
+        whose training raised :class:`fedselect.fl.faults.ClientFailure` (or ``MemoryError``),
+        whose worker died (a signal, the out-of-memory killer), or that ran past
+        ``job_timeout_s`` gives a result with ``error`` set and ``state`` None.
 
         Raises:
-            ValueError: a job names a client outside the data, a negative epoch count, or a
-            start state whose entries do not match the model.
-            RuntimeError: the trainer is closed.
+            ValueError: a job names a client outside the data, a negative epoch count, unknown
+                trainable names, or a start state whose entries do not match the model.
+            RuntimeError: the trainer is closed, or training raised any other exception (a bug:
+                the message holds the worker's traceback; the other jobs were completed first).
         """
         self._check_open()
         for j in jobs:
@@ -590,6 +451,10 @@ class ClientTrainer:
                                  None if j.trainable is None else frozenset(j.trainable), bool(j.sample_losses), j.crash_after_batches),
                        j.start_state) for j in jobs]
         out = self._run(tasks)
+        bugs = [(j.client_id, o[1]) for j, o in zip(jobs, out) if o[0] == "bug"]
+        if bugs:
+            raise RuntimeError(f"local training of client {bugs[0][0]} raised in a worker process (a bug, not a client "
+                               f"failure):\n{bugs[0][1]}")
         results = []
         for j, o in zip(jobs, out):
             if o[0] == "ok":
@@ -688,8 +553,8 @@ class ClientTrainer:
                                            j.trainable, j.sample_losses, j.crash_after_batches, in_process=True)
                 state = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in self._model.state_dict().items()}
             return TrainResult(j.client_id, state, loss, sq, cnt)
-        except Exception:
-            return TrainResult(j.client_id, None, math.nan, error=traceback.format_exc(limit=8))
+        except _CLIENT_FAILURES as e:
+            return TrainResult(j.client_id, None, math.nan, error=f"{type(e).__name__}: {e}")
 
     def _send(self, i: int, t: _Task) -> bool:
         """Hand task ``t`` to worker ``i``; False when the worker turned out dead."""
@@ -813,6 +678,8 @@ class ClientTrainer:
         if msg[0] == "eval":
             return ("eval", msg[2], float(msg[3]))
         self._workers[i].loaded = None
+        if msg[0] == "bug":
+            return ("bug", str(msg[2]))
         return ("failed", str(msg[2]))
 
 
