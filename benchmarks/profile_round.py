@@ -9,9 +9,9 @@ B = 50, evaluation of the 10,000 test images):
    maxpool before ReLU, evaluation in forward batches of 250): the operator table;
 3. one client epoch (600 images) in each configuration of the issue's orientation table
    (threads x memory format x layer order), median of 5;
-4. with ``--flashrl``: FLASH-RL (configs/flashrl-mnist-dir05.yaml) through today's round loop
-   (``run_experiment``) for 3 rounds under cProfile, the time split by the method's hooks
-   (warm-up, select, local updates, evaluation, observe: rewards, PCA projection, DDQN learning).
+4. with ``--flashrl``: FLASH-RL (configs/flashrl-mnist-dir05.yaml) through the round loop
+   (``run_experiment``) for 3 rounds under cProfile: fedselect's functions by cumulative time
+   (warm-up, PCA, selection, local training, evaluation, rewards, DDQN learning).
 
 Usage: ``python benchmarks/profile_round.py [--quick] [--flashrl]`` (prints; writes nothing).
 """
@@ -76,7 +76,7 @@ def flashrl_profile(rounds: int = 3) -> None:
     import tempfile
 
     from fedselect.config import load_config
-    from fedselect.runner import run_experiment
+    from fedselect.experiment import run_experiment
 
     cfg = load_config(HERE.parent / "configs" / "flashrl-mnist-dir05.yaml", {"rounds": rounds, "checkpoint_every": 0})
     prof = cProfile.Profile()
@@ -88,15 +88,13 @@ def flashrl_profile(rounds: int = 3) -> None:
         wall = time.perf_counter() - t0
     st = pstats.Stats(prof)
     print(f"\n== FLASH-RL, full MNIST N = 100, {rounds} rounds through run_experiment: {wall:.1f} s")
-    hooks = ["prepare", "_warmup", "_fit_pca", "select", "local_update", "evaluate", "observe", "round_rewards",
-             "refresh_rows", "project", "learn", "_learn_step", "q_values", "state_vector", "save_checkpoint", "build_federation"]
-    rows = {}
+    rows = []
     for (file, line, fn), (cc, nc, tt, ct, callers) in st.stats.items():
-        if fn in hooks and "fedselect" in file:
-            key = f"{Path(file).stem}.{fn}"
-            rows[key] = rows.get(key, 0.0) + ct
-    for k, v in sorted(rows.items(), key=lambda kv: -kv[1]):
-        print(f"  {k:<40} {v:8.2f} s cumulative")
+        if "/fedselect/" in file and fn not in ("run_experiment", "run_rounds", "_run", "<module>"):
+            rows.append((ct, f"{Path(file).parent.name}/{Path(file).stem}.{fn}", nc))
+    print("  fedselect functions by cumulative time (calls):")
+    for ct, name, nc in sorted(rows, reverse=True)[:25]:
+        print(f"  {name:<50} {ct:8.2f} s  ({nc})")
 
 
 def main(quick: bool) -> None:
