@@ -361,3 +361,68 @@ def test_from_federation_matches_the_clients_own_data(tiny_cfg_doc):
             assert r.loss == loss and all(torch.equal(v, r.state[n]) for n, v in model.state_dict().items())
     model.load_state_dict(state)
     assert got == evaluate(model, fed.test_set, forward_batch=250)
+
+
+# ------------------------------------------------------------------ the real loop with the pool as its trainer
+def _run_with_trainer(tmp_path, doc, name, make_trainer, monkeypatch):
+    """run_experiment with the Simulation's trainer replaced (how the loop takes a trainer)."""
+    import fedselect.experiment as experiment
+    from fedselect.config import parse_config
+    from fedselect.simulation import Simulation
+
+    class WithTrainer(Simulation):
+        def __init__(self, r, fed, trainer=None):
+            super().__init__(r, fed, trainer=make_trainer(r, fed))
+
+    monkeypatch.setattr(experiment, "Simulation", WithTrainer)
+    out = tmp_path / name
+    summary = experiment.run_experiment(parse_config(doc, name), out)
+    return summary, (out / "metrics.csv").read_bytes()
+
+
+def test_run_metrics_byte_identical_for_0_1_2_workers(tmp_path, tiny_cfg_doc, monkeypatch, watchdog):
+    doc = dict(tiny_cfg_doc, rounds=3, model={"name": "mnist_cnn"})
+    got = {}
+    for w in (0, 1, 2):
+        _, got[w] = _run_with_trainer(tmp_path, doc, f"w{w}",
+                                      lambda r, fed, w=w: ClientTrainer.from_federation(fed, r.train_cfg, workers=w), monkeypatch)
+    assert got[0] == got[1] == got[2]
+    assert got[0].count(b"\n") == 5  # header + rounds 0..3
+
+
+def test_worker_killed_mid_round_is_an_error_and_the_run_completes(tmp_path, tiny_cfg_doc, monkeypatch, watchdog):
+    """The first client of round 2 has its worker SIGKILLed after one mini-batch: that client
+    fails with kind ``error``, the round aggregates the survivor, the run finishes."""
+    from dataclasses import replace
+
+    from fedselect.fl.metrics import read_csv_rows
+
+    class KillOnce:
+        def __init__(self, inner):
+            self.inner, self.killed = inner, None
+
+        def train(self, jobs):
+            jobs = list(jobs)
+            if jobs and jobs[0].stream.startswith("train/2/"):
+                jobs[0] = replace(jobs[0], crash_after_batches=1)
+                self.killed = jobs[0].client_id
+            return self.inner.train(jobs)
+
+        def close(self):
+            self.inner.close()
+
+    made = []
+
+    def make(r, fed):
+        made.append(KillOnce(ClientTrainer.from_federation(fed, r.train_cfg, workers=2)))
+        return made[-1]
+
+    doc = dict(tiny_cfg_doc, rounds=3, model={"name": "mnist_cnn"})
+    summary, _ = _run_with_trainer(tmp_path, doc, "kill", make, monkeypatch)
+    rows = read_csv_rows(tmp_path / "kill" / "metrics.csv")
+    k = made[0].killed
+    assert k is not None
+    assert rows[2]["failed"] == f"{k}:error" and rows[2]["aggregated"] == "1"
+    assert rows[1]["failed"] == rows[3]["failed"] == ""
+    assert summary["complete"] and summary["client_failures"] == {"error": 1}
+    assert "SIGKILL" in (tmp_path / "kill" / "run.log").read_text()
