@@ -5,6 +5,9 @@ import torch
 
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# tests train in this process unless a test asks for worker processes (results are identical
+# for any number of workers: tests/test_pool.py); starting pools in every test would only cost time
+os.environ.setdefault("FEDSELECT_WORKERS", "0")
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ from fedselect.algorithms import register_algorithm
 from fedselect.algorithms.fedavg import FedAvg
 from fedselect.experiment import make_simulation, run_experiment
 from fedselect.federation import Client, build_federation
-from fedselect.fl import clients as clients_mod
 from fedselect.fl.faults import ClientFailure, FaultModel, Injection, corrupt_state, non_finite_entries, survivor_weights
 from fedselect.presets import PRESETS
 from fedselect.resolve import parse_experiment
@@ -207,21 +206,23 @@ def test_dropout_by_device_profile(tmp_path, fed, probe):
 
 
 def test_client_failure_raised_in_local_training_is_a_client_error_other_exceptions_stop_the_run(tmp_path, fed, probe, monkeypatch):
-    real = clients_mod.local_train
+    from fedselect.fl import pool
 
-    def flaky(model, data, *a, **kw):
-        if data is fed.clients[1].train:
+    real = pool._train_job
+
+    def flaky(model, data, cfg, client_id, *a, **kw):
+        if client_id == 1:
             raise ClientFailure("battery empty")
-        return real(model, data, *a, **kw)
+        return real(model, data, cfg, client_id, *a, **kw)
 
-    monkeypatch.setattr(clients_mod, "local_train", flaky)
+    monkeypatch.setattr(pool, "_train_job", flaky)
     run_experiment(parse_config(doc(rounds=1)), tmp_path / "a", federation=fed)
     assert rows(tmp_path / "a")[1]["failed"] == "1:error"
 
-    def broken(model, data, *a, **kw):
+    def broken(*a, **kw):
         raise KeyError("a bug")
 
-    monkeypatch.setattr(clients_mod, "local_train", broken)
+    monkeypatch.setattr(pool, "_train_job", broken)
     with pytest.raises(KeyError):
         run_experiment(parse_config(doc(rounds=1)), tmp_path / "b", federation=fed)
 

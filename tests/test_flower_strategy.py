@@ -426,3 +426,19 @@ def test_failed_probes_and_evaluations_score_nan(tmp_path):
         assert math.isnan(acc[0]) and all(0 <= a <= 1 for a in acc[1:])
         assert float(row["accuracy"]) == pytest.approx(float(np.mean(acc[1:])), abs=1e-6)  # the column rounds to 6 digits
     assert len(rows) == 4 and s.summary_json["complete"]
+
+
+def test_the_same_run_as_the_simulator_with_a_cnn(tmp_path):
+    """The MNIST CNN trains channels-last in the simulator's engine: the nodes train with the
+    same engine, so the runs are still byte-identical (FedAvg's random selection, 2 rounds)."""
+    from flower_grid import LocalGrid
+
+    from fedselect.flower.client_app import make_client_app
+
+    doc = experiment(rounds=2, model={"name": "mnist_cnn"}, train={"local_epochs": 1, "batch_size": 50, "lr": 0.05})
+    sim = simulate(doc, tmp_path / "sim")
+    node = {**{k: v for k, v in NODE.items() if not k.startswith("model.")}, "model.name": "mnist_cnn", "train.batch_size": 50}
+    flower(doc, tmp_path / "flower", grid=LocalGrid(make_client_app(node), 6, {}))
+    assert (sim / "metrics.csv").read_bytes() == (tmp_path / "flower" / "metrics.csv").read_bytes()
+    ref, got = torch.load(sim / "model.pt", weights_only=True), torch.load(tmp_path / "flower" / "model.pt", weights_only=True)
+    assert same(ref, got) == []

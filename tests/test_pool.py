@@ -371,7 +371,7 @@ def _run_with_trainer(tmp_path, doc, name, make_trainer, monkeypatch):
     from fedselect.simulation import Simulation
 
     class WithTrainer(Simulation):
-        def __init__(self, r, fed, trainer=None):
+        def __init__(self, r, fed, trainer=None, workers=None):
             super().__init__(r, fed, trainer=make_trainer(r, fed))
 
     monkeypatch.setattr(experiment, "Simulation", WithTrainer)
@@ -380,14 +380,27 @@ def _run_with_trainer(tmp_path, doc, name, make_trainer, monkeypatch):
     return summary, (out / "metrics.csv").read_bytes()
 
 
-def test_run_metrics_byte_identical_for_0_1_2_workers(tmp_path, tiny_cfg_doc, monkeypatch, watchdog):
-    doc = dict(tiny_cfg_doc, rounds=3, model={"name": "mnist_cnn"})
-    got = {}
+def test_run_metrics_byte_identical_for_0_1_2_workers(tmp_path, tiny_cfg_doc, watchdog):
+    """The real loop (`run_experiment`) with 0, 1 and 2 worker processes, and with this process
+    at 2 torch threads: byte-identical metrics.csv and bit-identical model.pt."""
+    import fedselect.experiment as experiment
+    from fedselect.resolve import parse_experiment
+
+    doc = dict(tiny_cfg_doc, rounds=3, model={"name": "mnist_cnn"}, method="flashrl",
+               method_options={"rl_batch_size": 2, "pca_components": 4, "hidden": 16})
+    got, models = {}, {}
     for w in (0, 1, 2):
-        _, got[w] = _run_with_trainer(tmp_path, doc, f"w{w}",
-                                      lambda r, fed, w=w: ClientTrainer.from_federation(fed, r.train_cfg, workers=w), monkeypatch)
+        before = torch.get_num_threads()
+        torch.set_num_threads(2 if w == 2 else 1)  # the loop's own work runs on one thread whatever this says
+        try:
+            experiment.run_experiment(parse_experiment(doc), tmp_path / f"w{w}", workers=w)
+        finally:
+            torch.set_num_threads(before)
+        got[w] = (tmp_path / f"w{w}" / "metrics.csv").read_bytes()
+        models[w] = torch.load(tmp_path / f"w{w}" / "model.pt", weights_only=True)
     assert got[0] == got[1] == got[2]
     assert got[0].count(b"\n") == 5  # header + rounds 0..3
+    assert all(torch.equal(models[0][k], models[w][k]) for w in (1, 2) for k in models[0])
 
 
 def test_worker_killed_mid_round_is_an_error_and_the_run_completes(tmp_path, tiny_cfg_doc, monkeypatch, watchdog):
@@ -400,6 +413,9 @@ def test_worker_killed_mid_round_is_an_error_and_the_run_completes(tmp_path, tin
     class KillOnce:
         def __init__(self, inner):
             self.inner, self.killed = inner, None
+
+        def __getattr__(self, name):  # evaluate, close, workers ...: the pool's
+            return getattr(self.inner, name)
 
         def train(self, jobs):
             jobs = list(jobs)

@@ -3,9 +3,9 @@
 Both backends run the same step, :func:`run_one` (one experiment into its run directory,
 continuing what is already there), so the files a run writes do not depend on the backend:
 ``metrics.csv``, ``model.pt``, ``config.yaml`` and ``summary.json`` (but for its ``wall_s``)
-are byte-identical for the same torch thread count (``--threads``; a Ray task uses
-``cpus_per_run`` threads unless told otherwise, so compare a Ray sweep with a local one run
-with ``--threads 1``).
+are byte-identical whichever backend ran them and whatever the number of worker processes a run
+trains its clients in (``--workers``; a Ray task uses ``cpus_per_run`` workers, or trains in
+its own process with one CPU).
 
 * :class:`LocalBackend` (the default): runs one after the other in this process; runs with
   the same federation key (data, model, system, seed) share one federation, built once.
@@ -98,7 +98,7 @@ def is_finished(run_dir: str | Path) -> bool:
 
 def run_one(
     cfg: ExperimentConfig, run_dir: str | Path, federation: Federation | None = None,
-    on_round: Callable[[RoundEvent], None] | None = None, resume: bool = True,
+    on_round: Callable[[RoundEvent], None] | None = None, resume: bool = True, workers: int | None = None,
 ) -> dict[str, Any]:
     """Run ``cfg`` into ``run_dir``, continuing what is there; the step both backends run.
 
@@ -114,6 +114,7 @@ def run_one(
         federation: a federation built from an experiment with the same federation key
             (None: built here).
         on_round: called after every round.
+        workers: worker processes of the run's client trainer (None: ``train.workers``).
 
     Returns:
         the run's summary (``summary.json``).
@@ -127,15 +128,17 @@ def run_one(
     if resume and is_finished(run_dir):
         return json.loads((run_dir / "summary.json").read_text())
     started = resume and run_dir.is_dir() and bool(existing_run_files(run_dir))
-    return run_experiment(cfg, run_dir, on_round=on_round, resume=started, federation=federation)
+    return run_experiment(cfg, run_dir, on_round=on_round, resume=started, federation=federation, workers=workers)
 
 
 # ----------------------------------------------------------------------------- local
 @dataclass
 class LocalBackend:
     """Runs one after the other in this process, sharing a federation per federation key
-    (built once, released when its last run is done)."""
+    (built once, released when its last run is done); each run trains its clients in
+    ``workers`` worker processes (None: the runs' ``train.workers``)."""
 
+    workers: int | None = None
     name: str = field(default="local", init=False)
 
     def run(self, specs: Sequence[RunSpec], callbacks: RunCallbacks | None = None, resume: bool = True,
@@ -164,7 +167,7 @@ class LocalBackend:
                 if cb.on_start:
                     cb.on_start(s, i, total)
                 rcb = (lambda ev, s=s: cb.on_round(s, ev)) if cb.on_round else None
-                summary = run_one(s.cfg, s.run_dir, federation=fed, on_round=rcb, resume=resume)
+                summary = run_one(s.cfg, s.run_dir, federation=fed, on_round=rcb, resume=resume, workers=self.workers)
                 done[s.run_dir] = summary
                 if cb.on_done:
                     cb.on_done(s, summary)
@@ -177,11 +180,9 @@ class LocalBackend:
 _WORKER_FED: dict[str, Any] = {}
 
 
-def _ray_run(cfg_doc: dict[str, Any], run_dir: str, resume: bool, threads: int, out_dir: str, marker: str | None) -> dict[str, Any]:
-    """The body of a Ray task: :func:`run_one` with ``threads`` torch threads."""
-    import torch
-
-    torch.set_num_threads(threads)
+def _ray_run(cfg_doc: dict[str, Any], run_dir: str, resume: bool, workers: int, out_dir: str, marker: str | None) -> dict[str, Any]:
+    """The body of a Ray task: :func:`run_one` with ``workers`` worker processes (0: in the
+    task's process)."""
     host = socket.gethostname()
     out = Path(out_dir)
     if not out.is_dir() or (marker and not (out / marker).is_file()):
@@ -197,7 +198,7 @@ def _ray_run(cfg_doc: dict[str, Any], run_dir: str, resume: bool, threads: int, 
         _WORKER_FED.clear()
         _WORKER_FED.update(key=key, fed=build_federation(cfg))
     t0 = time.perf_counter()
-    summary = run_one(cfg, run_dir, federation=_WORKER_FED["fed"], resume=resume)
+    summary = run_one(cfg, run_dir, federation=_WORKER_FED["fed"], resume=resume, workers=workers)
     return {"summary": summary, "host": host, "pid": os.getpid(), "task_s": time.perf_counter() - t0}
 
 
@@ -218,15 +219,16 @@ class RayBackend:
         address: ``HOST:PORT`` of a running Ray cluster (``ray start --head`` prints it), or
             ``"auto"``; None starts a local Ray instance for the duration of :meth:`run`.
         cpus_per_run: CPUs each task reserves (>= 1; Ray runs as many tasks at once as fit).
-        threads: torch threads per task (default ``cpus_per_run``); results are bit-identical
-            to a local run with the same ``--threads``.
+        workers: worker processes a task trains its clients in (default: ``cpus_per_run``
+            when it is 2 or more, else 0, in the task's own process); results are identical
+            for any value.
         num_cpus: CPUs of a local Ray instance (default: all of this machine's); ignored with
             ``address``.
     """
 
     address: str | None = None
     cpus_per_run: float = 1
-    threads: int | None = None
+    workers: int | None = None
     num_cpus: int | None = None
     name: str = field(default="ray", init=False)
     #: per finished run: host, pid and seconds inside the task (for overhead measurements)
@@ -237,8 +239,8 @@ class RayBackend:
     def __post_init__(self) -> None:
         if not self.cpus_per_run > 0:
             raise ValueError(f"--cpus-per-run must be > 0, got {self.cpus_per_run}")
-        if self.threads is not None and self.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {self.threads}")
+        if self.workers is not None and self.workers < 0:
+            raise ValueError(f"--workers must be >= 0, got {self.workers}")
         if self.num_cpus is not None and self.num_cpus < 1:
             raise ValueError(f"the local Ray instance needs num_cpus >= 1, got {self.num_cpus}")
         if self.num_cpus is not None and self.cpus_per_run > self.num_cpus:
@@ -271,7 +273,7 @@ class RayBackend:
             return {}
         ray = _import_ray()
         out = Path(out_dir) if out_dir is not None else todo[0][1].run_dir.parent
-        threads = self.threads or max(1, int(self.cpus_per_run))
+        workers = self.workers if self.workers is not None else (int(self.cpus_per_run) if self.cpus_per_run >= 2 else 0)
         started_here = False
         done: dict[Path, dict[str, Any]] = {}
         errors: list[str] = []
@@ -293,7 +295,7 @@ class RayBackend:
             with _sigterm_as_interrupt():
                 task = ray.remote(_ray_run).options(num_cpus=self.cpus_per_run, max_retries=0)
                 for i, s in todo:
-                    ref = task.remote(s.cfg.model_dump(mode="json"), str(s.run_dir.resolve()), resume, threads,
+                    ref = task.remote(s.cfg.model_dump(mode="json"), str(s.run_dir.resolve()), resume, workers,
                                       str(out.resolve()), marker)
                     pending[ref] = (i, s)
                     if cb.on_start:
@@ -374,7 +376,7 @@ class _sigterm_as_interrupt:
 
 
 def make_backend(name: str = "local", address: str | None = None, cpus_per_run: float = 1,
-                 threads: int | None = None, num_cpus: int | None = None) -> LocalBackend | RayBackend:
+                 workers: int | None = None, num_cpus: int | None = None) -> LocalBackend | RayBackend:
     """The backend called ``name`` (``--backend``).
 
     Raises:
@@ -386,7 +388,9 @@ def make_backend(name: str = "local", address: str | None = None, cpus_per_run: 
             extra.append("--cpus-per-run")
         if extra:
             raise ValueError(f"{', '.join(extra)} only apply to --backend ray")
-        return LocalBackend()
+        if workers is not None and workers < 0:
+            raise ValueError(f"--workers must be >= 0 (0 = in this process), got {workers}")
+        return LocalBackend(workers=workers)
     if name == "ray":
-        return RayBackend(address=address, cpus_per_run=cpus_per_run, threads=threads, num_cpus=num_cpus)
+        return RayBackend(address=address, cpus_per_run=cpus_per_run, workers=workers, num_cpus=num_cpus)
     raise ValueError(f"--backend {name!r}: unknown backend; allowed: {', '.join(BACKENDS)}")

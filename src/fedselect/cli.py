@@ -72,32 +72,39 @@ def _parse_seeds(text: str) -> list[int]:
 
 
 def _threads(n: int | None) -> None:
+    """--threads is gone (hidden, ignored): results no longer depend on thread counts."""
     if n is not None:
-        if n < 1:
-            raise ValueError(f"--threads must be >= 1, got {n}")
-        import torch
+        console.print("note: --threads is no longer needed and is ignored: every client trains on one thread in a worker "
+                      "process and results are the same for any thread count; use --workers N for the number of workers",
+                      highlight=False)
 
-        torch.set_num_threads(n)
+
+def _workers(n: int | None) -> int | None:
+    if n is not None and n < 0:
+        raise ValueError(f"--workers must be >= 0 (0 = train the clients in this process), got {n}")
+    return n
 
 
 BACKEND_HELP = "where the runs execute: local (this process, one after the other; default) or ray (one Ray task per run)"
 ADDRESS_HELP = "with --backend ray: HOST:PORT of a running Ray cluster (`ray start --head` prints it); omitted: a local Ray instance is started for the command"
-CPUS_PER_RUN_HELP = "with --backend ray: CPUs each run reserves (also its torch threads unless --threads is given)"
+CPUS_PER_RUN_HELP = "with --backend ray: CPUs each run reserves (also its worker processes unless --workers is given)"
 RAY_CPUS_HELP = "with --backend ray and no --address: CPUs of the local Ray instance (default: all cores)"
 
 
-def _backend(backend: str, address, cpus_per_run, ray_cpus, threads):
+def _backend(backend: str, address, cpus_per_run, ray_cpus, workers):
     from fedselect.backends import make_backend
 
     return make_backend(backend, address=address, cpus_per_run=cpus_per_run if cpus_per_run is not None else 1,
-                        threads=threads, num_cpus=ray_cpus)
+                        workers=_workers(workers), num_cpus=ray_cpus)
 
 
 SET_HELP = "override a config key, e.g. --set train.lr=0.1 --set data.options.path=/data/MobiAct (repeatable; values are YAML)"
-THREADS_HELP = "torch CPU threads (results are bit-identical only for the same thread count; 1 is fastest when other jobs share the cores)"
+WORKERS_HELP = ("worker processes training the clients of a round side by side, one torch thread each (default: train.workers, "
+                "else FEDSELECT_WORKERS, else the usable cores; 0 = in this process); results are identical for any value")
+DEVICE_HELP = "where clients train: auto (a GPU when one is available; default), cpu, cuda or cuda:N (sets train.device)"
 
 
-def _overrides(rounds, seed, method, sets=None, selector=None, algorithm=None) -> dict:
+def _overrides(rounds, seed, method, sets=None, selector=None, algorithm=None, device=None) -> dict:
     """Dotted overrides from the command line. ``--method`` replaces the config's method,
     selector and algorithm; ``--selector`` / ``--algorithm`` replace those parts (and, without
     ``--method``, the config's method preset)."""
@@ -114,6 +121,8 @@ def _overrides(rounds, seed, method, sets=None, selector=None, algorithm=None) -
         out["selector"] = {"name": selector}
     if algorithm is not None:
         out["algorithm"] = {"name": algorithm}
+    if device is not None:
+        out["train.device"] = device
     return out
 
 
@@ -188,7 +197,9 @@ def run(
     resume: Optional[Path] = typer.Option(None, "--resume", help="continue the run in this directory from its last checkpoint (with its saved config; only --rounds may extend the budget)"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace a run already in --out (its config, metrics, checkpoints and summary are deleted)"),
     sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
-    threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
+    workers: Optional[int] = typer.Option(None, "--workers", "-w", help=WORKERS_HELP),
+    device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
+    threads: Optional[int] = typer.Option(None, "--threads", hidden=True, help="ignored (results no longer depend on threads)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
 ) -> None:
     """Run one experiment and write metrics.csv, summary.json, model.pt, config.yaml and run.log.
@@ -201,7 +212,7 @@ def run(
         _threads(threads)
         if resume is not None:
             given = [n for n, v in (("CONFIG", config), ("--seed", seed), ("--method", method), ("--selector", selector),
-                                    ("--algorithm", algorithm), ("--out", out), ("--set", sets)) if v]
+                                    ("--algorithm", algorithm), ("--out", out), ("--set", sets), ("--device", device)) if v]
             if overwrite:
                 given.append("--overwrite")
             if given:
@@ -210,9 +221,9 @@ def run(
             run_dir, summary = resume, None
             with _progress() as prog:
                 task = prog.add_task("resume", total=None, status="")
-                summary = resume_experiment(resume, on_round=_advance(prog, task, quiet), rounds=rounds)
+                summary = resume_experiment(resume, on_round=_advance(prog, task, quiet), rounds=rounds, workers=_workers(workers))
         else:
-            r = _load(config, _overrides(rounds, seed, method, sets, selector, algorithm))
+            r = _load(config, _overrides(rounds, seed, method, sets, selector, algorithm, device))
             cfg = r.config
             slug = r.method.replace(":", "_").replace("/", "_")
             run_dir = out or Path("runs") / f"{cfg.name}-{slug}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -222,7 +233,7 @@ def run(
                           highlight=False)
             with _progress() as prog:
                 task = prog.add_task(r.method, total=cfg.rounds, status="preparing")
-                summary = run_experiment(cfg, run_dir, on_round=_advance(prog, task, quiet), overwrite=overwrite)
+                summary = run_experiment(cfg, run_dir, on_round=_advance(prog, task, quiet), overwrite=overwrite, workers=_workers(workers))
     except KeyboardInterrupt:
         d = resume if resume is not None else locals().get("run_dir")
         _interrupted(d, f"continue with: fedselect run --resume {d}")
@@ -247,7 +258,9 @@ def compare(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="comparison directory (default runs/<name>-<time>)"),
     sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP + "; applies to the base experiment"),
     resume: Optional[Path] = typer.Option(None, "--resume", help="finish an interrupted comparison in this directory: finished runs are kept, interrupted ones continue from their checkpoints, missing ones run"),
-    threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
+    workers: Optional[int] = typer.Option(None, "--workers", "-w", help=WORKERS_HELP),
+    device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
+    threads: Optional[int] = typer.Option(None, "--threads", hidden=True, help="ignored (results no longer depend on threads)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
     backend: str = typer.Option("local", "--backend", help=BACKEND_HELP),
     address: Optional[str] = typer.Option(None, "--address", help=ADDRESS_HELP),
@@ -268,10 +281,11 @@ def compare(
 
     try:
         _threads(threads)
-        runner_backend = _backend(backend, address, cpus_per_run, ray_cpus, threads)
-        over = _overrides(rounds, None, None, sets) or None
+        runner_backend = _backend(backend, address, cpus_per_run, ray_cpus, workers)
+        over = _overrides(rounds, None, None, sets, device=device) or None
         if resume is not None:
-            given = [n for n, v in (("CONFIG", config), ("--rounds", rounds), ("--seeds", seeds), ("--out", out), ("--set", sets)) if v]
+            given = [n for n, v in (("CONFIG", config), ("--rounds", rounds), ("--seeds", seeds), ("--out", out), ("--set", sets),
+                                    ("--device", device)) if v]
             if given:
                 raise ValueError(f"--resume finishes the comparison saved in {resume}; it cannot be combined with {', '.join(given)}")
             if not (resume / "compare.json").is_file():
@@ -396,7 +410,8 @@ def sweep(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="sweep directory (default runs/<name>-<time>); an existing one is continued, finished runs are kept"),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="comma-separated seeds, e.g. 0,1,2 (overrides the config)"),
     table_only: bool = typer.Option(False, "--table-only", help="only rebuild table.md / table.csv from the runs in --out"),
-    threads: Optional[int] = typer.Option(None, "--threads", help=THREADS_HELP),
+    workers: Optional[int] = typer.Option(None, "--workers", "-w", help=WORKERS_HELP),
+    threads: Optional[int] = typer.Option(None, "--threads", hidden=True, help="ignored (results no longer depend on threads)"),
     backend: str = typer.Option("local", "--backend", help=BACKEND_HELP),
     address: Optional[str] = typer.Option(None, "--address", help=ADDRESS_HELP),
     cpus_per_run: Optional[float] = typer.Option(None, "--cpus-per-run", help=CPUS_PER_RUN_HELP),
@@ -416,7 +431,7 @@ def sweep(
 
     try:
         _threads(threads)
-        runner_backend = _backend(backend, address, cpus_per_run, ray_cpus, threads)
+        runner_backend = _backend(backend, address, cpus_per_run, ray_cpus, workers)
         sc = load_sweep(config)
         if seeds is not None:
             sc.seeds = _parse_seeds(seeds)

@@ -85,6 +85,17 @@ class TrainSection(_Strict):
     momentum: float = Field(0.9, ge=0, lt=1)
     optimizer: Literal["sgd", "adam"] = "sgd"
     weight_decay: float = Field(0.0, ge=0)
+    workers: int | None = Field(None, ge=0, description="worker processes training the clients of a round in parallel (one torch "
+                                "thread each); null = the FEDSELECT_WORKERS environment variable, else the usable cores; 0 = in "
+                                "this process. Results are identical for any value")
+    device: str = Field("auto", description="where clients train: auto (a GPU when one is available), cpu, cuda or cuda:N")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", v):
+            raise ValueError(f"expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {v!r}")
+        return v
 
 
 class ProfileRow(_Strict):

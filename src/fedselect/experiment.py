@@ -15,6 +15,7 @@ is written.
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -69,23 +70,47 @@ def check_run_dir(run_dir: str | Path, overwrite: bool = False) -> None:
         )
 
 
-def make_simulation(cfg: ExperimentConfig, federation: Federation | None = None) -> Simulation:
+@contextmanager
+def single_threaded():
+    """Run the block with one torch thread and one BLAS / OpenMP thread in this process (restored
+    afterwards): float sums then do not depend on the machine (worker processes use one thread
+    each anyway)."""
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(limits=1):
+            yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def make_simulation(cfg: ExperimentConfig, federation: Federation | None = None, workers: int | None = 0) -> Simulation:
     """The selector, algorithm, faults and trainer of ``cfg`` on ``federation`` (built from the
     config when None), without running anything (notebooks, tests, other engines).
 
     Raises:
         ConfigError: invalid config (every problem named). ValueError / DatasetNotFoundError: bad data.
+
+    ``workers`` defaults to 0 here (in-process, no worker processes to close); pass None for
+    ``train.workers``. Call ``close()`` on the result when it holds workers.
     """
     r = resolve(cfg, cfg.name)
-    return Simulation(r, federation or build_federation(r.config))
+    return Simulation(r, federation or build_federation(r.config), workers=workers)
 
 
 def run_experiment(
     cfg: ExperimentConfig, run_dir: str | Path, on_round: Callable[[RoundEvent], None] | None = None,
     resume: bool = False, federation: Federation | None = None, stop_after: int | None = None,
-    overwrite: bool = False,
+    overwrite: bool = False, workers: int | None = None,
 ) -> dict[str, Any]:
     """Run ``cfg`` into ``run_dir`` and return the summary (also in ``summary.json``).
+
+    The clients of a round train in ``workers`` worker processes (default ``train.workers``;
+    :class:`fedselect.fl.pool.ClientTrainer`), one torch thread each, and this process does its
+    own work (evaluations, selectors' learning) with one thread too, so the results are the same
+    for any number of workers and any thread settings of the machine.
 
     Args:
         cfg: an experiment config (validated; resolved here if it is not yet).
@@ -98,6 +123,7 @@ def run_experiment(
         stop_after: stop after this round without finishing (tests of interruption).
         overwrite: replace the run files of a run already in ``run_dir`` (only with
             ``resume=False``; files that are not run files are left alone).
+        workers: override ``train.workers`` (how the run executes, not what it computes).
 
     Raises:
         FileExistsError: ``run_dir`` already holds a run and neither ``resume`` nor ``overwrite``.
@@ -112,8 +138,18 @@ def run_experiment(
     elif not run_dir.is_dir():
         raise FileNotFoundError(f"--resume {run_dir}: no such run directory")
     r = resolve(cfg, cfg.name)
-    fed = federation or build_federation(r.config)
-    sim = Simulation(r, fed)
+    with single_threaded():  # results never depend on this machine's thread settings
+        fed = federation or build_federation(r.config)
+        sim = Simulation(r, fed, workers=workers)
+        try:
+            return _run(sim, r, cfg, run_dir, on_round, resume, stop_after, overwrite)
+        finally:
+            sim.close()
+
+
+def _run(sim: Simulation, r: Resolved, cfg: ExperimentConfig, run_dir: Path, on_round, resume: bool, stop_after: int | None,
+         overwrite: bool) -> dict[str, Any]:
+    fed = sim.fed
     ck = _load_resume_point(run_dir, r, sim) if resume else None
     # ---- validation done: from here on files are written
     if ck is None and (overwrite or resume):
@@ -126,7 +162,6 @@ def run_experiment(
     files = RunFiles(run_dir, r, sim, on_round, stop_after, ck)
     try:
         if ck is not None:
-            _warn_threads(ck)
             log.info("resuming %s at round %d of %d", cfg.name, ck["round"] + 1, cfg.rounds)
             state = sim.restore(ck["snapshot"])
             finished = run_rounds(sim, files, state, Evaluation.from_dict(ck["before"]), ck["round"])
@@ -142,16 +177,8 @@ def run_experiment(
         return files.finish(finished, sim.selector.finish())
     finally:
         files.close()
-        sim.close()
         logging.getLogger("fedselect").removeHandler(handler)
         handler.close()
-
-
-def _warn_threads(ck: dict[str, Any]) -> None:
-    threads = ck.get("torch_threads")
-    if threads is not None and threads != torch.get_num_threads():
-        log.warning("the checkpoint was written with %d torch threads, this process uses %d: float sums may differ in the "
-                    "last digits; set OMP_NUM_THREADS=%d for bit-identical results", threads, torch.get_num_threads(), threads)
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -164,6 +191,9 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 
 
 _MISSING = object()
+#: settings of how a run is executed, not of what it computes: results are identical for any
+#: value, so comparisons of saved and current configs leave them out
+EXECUTION_KEYS = ("train.workers",)
 
 
 def config_differences(saved: dict[str, Any], now: dict[str, Any], ignore: tuple[str, ...] = ()) -> list[str]:
@@ -191,7 +221,7 @@ def saved_run_differences(run_dir: str | Path, cfg: ExperimentConfig, finished: 
     if not p.is_file():
         return []
     saved = yaml.safe_load(p.read_text()) or {}
-    return config_differences(saved, cfg.model_dump(mode="json"), ignore=() if finished else ("rounds",))
+    return config_differences(saved, cfg.model_dump(mode="json"), ignore=EXECUTION_KEYS if finished else ("rounds", *EXECUTION_KEYS))
 
 
 def check_saved_runs(items: list[tuple[Path, ExperimentConfig]], where: str, how: str) -> None:
@@ -239,7 +269,7 @@ def _load_resume_point(run_dir: Path, r: Resolved, sim: Simulation) -> dict[str,
         raise ValueError(f"cannot resume {run_dir}: its checkpoint was written by an older fedselect (checkpoint format "
                          f"{ck.get('format_version', 1)}; this one needs {FORMAT_VERSION}); start the run again with --overwrite")
     cfg = r.config
-    diff = config_differences(ck.get("config") or {}, cfg.model_dump(mode="json"), ignore=("rounds",))
+    diff = config_differences(ck.get("config") or {}, cfg.model_dump(mode="json"), ignore=("rounds", *EXECUTION_KEYS))
     if diff:
         raise ValueError(
             f"cannot resume {run_dir}: the config differs from the one the checkpoint was written with at "
@@ -264,7 +294,7 @@ def _load_resume_point(run_dir: Path, r: Resolved, sim: Simulation) -> dict[str,
     return ck
 
 
-def resume_experiment(run_dir: str | Path, on_round=None, rounds: int | None = None) -> dict[str, Any]:
+def resume_experiment(run_dir: str | Path, on_round=None, rounds: int | None = None, workers: int | None = None) -> dict[str, Any]:
     """Continue the run in ``run_dir`` from its last complete checkpoint, using the config
     saved there (``rounds`` may extend the budget; config.yaml is rewritten only once the new
     value has been validated).
@@ -285,5 +315,5 @@ def resume_experiment(run_dir: str | Path, on_round=None, rounds: int | None = N
         doc["rounds"] = rounds
     source = str(cfg_path) + (f" (with rounds={rounds})" if rounds is not None else "")
     cfg = resolve(parse_config(doc, source), source).config
-    return run_experiment(cfg, run_dir, on_round=on_round, resume=True)
+    return run_experiment(cfg, run_dir, on_round=on_round, resume=True, workers=workers)
 

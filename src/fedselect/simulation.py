@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import os
 from dataclasses import replace
 from typing import Any, Sequence
 
@@ -20,7 +21,8 @@ import torch
 from fedselect.algorithms.base import Algorithm, AlgorithmContext, ServerState
 from fedselect.config import ConfigError
 from fedselect.federation import Federation
-from fedselect.fl.clients import SequentialTrainer, TrainJob
+from fedselect.fl.clients import TrainJob
+from fedselect.fl.pool import ClientTrainer, usable_cores
 from fedselect.fl.faults import FaultModel, Injection, corrupt_state, non_finite_entries
 from fedselect.fl.metrics import CORE_COLUMNS
 from fedselect.fl.services import FederationContext, SimulatedContext
@@ -54,6 +56,28 @@ def make_fault_model(r: Resolved, fed: Federation) -> FaultModel:
                             f.dropout_by_device, f.dropout_by_network, injections, cfg.system.round_deadline_s)
 
 
+def make_trainer(fed: Federation, train_cfg, workers: int | None, device: str = "auto") -> ClientTrainer:
+    """The client trainer of a run (:class:`fedselect.fl.pool.ClientTrainer`): ``workers``
+    processes (None: the ``FEDSELECT_WORKERS`` environment variable, else the usable cores; 0:
+    in this process), on ``device`` (``auto``: a GPU when one is available).
+
+    Raises:
+        ValueError: ``FEDSELECT_WORKERS`` is not an integer >= 0; a bad device.
+    """
+    if workers is None:
+        env = os.environ.get("FEDSELECT_WORKERS")
+        if env is None or env.strip() == "":
+            workers = usable_cores()
+        else:
+            try:
+                workers = int(env)
+            except ValueError:
+                workers = -1
+            if workers < 0:
+                raise ValueError(f"FEDSELECT_WORKERS must be an integer >= 0 (0 = in this process), got {env!r}")
+    return ClientTrainer.from_federation(fed, train_cfg, workers=workers, device=device)
+
+
 def check_model(r: Resolved, fed: Federation) -> None:
     """Build the model once for this data's input shape (options were checked by the resolve
     step; some models accept only some shapes).
@@ -82,16 +106,21 @@ class Simulation:
         columns: the ``metrics.csv`` header of this run.
     """
 
-    def __init__(self, resolved: Resolved, fed: Federation, trainer=None):
+    def __init__(self, resolved: Resolved, fed: Federation, trainer=None, workers: int | None = None):
         self.resolved, self.fed, self.settings = resolved, fed, resolved.settings
         check_model(resolved, fed)
-        self.algorithm: Algorithm = resolved.algorithm(AlgorithmContext(fed, resolved.train_cfg, resolved.settings),
-                                                       resolved.algorithm_options)
-        self.upload_keys = self.algorithm.upload_keys()
-        self.ctx = self.make_context()
-        self.selector: Selector = resolved.selector(self.ctx, resolved.selector_options)
-        self.faults = make_fault_model(resolved, fed)
-        self.trainer = trainer or SequentialTrainer(fed.new_model, [c.train for c in fed.clients], resolved.train_cfg)
+        tr = resolved.config.train
+        self.trainer = trainer or make_trainer(fed, resolved.train_cfg, tr.workers if workers is None else workers, tr.device)
+        try:
+            self.algorithm: Algorithm = resolved.algorithm(
+                AlgorithmContext(fed, resolved.train_cfg, resolved.settings, self.trainer.evaluate), resolved.algorithm_options)
+            self.upload_keys = self.algorithm.upload_keys()
+            self.ctx = self.make_context()
+            self.selector: Selector = resolved.selector(self.ctx, resolved.selector_options)
+            self.faults = make_fault_model(resolved, fed)
+        except BaseException:
+            self.trainer.close()
+            raise
         base = CORE_COLUMNS + [c for c in RELIABILITY_COLUMNS if c not in CORE_COLUMNS]
         extra = (PROBE_COLUMNS if self.selector.probes else []) + list(self.selector.extra_columns) + self.algorithm.columns()
         self.columns = base + [c for i, c in enumerate(extra) if c not in base and c not in extra[:i]]
@@ -100,7 +129,7 @@ class Simulation:
         """The selector's context: the simulator's (the Flower strategy's run returns one whose
         client services are messages to the nodes)."""
         return SimulatedContext(self.fed, self.settings, self.resolved.train_cfg, self.upload_keys, self.algorithm.download_keys(),
-                                self.algorithm.payload_bytes())
+                                self.algorithm.payload_bytes(), self.trainer)
 
     @property
     def rounds(self) -> int:

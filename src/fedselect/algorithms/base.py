@@ -132,11 +132,14 @@ class PerClientOptions(AlgorithmOptions):
 @dataclass(frozen=True)
 class AlgorithmContext:
     """What an algorithm gets: the federation's data (clients' training and held-out sets,
-    the test set, fresh models), the local-training settings and the run settings."""
+    the test set, fresh models), the local-training settings, the run settings, and
+    ``evaluate_test(state) -> {"accuracy", "f1_macro", "loss"}`` scoring a model on the test
+    set with the run's engine (the worker pool: the same figures for any number of workers)."""
 
     fed: Federation
     train_cfg: TrainConfig
     settings: RunSettings
+    evaluate_test: Any = None
 
 
 class Algorithm:
@@ -223,6 +226,8 @@ class Algorithm:
     def evaluate(self, t: int, state: ServerState) -> Evaluation:
         """Figures after round ``t`` (0 = before round 1): see the module docstring."""
         if not self.per_client:
+            if self.ctx.evaluate_test is not None:
+                return Evaluation.from_dict(self.ctx.evaluate_test(state.model))
             self.worker.load_state_dict(state.model)
             return Evaluation.from_dict(evaluate(self.worker, self.fed.test_set))
         return self.evaluate_clients(lambda k: self.eval_state(state, k))

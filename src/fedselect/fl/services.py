@@ -22,6 +22,7 @@ import numpy as np
 
 from fedselect.federation import Federation
 from fedselect.fl.evaluate import evaluate, predict
+from fedselect.fl.clients import TrainJob
 from fedselect.fl.train import TrainConfig, local_train
 from fedselect.fl.types import ClientCost, Evaluation, RunSettings, State, WarmClient
 from fedselect.system import RoundDraws, compute_time, latency_bounds, transmit_time
@@ -46,8 +47,9 @@ class FederationContext:
     """
 
     def __init__(self, fed: Federation, settings: RunSettings, train_cfg: TrainConfig, upload_keys: list[str] | None,
-                 download_keys: list[str] | None, payload_bytes: tuple[int, int]):
+                 download_keys: list[str] | None, payload_bytes: tuple[int, int], engine=None):
         self._fed = fed
+        self._engine = engine
         self.settings = settings
         self.train_cfg = train_cfg
         self.num_samples = np.array([c.num_samples for c in fed.clients], dtype=np.int64)
@@ -100,7 +102,10 @@ class FederationContext:
         return clone(self._fed.new_model().state_dict())
 
     def evaluate(self, state: State) -> Evaluation:
-        """``state`` on the server's test set (accuracy, macro-F1, loss)."""
+        """``state`` on the server's test set (accuracy, macro-F1, loss), with the run's engine
+        when it has one (the same figures as the algorithm's evaluation)."""
+        if self._engine is not None:
+            return Evaluation.from_dict(self._engine.evaluate(state, "test"))
         self._worker.load_state_dict(state)
         return Evaluation.from_dict(evaluate(self._worker, self._fed.test_set))
 
@@ -123,18 +128,39 @@ class SimulatedContext(FederationContext):
         """Every client trains ``epochs`` epochs from the initial model in round 0, in client
         order, with the mini-batch streams ``<tag>/0/<k>``; yields
         :class:`~fedselect.fl.types.WarmClient` (id, state, mean loss). One warm-up
-        serves FLASH-RL / FAVOR (PCA of the models) and CEFL (similarity of the models)."""
+        serves FLASH-RL / FAVOR (PCA of the models) and CEFL (similarity of the models). The
+        clients train side by side in the engine's workers, a few batches at a time (memory
+        stays bounded at large N)."""
         init = self.initial_state()
-        for k in range(len(self.num_samples)):
-            state, loss = self.train(k, init, epochs, tag, 0)
-            yield WarmClient(k, state, loss)
+        n = len(self.num_samples)
+        step = max(8, 4 * max(1, getattr(self._engine, "workers", 1)))
+        for a in range(0, n, step):
+            for k, (state, loss) in zip(range(a, min(a + step, n)), self._train_many(list(range(a, min(a + step, n))), init, epochs, tag, 0)):
+                yield WarmClient(k, state, loss)
 
     def train(self, k: int, start: State, epochs: int, tag: str, t: int = 0) -> tuple[State, float]:
         """Client ``k`` trains ``epochs`` epochs from ``start`` (mini-batch stream
-        ``<tag>/<t>/<k>``); returns its new state and mean loss."""
-        self._worker.load_state_dict(start)
-        loss = local_train(self._worker, self._fed.clients[k].train, self.train_cfg, self._fed.train_generator(t, k, tag=tag), epochs=epochs)
-        return clone(self._worker.state_dict()), loss
+        ``<tag>/<t>/<k>``); returns its new state and mean loss.
+
+        Raises:
+            RuntimeError: the client's training failed (a worker died)."""
+        return self._train_many([k], start, epochs, tag, t)[0]
+
+    def _train_many(self, ids: list[int], start: State, epochs: int, tag: str, t: int) -> list[tuple[State, float]]:
+        if self._engine is None:
+            out = []
+            for k in ids:
+                self._worker.load_state_dict(start)
+                loss = local_train(self._worker, self._fed.clients[k].train, self.train_cfg, self._fed.train_generator(t, k, tag=tag),
+                                   epochs=epochs)
+                out.append((clone(self._worker.state_dict()), loss))
+            return out
+        jobs = [TrainJob(k, start, int(epochs), self._fed.seed, f"{tag}/{t}/{k}") for k in ids]
+        results = self._engine.train(jobs)
+        bad = [r for r in results if r.error is not None]
+        if bad:
+            raise RuntimeError(f"training client {bad[0].client_id} for the selector ({tag}, round {t}) failed: {bad[0].error}")
+        return [(r.state, r.loss) for r in results]
 
     def evaluate_candidate(self, k: int, epochs: int) -> tuple[float, float, float]:
         """Budgeted-online candidate evaluation (SPEC 3): the initial model trained ``epochs``

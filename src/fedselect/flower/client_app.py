@@ -68,6 +68,7 @@ import hashlib
 import math
 import sys
 import time
+import weakref
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -85,7 +86,8 @@ from fedselect.config import ConfigError, ExperimentConfig, apply_overrides, con
 from fedselect.federation import Federation, build_federation, federation_key
 from fedselect.fl.aggregate import state_bytes
 from fedselect.fl.evaluate import evaluate
-from fedselect.fl.train import TrainConfig, local_train
+from fedselect.fl.faults import ClientFailure
+from fedselect.fl.train import TrainConfig
 from fedselect.resolve import parse_experiment
 from fedselect.system import compute_time, transmit_time
 
@@ -302,6 +304,37 @@ def _int(conf: dict[str, Any], key: str, default: int | None, what: str, low: in
     return v
 
 
+#: (federation, training settings) -> the in-process engine training this node's clients
+_ENGINES: "weakref.WeakKeyDictionary[Federation, dict]" = weakref.WeakKeyDictionary()
+
+
+def _engine(fed: Federation, train_cfg: TrainConfig):
+    """The engine the simulator trains with (:class:`fedselect.fl.pool.ClientTrainer`, in this
+    process): the same kernels and memory format, so a node's update is bit-identical to the
+    simulator's for the same job."""
+    from fedselect.fl.pool import ClientTrainer
+
+    per_fed = _ENGINES.setdefault(fed, {})
+    key = repr(train_cfg)
+    if key not in per_fed:
+        per_fed[key] = ClientTrainer.from_federation(fed, train_cfg, workers=0, device="cpu")
+    return per_fed[key]
+
+
+def _train_on_node(fed: Federation, cfg: ExperimentConfig, k: int, model: torch.nn.Module, t: int, tag: str, epochs: int,
+                   sample_losses: bool = False) -> tuple[dict[str, torch.Tensor], float, dict]:
+    """Client ``k`` trains ``epochs`` epochs from ``model``'s weights (stream ``<tag>/<t>/<k>``)."""
+    from fedselect.fl.clients import TrainJob
+
+    start = {n: v.detach().clone() for n, v in model.state_dict().items()}
+    res = _engine(fed, _train_config(cfg)).train([TrainJob(k, start, int(epochs), fed.seed, f"{tag}/{t}/{k}", bool(sample_losses))])[0]
+    if res.error is not None:
+        raise ClientFailure(res.error)
+    stats = {"sum_sq_sample_loss": res.sum_sq_sample_loss, "num_sample_losses": res.num_sample_losses} if sample_losses else {}
+    model.load_state_dict(res.state)
+    return res.state, res.loss, stats
+
+
 def _start_model(fed: Federation, content: RecordDict, state: RecordDict | None, what: str) -> tuple[torch.nn.Module, list[str]]:
     """A model holding the received entries over the kept state (or the common initial model)."""
     arrays = content.get("arrays")
@@ -362,9 +395,9 @@ def train_reply(fed: Federation, cfg: ExperimentConfig, k: int, content: RecordD
     epochs = _int(conf, "local-epochs", cfg.train.local_epochs, "train")
     tag = str(conf.get("train-tag", "train"))
     model, down_keys = _start_model(fed, content, state, "train")
-    stats: dict | None = {} if conf.get("sample-losses", False) else None
-    loss = local_train(model, fed.clients[k].train, _train_config(cfg), fed.train_generator(t, k, tag), epochs=epochs, stats=stats)
-    trained = {n: v.detach().clone() for n, v in model.state_dict().items()}
+    want_losses = bool(conf.get("sample-losses", False))
+    trained, loss, stats = _train_on_node(fed, cfg, k, model, t, tag, epochs, want_losses)
+    stats = stats if want_losses else None
     up_keys = conf.get("upload-keys")
     if up_keys is None:
         up_keys = list(trained)
@@ -402,7 +435,7 @@ def evaluate_reply(fed: Federation, cfg: ExperimentConfig, k: int, content: Reco
         raise ValueError(f"evaluate message: config 'eval-split' must be one of {list(_EVAL_SPLITS)}, got {split!r}")
     model, down_keys = _start_model(fed, content, state, "evaluate")
     client = fed.clients[k]
-    loss = local_train(model, client.train, _train_config(cfg), fed.train_generator(t, k, tag), epochs=epochs) if epochs else math.nan
+    loss = _train_on_node(fed, cfg, k, model, t, tag, epochs)[1] if epochs else math.nan
     data = {"train": client.train, "holdout": client.holdout, "test": fed.test_set}[split]
     idx = conf.get("sample-indices")
     if idx is not None:
@@ -414,8 +447,11 @@ def evaluate_reply(fed: Federation, cfg: ExperimentConfig, k: int, content: Reco
         import numpy as np
 
         data = data.subset(np.asarray(idx, dtype=np.int64))
-    m = evaluate(model, data)
     trained = {n: v.detach().clone() for n, v in model.state_dict().items()}
+    if split == "test" and idx is None:  # the server-side test evaluation of the simulator (its engine)
+        m = _engine(fed, _train_config(cfg)).evaluate(trained, "test")
+    else:  # a client's own data: the simulator's probes and per-client evaluation (this process, standard layout)
+        m = evaluate(model, data)
     returned = list(trained) if conf.get("return-arrays", False) else []
     costs = _costs(fed, k, t, epochs, trained, returned, down_keys)
     metrics = {"client-id": int(k), "server-round": t, "num-examples": len(data), "loss": float(m["loss"]),

@@ -367,8 +367,8 @@ class FlowerContext(FederationContext):
     """
 
     def __init__(self, fed, settings, train_cfg, upload_keys, download_keys, payload_bytes, options: FlowerOptions,
-                 personalised: bool = False):
-        super().__init__(fed, settings, train_cfg, upload_keys, download_keys, payload_bytes)
+                 personalised: bool = False, engine=None):
+        super().__init__(fed, settings, train_cfg, upload_keys, download_keys, payload_bytes, engine)
         self.options, self.personalised = options, personalised
         self.nodes: NodeDirectory | None = None
         self.messages = 0          # messages sent for the selector's services
@@ -533,11 +533,12 @@ class FlowerRun(Simulation):
 
     def __init__(self, resolved: Resolved, fed: Federation, options: FlowerOptions):
         self.flower = options  # read by make_context, called by Simulation.__init__
-        super().__init__(resolved, fed)
+        # the server trains nobody: its engine (test-set evaluations, as in the simulator) runs in this process
+        super().__init__(resolved, fed, workers=0)
 
     def make_context(self) -> FlowerContext:
         return FlowerContext(self.fed, self.settings, self.resolved.train_cfg, self.upload_keys, self.algorithm.download_keys(),
-                             self.algorithm.payload_bytes(), self.flower, isinstance(self.algorithm, Personalised))
+                             self.algorithm.payload_bytes(), self.flower, isinstance(self.algorithm, Personalised), engine=self.trainer)
 
     def train(self, t, clients, state, draws):  # noqa: D102 - see the class docstring
         raise NotImplementedError("over Flower, clients train by messages: FedselectStrategy.configure_train / aggregate_train")
