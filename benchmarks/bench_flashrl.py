@@ -39,17 +39,16 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from flashrl_exploration_bound import oracle_round  # noqa: E402
-
 from fedselect.config import load_config  # noqa: E402
 from fedselect.federation import build_federation  # noqa: E402
 from fedselect.fl.metrics import dumps_json, read_csv_rows  # noqa: E402
-from fedselect.methods import METHODS, import_methods, register_method  # noqa: E402
+from fedselect.methods import import_methods, register_method  # noqa: E402
 from fedselect.methods.ddqn import linear_epsilon  # noqa: E402
 from fedselect.methods.fedavg import FedAvg  # noqa: E402
 from fedselect.methods.flashrl import FlashRL  # noqa: E402
 from fedselect.runner import run_experiment  # noqa: E402
-from fedselect.seeding import np_rng, torch_rng  # noqa: E402
+from fedselect.seeding import np_rng  # noqa: E402
+from flashrl_exploration_bound import oracle_round  # noqa: E402
 
 CONFIGS = {
     "fedavg": "configs/mnist-fedavg.yaml",
@@ -130,13 +129,16 @@ def oracle_bound(fed, cfg, rounds: int, seed: int, repeats: int = 50) -> float |
     lats = []
     for t in range(1, rounds + 1):
         d = fed.fleet.draw(t)
-        lats.append(compute_time(cfg.train.local_epochs, bits, cfg.system.cycles_per_bit, fed.fleet.cores, d.freq_mhz)
-                    + transmit_time(model_bits, d.bandwidth_mbps))
+        lats.append(
+            compute_time(cfg.train.local_epochs, bits, cfg.system.cycles_per_bit, fed.fleet.cores, d.freq_mhz)
+            + transmit_time(model_bits, d.bandwidth_mbps)
+        )
     rng = np_rng(seed, "bench/oracle")
     u = cfg.clients_per_round
-    fed_e2e = np.mean([sum(float(l[rng.choice(len(l), u, replace=False)].max()) for l in lats) for _ in range(repeats)])
-    orc = np.mean([sum(oracle_round(l, u, linear_epsilon(t, e0, e1, dec), rng) for t, l in enumerate(lats, 1))
-                   for _ in range(repeats)])
+    fed_e2e = np.mean([sum(float(lat[rng.choice(len(lat), u, replace=False)].max()) for lat in lats) for _ in range(repeats)])
+    orc = np.mean(
+        [sum(oracle_round(lat, u, linear_epsilon(t, e0, e1, dec), rng) for t, lat in enumerate(lats, 1)) for _ in range(repeats)]
+    )
     return float(1 - orc / fed_e2e)
 
 
@@ -149,8 +151,11 @@ def run(mode: str, methods: list[str], rounds: int, seeds: list[int], out: Path,
         for m in methods:
             ov = scaled_overrides(CONFIGS[m], rounds, seed, scale)
             if mode == "sim":
-                ov["method"] = {"fedavg": "fedavg-latency-sim", "flashrl": "flashrl-latency-sim",
-                                "flashrl-tuned": "flashrl-latency-sim"}.get(m)
+                ov["method"] = {
+                    "fedavg": "fedavg-latency-sim",
+                    "flashrl": "flashrl-latency-sim",
+                    "flashrl-tuned": "flashrl-latency-sim",
+                }.get(m)
                 if ov["method"] is None:
                     print(f"[sim] skipping {m}: its reward has no latency term", flush=True)
                     continue
@@ -159,7 +164,9 @@ def run(mode: str, methods: list[str], rounds: int, seeds: list[int], out: Path,
                 fed = build_federation(cfg)
                 data0 = cfg.data.model_dump()
             elif cfg.data.model_dump() != data0:
-                raise ValueError(f"{CONFIGS[m]}: data section differs from the first method's; the comparison needs one federation")
+                raise ValueError(
+                    f"{CONFIGS[m]}: data section differs from the first method's; the comparison needs one federation"
+                )
             run_dir = out / f"{m}-s{seed}"
             t0 = time.perf_counter()
             summary = run_experiment(cfg, run_dir, federation=fed, overwrite=True)
@@ -167,16 +174,23 @@ def run(mode: str, methods: list[str], rounds: int, seeds: list[int], out: Path,
             rows = read_csv_rows(run_dir / "metrics.csv")
             warm = float(rows[0]["e2e_latency_s"])
             rec = {
-                "seed": seed, "final_accuracy": summary["final_accuracy"], "best_accuracy": summary["best_accuracy"],
-                "e2e_latency_s": summary["e2e_latency_s"] - warm, "warmup_latency_s": warm,
-                "rounds_to_target": summary["rounds_to_target"], "wall_s": wall,
+                "seed": seed,
+                "final_accuracy": summary["final_accuracy"],
+                "best_accuracy": summary["best_accuracy"],
+                "e2e_latency_s": summary["e2e_latency_s"] - warm,
+                "warmup_latency_s": warm,
+                "rounds_to_target": summary["rounds_to_target"],
+                "wall_s": wall,
                 "mean_round_latency_last10_s": float(np.mean([float(r["round_latency_s"]) for r in rows[-10:]])),
             }
             if mode == "sim":
                 rec["oracle_bound"] = oracle_bound(fed, cfg, rounds, seed)
             results[m].append(rec)
-            print(f"[{mode}] {m} seed {seed}: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                                          for k, v in rec.items()), flush=True)
+            print(
+                f"[{mode}] {m} seed {seed}: "
+                + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in rec.items()),
+                flush=True,
+            )
     return {"mode": mode, "rounds": rounds, "seeds": seeds, "scaled": scale, "results": results}
 
 
@@ -189,9 +203,11 @@ def table(res: dict) -> str:
 
     base = res["results"].get("fedavg") or []
     base_e2e = {r["seed"]: r["e2e_latency_s"] for r in base}
-    lines = [f"mode={res['mode']} rounds={res['rounds']} seeds={res['seeds']}",
-             "| method | final acc | e2e latency rounds 1..T (s) | vs FedAvg | warm-up (s) | rounds to target | bound | wall (s) |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"mode={res['mode']} rounds={res['rounds']} seeds={res['seeds']}",
+        "| method | final acc | e2e latency rounds 1..T (s) | vs FedAvg | warm-up (s) | rounds to target | bound | wall (s) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for m, recs in res["results"].items():
         if not recs:
             continue
@@ -200,11 +216,13 @@ def table(res: dict) -> str:
         rtt = [r["rounds_to_target"] for r in recs]
         rtt_s = "n/a" if res["mode"] == "sim" else (ms(rtt) + (f" ({sum(x is None for x in rtt)} never)" if None in rtt else ""))
         bound = [r.get("oracle_bound") for r in recs]
-        lines.append(f"| {m} | {acc} | {ms([r['e2e_latency_s'] for r in recs])} | "
-                     f"{ms([100 * x for x in rel]) + ' %' if rel and m != 'fedavg' else '-'} | "
-                     f"{ms([r['warmup_latency_s'] for r in recs])} | {rtt_s} | "
-                     f"{ms([-100 * b for b in bound if b is not None]) + ' %' if any(b is not None for b in bound) else '-'} | "
-                     f"{ms([r['wall_s'] for r in recs])} |")
+        lines.append(
+            f"| {m} | {acc} | {ms([r['e2e_latency_s'] for r in recs])} | "
+            f"{ms([100 * x for x in rel]) + ' %' if rel and m != 'fedavg' else '-'} | "
+            f"{ms([r['warmup_latency_s'] for r in recs])} | {rtt_s} | "
+            f"{ms([-100 * b for b in bound if b is not None]) + ' %' if any(b is not None for b in bound) else '-'} | "
+            f"{ms([r['wall_s'] for r in recs])} |"
+        )
     return "\n".join(lines)
 
 
@@ -230,7 +248,9 @@ if __name__ == "__main__":
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-flashrl")
-    ap.add_argument("--no-scale", action="store_true", help="keep the configs' epsilon decay and RL batch when --rounds is smaller")
+    ap.add_argument(
+        "--no-scale", action="store_true", help="keep the configs' epsilon decay and RL batch when --rounds is smaller"
+    )
     ap.add_argument("--json", type=Path, help="write the results here (default OUT/MODE-results.json)")
     a = ap.parse_args()
     t0 = time.perf_counter()

@@ -32,11 +32,23 @@ import textwrap
 import time
 from pathlib import Path
 
-SETTINGS = {"seed": 0, "method": "fedavg", "rounds": 5, "clients_per_round": 3, "data.dataset": "mnist-embedded", "data.num_clients": 10,
-            "data.partition.scheme": "dirichlet", "data.partition.alpha": 0.5, "data.partition.min_size": 10,
-            "train.local_epochs": 1, "train.batch_size": 20, "train.lr": 0.05, "checkpoint_every": 0}
+SETTINGS = {
+    "seed": 0,
+    "method": "fedavg",
+    "rounds": 5,
+    "clients_per_round": 3,
+    "data.dataset": "mnist-embedded",
+    "data.num_clients": 10,
+    "data.partition.scheme": "dirichlet",
+    "data.partition.alpha": 0.5,
+    "data.partition.min_size": 10,
+    "train.local_epochs": 1,
+    "train.batch_size": 20,
+    "train.lr": 0.05,
+    "checkpoint_every": 0,
+}
 
-CHILD = textwrap.dedent('''
+CHILD = textwrap.dedent("""
     import json, os, sys, time, warnings
     t_launch, engine, out, settings = float(sys.argv[1]), sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0"); os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
@@ -73,7 +85,7 @@ CHILD = textwrap.dedent('''
                            backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": 2}})
     marks["end"] = time.time()
     print("MARKS " + json.dumps(marks))
-''')
+""")
 
 
 def _tree(pid: int) -> list[int]:
@@ -110,11 +122,21 @@ def _memory(pids: list[int]) -> tuple[float, float]:
 
 def measure(engine: str, settings: dict, out: Path) -> dict:
     """Run one engine in a fresh process and measure it (module docstring)."""
-    env = {**os.environ, "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1", "OMP_NUM_THREADS": "1",
-           "FLWR_HOME": tempfile.mkdtemp(prefix="bench-flwr-home-")}
+    env = {
+        **os.environ,
+        "FLWR_TELEMETRY_ENABLED": "0",
+        "FLWR_DISABLE_UPDATE_CHECK": "1",
+        "OMP_NUM_THREADS": "1",
+        "FLWR_HOME": tempfile.mkdtemp(prefix="bench-flwr-home-"),
+    }
     t_launch = time.time()
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(t_launch), engine, str(out), json.dumps(settings)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(t_launch), engine, str(out), json.dumps(settings)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     peak_rss = peak_pss = 0.0
     procs = 0
     while proc.poll() is None:
@@ -130,8 +152,15 @@ def measure(engine: str, settings: dict, out: Path) -> dict:
     if proc.returncode != 0 or marks is None:
         raise RuntimeError(f"{engine} run failed (exit {proc.returncode}):\n{output[-3000:]}")
     rounds = [float(r.split(",")[1]) for r in (out / "timing.csv").read_text().splitlines()[1:] if not r.startswith("0,")]
-    return {"startup_s": marks["round1"] - t_launch, "round_s": rounds, "mean_round_s": sum(rounds) / len(rounds), "total_s": total,
-            "peak_rss_mb": peak_rss, "peak_pss_mb": peak_pss, "processes_at_peak": procs}
+    return {
+        "startup_s": marks["round1"] - t_launch,
+        "round_s": rounds,
+        "mean_round_s": sum(rounds) / len(rounds),
+        "total_s": total,
+        "peak_rss_mb": peak_rss,
+        "peak_pss_mb": peak_pss,
+        "processes_at_peak": procs,
+    }
 
 
 def main(quick: bool = False) -> dict:
@@ -146,9 +175,12 @@ def main(quick: bool = False) -> dict:
             for engine in ("simulator", "flower"):
                 row[engine] = measure(engine, settings, Path(tmp) / f"{name}-{engine}")
             # the strategy polls the SuperLink for replies every 0.1 s by default: the floor of a round there
-            row["flower_poll_0.01s"] = measure("flower", {**settings, "poll-interval": 0.01}, Path(tmp) / f"{name}-flower-fastpoll")
-            row["identical_metrics"] = (Path(tmp) / f"{name}-simulator" / "metrics.csv").read_text() == \
-                (Path(tmp) / f"{name}-flower" / "metrics.csv").read_text()
+            row["flower_poll_0.01s"] = measure(
+                "flower", {**settings, "poll-interval": 0.01}, Path(tmp) / f"{name}-flower-fastpoll"
+            )
+            row["identical_metrics"] = (Path(tmp) / f"{name}-simulator" / "metrics.csv").read_text() == (
+                Path(tmp) / f"{name}-flower" / "metrics.csv"
+            ).read_text()
             res[name] = row
     res["load_avg_1min_after"] = os.getloadavg()[0]
     return res

@@ -20,14 +20,26 @@ from pathlib import Path
 
 def _sweep(quick: bool) -> dict:
     return {
-        "name": "bench-ray-grid", "seeds": [0] if quick else [0, 1],
-        "base": {"rounds": 3, "data": {"dataset": "iot-synthetic", "options": {"windows": 120, "min_records": 50}, "num_clients": 12,
-                                       "partition": {"scheme": "fat_thin"}, "holdout_fraction": 0.0},
-                 "model": {"name": "mlp"}, "train": {"local_epochs": 1, "batch_size": 8, "optimizer": "adam", "lr": 0.003},
-                 "checkpoint_every": 0},
-        "methods": [{"label": "secretary", "method": "budgeted_online"},
-                    {"label": "online random", "method": "online_random", "grid_keys": ["data.num_clients", "clients_per_round"]},
-                    {"label": "offline best", "method": "offline_best", "grid_keys": ["data.num_clients", "clients_per_round"]}],
+        "name": "bench-ray-grid",
+        "seeds": [0] if quick else [0, 1],
+        "base": {
+            "rounds": 3,
+            "data": {
+                "dataset": "iot-synthetic",
+                "options": {"windows": 120, "min_records": 50},
+                "num_clients": 12,
+                "partition": {"scheme": "fat_thin"},
+                "holdout_fraction": 0.0,
+            },
+            "model": {"name": "mlp"},
+            "train": {"local_epochs": 1, "batch_size": 8, "optimizer": "adam", "lr": 0.003},
+            "checkpoint_every": 0,
+        },
+        "methods": [
+            {"label": "secretary", "method": "budgeted_online"},
+            {"label": "online random", "method": "online_random", "grid_keys": ["data.num_clients", "clients_per_round"]},
+            {"label": "offline best", "method": "offline_best", "grid_keys": ["data.num_clients", "clients_per_round"]},
+        ],
         "grid": {"data.num_clients": [12], "clients_per_round": [2, 3], "method_options.r2": [1, 2]},
     }
 

@@ -168,18 +168,34 @@ def run_child(args: list[str], timeout: float = 3600) -> dict:
         if rc != 0 or not out.exists():
             return {"error": f"child {args} ended with {rc}"}
         res = json.loads(out.read_text())
-        res.update(peak_rss_mb=sampler.peak_rss / 2**20, peak_pss_mb=(sampler.peak_pss / 2**20) or math.nan,
-                   process_wall_s=time.perf_counter() - t0, loadavg_before=load0, loadavg_after=loadavg())
+        res.update(
+            peak_rss_mb=sampler.peak_rss / 2**20,
+            peak_pss_mb=(sampler.peak_pss / 2**20) or math.nan,
+            process_wall_s=time.perf_counter() - t0,
+            loadavg_before=load0,
+            loadavg_after=loadavg(),
+        )
         return res
 
 
 # =============================================================================== the workload
 def workload(quick: bool) -> dict:
     if quick:
-        return {"name": "bench-speed-quick", "seed": 0, "method": "fedavg", "rounds": 3, "clients_per_round": 4,
-                "data": {"dataset": "mnist-embedded", "num_clients": 20, "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10}},
-                "model": {"name": "mnist_cnn"}, "train": {"local_epochs": 1, "batch_size": 50, "lr": 0.01, "momentum": 0.9},
-                "checkpoint_every": 0}
+        return {
+            "name": "bench-speed-quick",
+            "seed": 0,
+            "method": "fedavg",
+            "rounds": 3,
+            "clients_per_round": 4,
+            "data": {
+                "dataset": "mnist-embedded",
+                "num_clients": 20,
+                "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10},
+            },
+            "model": {"name": "mnist_cnn"},
+            "train": {"local_epochs": 1, "batch_size": 50, "lr": 0.01, "momentum": 0.9},
+            "checkpoint_every": 0,
+        }
     import yaml
 
     doc = yaml.safe_load((ROOT / "configs" / "mnist-fedavg.yaml").read_text())
@@ -254,7 +270,7 @@ class BareLoop:
             for _ in range(tc.epochs):
                 perm = torch.randperm(len(y), generator=g)
                 for i in range(0, len(y), tc.batch_size):
-                    idx = perm[i:i + tc.batch_size]
+                    idx = perm[i : i + tc.batch_size]
                     opt.zero_grad()
                     loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
                     loss.backward()
@@ -270,9 +286,9 @@ class BareLoop:
         xt, yt = self.xt, self.yt
         with torch.no_grad():
             for i in range(0, len(yt), 1000):
-                out = model(xt[i:i + 1000])
-                loss_sum += float(nn.functional.cross_entropy(out, yt[i:i + 1000], reduction="sum"))
-                correct += int((out.argmax(1) == yt[i:i + 1000]).sum())
+                out = model(xt[i : i + 1000])
+                loss_sum += float(nn.functional.cross_entropy(out, yt[i : i + 1000], reduction="sum"))
+                correct += int((out.argmax(1) == yt[i : i + 1000]).sum())
         t2 = time.perf_counter()
         if commit:
             self.global_state = new_state
@@ -294,7 +310,9 @@ class FedselectLoop:
         from fedselect.fl.pool import TrainJob
 
         t0 = time.perf_counter()
-        res = self.trainer.train([TrainJob(k, self.global_state, self.tc.epochs, self.cfg.seed, f"train/{t}/{k}") for k in chosen])
+        res = self.trainer.train(
+            [TrainJob(k, self.global_state, self.tc.epochs, self.cfg.seed, f"train/{t}/{k}") for k in chosen]
+        )
         bad = [r.error for r in res if r.error]
         if bad:
             raise RuntimeError(bad[0])
@@ -318,9 +336,13 @@ def serve_speed(variant: str, quick: bool, workers: int) -> None:
     cfg, fed, tc, build_s = _fed_and_cfg(quick)
     loop = BareLoop(cfg, fed, tc) if variant == "bare" else FedselectLoop(cfg, fed, tc, workers)
     sel = selections(cfg.seed, fed.num_clients, cfg.clients_per_round, 1000)
-    ready = {"ready_s": time.perf_counter() - T_START, "federation_s": build_s,
-             "startup_s": 0.0 if variant == "bare" else loop.trainer.startup_s,
-             "torch_threads_main": torch.get_num_threads(), "num_clients": fed.num_clients}
+    ready = {
+        "ready_s": time.perf_counter() - T_START,
+        "federation_s": build_s,
+        "startup_s": 0.0 if variant == "bare" else loop.trainer.startup_s,
+        "torch_threads_main": torch.get_num_threads(),
+        "num_clients": fed.num_clients,
+    }
     print(json.dumps(ready), flush=True)
     try:
         for line in sys.stdin:
@@ -338,8 +360,14 @@ class LiveChild:
     """A serving child process (:func:`serve_speed`) with its memory sampler."""
 
     def __init__(self, args: list[str]):
-        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *args], cwd=ROOT,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), *args],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
         self.sampler = TreeSampler(self.proc.pid)
         self.sampler.start()
 
@@ -391,7 +419,7 @@ def speed_rows(variants: list[tuple[str, list[str]]], rounds: int, reps: int) ->
     names = list(children)
     try:
         for t in range(1, rounds + 1):
-            order = names[(t - 1) % len(names):] + names[:(t - 1) % len(names)]
+            order = names[(t - 1) % len(names) :] + names[: (t - 1) % len(names)]
             got: dict[str, list[dict]] = {n: [] for n in names}
             for rep in range(reps):
                 for name in order:
@@ -403,8 +431,12 @@ def speed_rows(variants: list[tuple[str, list[str]]], rounds: int, reps: int) ->
                 runs[name]["repetitions"].append(got[name])
                 best = min(got[name], key=lambda r: r["wall_s"])
                 runs[name]["rounds"].append(best)
-            print(f"  round {t}: " + ", ".join(f"{n} " + "/".join(f"{r['wall_s']:.2f}" for r in got[n]) for n in order)
-                  + f" s (load {loadavg():.2f})", flush=True)
+            print(
+                f"  round {t}: "
+                + ", ".join(f"{n} " + "/".join(f"{r['wall_s']:.2f}" for r in got[n]) for n in order)
+                + f" s (load {loadavg():.2f})",
+                flush=True,
+            )
     finally:
         for name, c in children.items():
             runs[name].update(c.close())
@@ -450,8 +482,17 @@ def child_scale(quick: bool, n: int, rounds: int) -> dict:
             d = time.perf_counter()
             trainer.evaluate(state)
             e = time.perf_counter()
-            out.append({"round": t, "wall_s": e - a, "draw_ms": (b - a) * 1e3, "select_ms": (c - b) * 1e3,
-                        "train_s": d - c, "eval_s": e - d, "mean_mhz": float(np.mean(draws.freq_mhz))})
+            out.append(
+                {
+                    "round": t,
+                    "wall_s": e - a,
+                    "draw_ms": (b - a) * 1e3,
+                    "select_ms": (c - b) * 1e3,
+                    "train_s": d - c,
+                    "eval_s": e - d,
+                    "mean_mhz": float(np.mean(draws.freq_mhz)),
+                }
+            )
     finally:
         trainer.close()
     return {"variant": f"scale-{n}", "num_clients": n, "setup_s": setup_s, "startup_s": trainer.startup_s, "rounds": out}
@@ -466,8 +507,12 @@ def child_fedbuild(quick: bool, n: int, scheme: str = "dirichlet") -> dict:
     doc = workload(quick)
     min_size = max(1, min(10, (4000 if quick else 60000) // (4 * n)))
     part = {"scheme": "dirichlet", "alpha": 0.5, "min_size": min_size} if scheme == "dirichlet" else {"scheme": "iid"}
-    doc["data"] = {"dataset": doc["data"]["dataset"], "num_clients": n, "partition": part,
-                   "holdout_fraction": doc["data"].get("holdout_fraction", 0.0)}
+    doc["data"] = {
+        "dataset": doc["data"]["dataset"],
+        "num_clients": n,
+        "partition": part,
+        "holdout_fraction": doc["data"].get("holdout_fraction", 0.0),
+    }
     cfg = parse_config(doc, "fedbuild")
     t0 = time.perf_counter()
     try:
@@ -476,8 +521,14 @@ def child_fedbuild(quick: bool, n: int, scheme: str = "dirichlet") -> dict:
         res = {"ok": True, "min_client": min(sizes), "max_client": max(sizes)}
     except ValueError as e:
         res = {"ok": False, "error": str(e)[:300]}
-    return {"variant": f"fedbuild-{scheme}-{n}", "num_clients": n, "scheme": scheme,
-            "min_size": min_size if scheme == "dirichlet" else None, "build_s": time.perf_counter() - t0, **res}
+    return {
+        "variant": f"fedbuild-{scheme}-{n}",
+        "num_clients": n,
+        "scheme": scheme,
+        "min_size": min_size if scheme == "dirichlet" else None,
+        "build_s": time.perf_counter() - t0,
+        **res,
+    }
 
 
 def child_agent(n: int, rounds: int, components: int = 100) -> dict:
@@ -495,7 +546,9 @@ def child_agent(n: int, rounds: int, components: int = 100) -> dict:
     dim = n * (m + 4)
     u = 10
     t0 = time.perf_counter()
-    agent = DDQNAgent(dim, n, DDQNConfig(), total_rounds=100, rng=np_rng(0, "bench/agent"), torch_generator=torch_rng(0, "bench/agent"))
+    agent = DDQNAgent(
+        dim, n, DDQNConfig(), total_rounds=100, rng=np_rng(0, "bench/agent"), torch_generator=torch_rng(0, "bench/agent")
+    )
     build_s = time.perf_counter() - t0
     rng = np.random.default_rng(0)
     state = rng.standard_normal(dim).astype(np.float32)
@@ -514,8 +567,15 @@ def child_agent(n: int, rounds: int, components: int = 100) -> dict:
         times.append(time.perf_counter() - a)
         state = nxt
     params = sum(p.numel() for p in agent.main.parameters())
-    return {"variant": f"agent-{n}", "num_clients": n, "state_dim": dim, "q_params": params, "build_s": build_s,
-            "round_s": times, "torch_threads": torch.get_num_threads()}
+    return {
+        "variant": f"agent-{n}",
+        "num_clients": n,
+        "state_dim": dim,
+        "q_params": params,
+        "build_s": build_s,
+        "round_s": times,
+        "torch_threads": torch.get_num_threads(),
+    }
 
 
 def child_small() -> dict:
@@ -576,24 +636,35 @@ def speed_table(runs: dict[str, dict]) -> dict:
         walls = [r["wall_s"] for r in rows]
         ratios = [r["wall_s"] / b["wall_s"] for r, b in zip(run.get("rounds", [])[1:], bare[1:])]
         summary[name] = {
-            "round_median_s": _median(walls), "round_min_s": min(walls, default=math.nan), "round_max_s": max(walls, default=math.nan),
-            "train_median_s": _median([r["train_s"] for r in rows]), "eval_median_s": _median([r["eval_s"] for r in rows]),
+            "round_median_s": _median(walls),
+            "round_min_s": min(walls, default=math.nan),
+            "round_max_s": max(walls, default=math.nan),
+            "train_median_s": _median([r["train_s"] for r in rows]),
+            "eval_median_s": _median([r["eval_s"] for r in rows]),
             "first_round_s": run["rounds"][0]["wall_s"] if run.get("rounds") else math.nan,
-            "startup_s": run.get("startup_s", math.nan), "ready_s": run.get("process_ready_s", math.nan),
-            "peak_rss_mb": run.get("peak_rss_mb", math.nan), "peak_pss_mb": run.get("peak_pss_mb", math.nan),
-            "ratio_to_bare_median": _median(ratios), "ratio_to_bare_of_medians": _median(walls) / _median([b["wall_s"] for b in bare[1:]]) if bare else math.nan,
+            "startup_s": run.get("startup_s", math.nan),
+            "ready_s": run.get("process_ready_s", math.nan),
+            "peak_rss_mb": run.get("peak_rss_mb", math.nan),
+            "peak_pss_mb": run.get("peak_pss_mb", math.nan),
+            "ratio_to_bare_median": _median(ratios),
+            "ratio_to_bare_of_medians": _median(walls) / _median([b["wall_s"] for b in bare[1:]]) if bare else math.nan,
             "final_accuracy": run["rounds"][-1]["accuracy"] if run.get("rounds") else math.nan,
-            "rounds_measured": len(walls), "loadavg_median": _median([r.get("loadavg", math.nan) for r in rows]),
+            "rounds_measured": len(walls),
+            "loadavg_median": _median([r.get("loadavg", math.nan) for r in rows]),
         }
     return summary
 
 
 def print_speed(summary: dict) -> None:
-    print(f"{'variant':<18}{'median s':>9}{'min':>7}{'max':>7}{'train':>7}{'eval':>7}{'x bare':>8}{'start s':>8}{'ready s':>8}{'RSS MB':>8}{'PSS MB':>8}")
+    print(
+        f"{'variant':<18}{'median s':>9}{'min':>7}{'max':>7}{'train':>7}{'eval':>7}{'x bare':>8}{'start s':>8}{'ready s':>8}{'RSS MB':>8}{'PSS MB':>8}"
+    )
     for name, s in summary.items():
-        print(f"{name:<18}{s['round_median_s']:>9.3f}{s['round_min_s']:>7.2f}{s['round_max_s']:>7.2f}{s['train_median_s']:>7.2f}"
-              f"{s['eval_median_s']:>7.2f}{s['ratio_to_bare_median']:>8.3f}{s['startup_s']:>8.2f}{s['ready_s']:>8.2f}"
-              f"{s['peak_rss_mb']:>8.0f}{s['peak_pss_mb']:>8.0f}")
+        print(
+            f"{name:<18}{s['round_median_s']:>9.3f}{s['round_min_s']:>7.2f}{s['round_max_s']:>7.2f}{s['train_median_s']:>7.2f}"
+            f"{s['eval_median_s']:>7.2f}{s['ratio_to_bare_median']:>8.3f}{s['startup_s']:>8.2f}{s['ready_s']:>8.2f}"
+            f"{s['peak_rss_mb']:>8.0f}{s['peak_pss_mb']:>8.0f}"
+        )
 
 
 def main(quick: bool = False, rounds: int | None = None, parts: str = "speed,scaling,agents", reps: int | None = None) -> dict:
@@ -603,12 +674,21 @@ def main(quick: bool = False, rounds: int | None = None, parts: str = "speed,sca
     rounds = rounds or (3 if quick else 6)
     reps = reps or (1 if quick else 2)
     q = ["--quick"] if quick else []
-    res: dict = {"quick": quick, "usable_cores": cores, "rounds": rounds, "repetitions": reps,
-                 "loadavg_start": loadavg(), "python": sys.version.split()[0]}
+    res: dict = {
+        "quick": quick,
+        "usable_cores": cores,
+        "rounds": rounds,
+        "repetitions": reps,
+        "loadavg_start": loadavg(),
+        "python": sys.version.split()[0],
+    }
     want = set(parts.split(","))
     if "speed" in want:
-        variants = [("bare", ["--variant", "bare"]), ("fedselect-inproc", ["--variant", "fedselect", "--workers", "0"]),
-                    ("fedselect-1w", ["--variant", "fedselect", "--workers", "1"])]
+        variants = [
+            ("bare", ["--variant", "bare"]),
+            ("fedselect-inproc", ["--variant", "fedselect", "--workers", "0"]),
+            ("fedselect-1w", ["--variant", "fedselect", "--workers", "1"]),
+        ]
         if cores > 1:
             variants.append((f"fedselect-{cores}w", ["--variant", "fedselect", "--workers", str(cores)]))
         variants = [(name, ["--serve", *args]) for name, args in variants]
@@ -618,7 +698,7 @@ def main(quick: bool = False, rounds: int | None = None, parts: str = "speed,sca
         print_speed(res["speed"])
     if "scaling" in want:
         scale = {}
-        for n in ((100, 1000) if quick else (100, 1000, 10000)):
+        for n in (100, 1000) if quick else (100, 1000, 10000):
             r = run_child(["--variant", "scale", "--n", str(n), "--rounds", str(2 if quick else 4), *q])
             if "rounds" in r:
                 w = [x["wall_s"] for x in r["rounds"][1:]] or [x["wall_s"] for x in r["rounds"]]
@@ -626,28 +706,51 @@ def main(quick: bool = False, rounds: int | None = None, parts: str = "speed,sca
                 r["draw_ms_median"] = _median([x["draw_ms"] for x in r["rounds"]])
                 r["select_ms_median"] = _median([x["select_ms"] for x in r["rounds"]])
             scale[n] = r
-            print(f"  FedAvg N={n}: " + (r.get("error") or f"{r['round_median_s']:.3f} s/round (first round excluded), draw "
-                  f"{r['draw_ms_median']:.2f} ms, select {r['select_ms_median']:.2f} ms, setup {r['setup_s']:.1f} s, "
-                  f"peak RSS {r['peak_rss_mb']:.0f} MB, PSS {r['peak_pss_mb']:.0f} MB"), flush=True)
+            print(
+                f"  FedAvg N={n}: "
+                + (
+                    r.get("error")
+                    or f"{r['round_median_s']:.3f} s/round (first round excluded), draw "
+                    f"{r['draw_ms_median']:.2f} ms, select {r['select_ms_median']:.2f} ms, setup {r['setup_s']:.1f} s, "
+                    f"peak RSS {r['peak_rss_mb']:.0f} MB, PSS {r['peak_pss_mb']:.0f} MB"
+                ),
+                flush=True,
+            )
         res["fedavg_scaling"] = scale
         build = {}
-        for n in ((20, 100) if quick else (100, 1000, 10000)):
+        for n in (20, 100) if quick else (100, 1000, 10000):
             for scheme in ("dirichlet", "iid"):
                 r = run_child(["--variant", "fedbuild", "--n", str(n), "--scheme", scheme, *q])
                 build[f"{scheme}-{n}"] = r
-                print(f"  {scheme} federation N={n}" + (f" (min_size {r.get('min_size')})" if scheme == "dirichlet" else "")
-                      + f": {r.get('build_s', math.nan):.1f} s " + (f"ok, clients of {r.get('min_client')}..{r.get('max_client')} samples"
-                      if r.get("ok") else str(r.get("error"))) + f", peak RSS {r.get('peak_rss_mb', math.nan):.0f} MB", flush=True)
+                print(
+                    f"  {scheme} federation N={n}"
+                    + (f" (min_size {r.get('min_size')})" if scheme == "dirichlet" else "")
+                    + f": {r.get('build_s', math.nan):.1f} s "
+                    + (
+                        f"ok, clients of {r.get('min_client')}..{r.get('max_client')} samples"
+                        if r.get("ok")
+                        else str(r.get("error"))
+                    )
+                    + f", peak RSS {r.get('peak_rss_mb', math.nan):.0f} MB",
+                    flush=True,
+                )
         res["federation_build"] = build
     if "agents" in want:
         agent = {}
-        for n in ((100, 300) if quick else (100, 1000, 2000)):
+        for n in (100, 300) if quick else (100, 1000, 2000):
             r = run_child(["--variant", "agent", "--n", str(n), "--rounds", str(5 if quick else 10)])
             if "round_s" in r:
                 r["round_median_s"] = _median(r["round_s"])
             agent[n] = r
-            print(f"  FLASH-RL agent N={n}: " + (r.get("error") or f"state {r['state_dim']}, Q params {r['q_params']:,}, "
-                  f"{r['round_median_s'] * 1e3:.0f} ms/round, build {r['build_s']:.1f} s, peak RSS {r['peak_rss_mb']:.0f} MB"), flush=True)
+            print(
+                f"  FLASH-RL agent N={n}: "
+                + (
+                    r.get("error")
+                    or f"state {r['state_dim']}, Q params {r['q_params']:,}, "
+                    f"{r['round_median_s'] * 1e3:.0f} ms/round, build {r['build_s']:.1f} s, peak RSS {r['peak_rss_mb']:.0f} MB"
+                ),
+                flush=True,
+            )
         res["flashrl_agent"] = agent
         small = run_child(["--variant", "small"])
         res["cefl_and_secretary"] = small

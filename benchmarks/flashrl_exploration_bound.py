@@ -21,7 +21,7 @@ import argparse
 import numpy as np
 
 from fedselect.fl.metrics import dumps_json
-from fedselect.methods.ddqn import linear_epsilon
+from fedselect.kernels.ddqn import linear_epsilon
 from fedselect.seeding import np_rng
 from fedselect.system import Fleet, compute_time, data_bits, transmit_time
 
@@ -38,7 +38,7 @@ def client_sizes(num_clients: int, seed: int, equal: bool) -> np.ndarray:
     """Training-set sizes of the clients: full MNIST, hetero Dirichlet 0.5 (or 60000/N each)."""
     if equal:
         return np.full(num_clients, 60_000 // num_clients)
-    from fedselect.data import load_dataset
+    from fedselect.data.catalog import load_dataset
     from fedselect.data.partition import make_partitioner
 
     train, _ = load_dataset("mnist", seed=seed)
@@ -76,8 +76,13 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--repeats", type=int, default=200, help="Monte-Carlo repetitions of the random choices per seed")
     ap.add_argument("--equal-sizes", action="store_true", help="60000/N samples per client instead of the Dirichlet 0.5 split")
-    ap.add_argument("--schedule", action="append", default=[], metavar="EPS0,EPS1,ROUNDS",
-                    help="extra linear schedule, e.g. 0.9,0.1,20 (repeatable)")
+    ap.add_argument(
+        "--schedule",
+        action="append",
+        default=[],
+        metavar="EPS0,EPS1,ROUNDS",
+        help="extra linear schedule, e.g. 0.9,0.1,20 (repeatable)",
+    )
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
 
@@ -96,18 +101,33 @@ def main() -> None:
         sizes = client_sizes(args.clients, seed, args.equal_sizes)
         lats = [latencies(fleet, sizes, t, args.epochs, args.cycles_per_bit, model_bits) for t in range(1, args.rounds + 1)]
         rng = np_rng(seed, "exploration-bound")
-        fed = np.mean([sum(float(l[rng.choice(args.clients, args.per_round, replace=False)].max()) for l in lats)
-                       for _ in range(args.repeats)])
+        fed = np.mean(
+            [
+                sum(float(lat[rng.choice(args.clients, args.per_round, replace=False)].max()) for lat in lats)
+                for _ in range(args.repeats)
+            ]
+        )
         fedavg_e2e.append(fed)
         for name, (e0, e1, dec) in schedules.items():
-            e2e = np.mean([sum(oracle_round(l, args.per_round, linear_epsilon(t, e0, e1, dec or args.rounds), rng)
-                               for t, l in enumerate(lats, start=1)) for _ in range(args.repeats)])
+            e2e = np.mean(
+                [
+                    sum(
+                        oracle_round(lat, args.per_round, linear_epsilon(t, e0, e1, dec or args.rounds), rng)
+                        for t, lat in enumerate(lats, start=1)
+                    )
+                    for _ in range(args.repeats)
+                ]
+            )
             results[name].append(1.0 - e2e / fed)
-    print(f"N={args.clients} U={args.per_round} T={args.rounds} E={args.epochs} seeds={args.seeds} "
-          f"repeats={args.repeats} sizes={'equal' if args.equal_sizes else 'MNIST Dirichlet 0.5'}")
+    print(
+        f"N={args.clients} U={args.per_round} T={args.rounds} E={args.epochs} seeds={args.seeds} "
+        f"repeats={args.repeats} sizes={'equal' if args.equal_sizes else 'MNIST Dirichlet 0.5'}"
+    )
     print(f"FedAvg end-to-end latency: {np.mean(fedavg_e2e):.1f} s (per seed {np.round(fedavg_e2e, 1).tolist()})")
     for name, vals in results.items():
-        print(f"  oracle, {name:36s}: at most {100 * np.mean(vals):5.1f}% lower (per seed {np.round(100 * np.array(vals), 1).tolist()})")
+        print(
+            f"  oracle, {name:36s}: at most {100 * np.mean(vals):5.1f}% lower (per seed {np.round(100 * np.array(vals), 1).tolist()})"
+        )
     if args.json:
         with open(args.json, "w") as f:  # strict JSON: non-finite numbers as null
             f.write(dumps_json({"fedavg_e2e_s": fedavg_e2e, "max_reduction": results, "args": vars(args)}, indent=2, default=str))

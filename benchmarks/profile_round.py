@@ -89,7 +89,7 @@ def flashrl_profile(rounds: int = 3) -> None:
     st = pstats.Stats(prof)
     print(f"\n== FLASH-RL, full MNIST N = 100, {rounds} rounds through run_experiment: {wall:.1f} s")
     rows = []
-    for (file, line, fn), (cc, nc, tt, ct, callers) in st.stats.items():
+    for (file, _line, fn), (_cc, nc, _tt, ct, _callers) in st.stats.items():
         if "/fedselect/" in file and fn not in ("run_experiment", "run_rounds", "_run", "<module>"):
             rows.append((ct, f"{Path(file).parent.name}/{Path(file).stem}.{fn}", nc))
     print("  fedselect functions by cumulative time (calls):")

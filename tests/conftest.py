@@ -14,8 +14,15 @@ os.environ.setdefault("FEDSELECT_WORKERS", "0")
 def tiny_cfg_doc():
     """A fast FedAvg experiment on the embedded real MNIST (few clients, few rounds)."""
     return {
-        "name": "tiny", "seed": 3, "rounds": 2, "clients_per_round": 2,
-        "data": {"dataset": "mnist-embedded", "num_clients": 8, "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10}},
+        "name": "tiny",
+        "seed": 3,
+        "rounds": 2,
+        "clients_per_round": 2,
+        "data": {
+            "dataset": "mnist-embedded",
+            "num_clients": 8,
+            "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10},
+        },
         "model": {"name": "mlp", "options": {"hidden": [32]}},
         "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
     }
@@ -27,8 +34,17 @@ def tiny_experiment(method: str | None = "fedavg", seed: int = 4, **over):
     from fedselect.resolve import parse_experiment
 
     doc = {
-        "name": "tiny", "seed": seed, "method": method, "rounds": 4, "clients_per_round": 3, "checkpoint_every": 1,
-        "data": {"dataset": "mnist-embedded", "num_clients": 8, "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10}},
+        "name": "tiny",
+        "seed": seed,
+        "method": method,
+        "rounds": 4,
+        "clients_per_round": 3,
+        "checkpoint_every": 1,
+        "data": {
+            "dataset": "mnist-embedded",
+            "num_clients": 8,
+            "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10},
+        },
         "model": {"name": "mlp", "options": {"hidden": [16]}},
         "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
     }

@@ -32,20 +32,35 @@ class LocalGrid(Grid):
             unavailable (the SuperLink's code 5 reply).
     """
 
-    def __init__(self, client_app, num_nodes: int, run_config: dict[str, Any], client_of: dict[int, int] | None = None,
-                 join_at: dict[int, int] | None = None, behaviour: Callable[[str, int, int], str | None] | None = None):
+    def __init__(
+        self,
+        client_app,
+        num_nodes: int,
+        run_config: dict[str, Any],
+        client_of: dict[int, int] | None = None,
+        join_at: dict[int, int] | None = None,
+        behaviour: Callable[[str, int, int], str | None] | None = None,
+    ):
         # what a ServerApp process has: Message() reads the run and node id from it
         TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
         self.app = client_app
         self.ids = [1000 + i for i in range(num_nodes)]
         self.client = {1000 + i: (client_of or {}).get(i, i) for i in range(num_nodes)}
         self.join_at = {1000 + i: (join_at or {}).get(i, 1) for i in range(num_nodes)}
-        self.contexts = {nid: Context(run_id=1, node_id=nid, node_config={"partition-id": self.client[nid], "num-partitions": num_nodes},
-                                      state=RecordDict(), run_config=dict(run_config)) for nid in self.ids}
+        self.contexts = {
+            nid: Context(
+                run_id=1,
+                node_id=nid,
+                node_config={"partition-id": self.client[nid], "num-partitions": num_nodes},
+                state=RecordDict(),
+                run_config=dict(run_config),
+            )
+            for nid in self.ids
+        }
         self.behaviour = behaviour or (lambda kind, k, t: None)
         self.polls = 0
         self.left: set[int] = set()
-        self.events: list[tuple] = []      # ("poll", None, n) or (message_type, client id, server-round)
+        self.events: list[tuple] = []  # ("poll", None, n) or (message_type, client id, server-round)
         self._replies: dict[str, Message] = {}
 
     # ---------------------------------------------------------------- Grid

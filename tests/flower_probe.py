@@ -53,15 +53,23 @@ def probe(grid: Grid, settings: dict, out: str, nodes: int, timeout: float = 120
     res: dict = {"node_ids": ids, "waited_s": waited, "server_setup_s": time.perf_counter() - t0}
 
     t0 = time.perf_counter()
-    q = send_and_receive([Message(RecordDict({"config": ConfigRecord({"server-round": 1})}), dst_node_id=i, message_type="query")
-                               for i in ids], timeout=timeout)
+    q = send_and_receive(
+        [Message(RecordDict({"config": ConfigRecord({"server-round": 1})}), dst_node_id=i, message_type="query") for i in ids],
+        timeout=timeout,
+    )
     res["query_s"] = time.perf_counter() - t0
     res["profiles"] = {str(r.metadata.src_node_id): dict(r.content["profile"]) for r in q if r.has_content()}
     client_of = {int(n): p["client-id"] for n, p in res["profiles"].items()}
 
     t0 = time.perf_counter()
-    msgs = [Message(RecordDict({"arrays": ArrayRecord(init), "config": ConfigRecord({"server-round": 1})}), dst_node_id=i,
-                    message_type="train") for i in ids]
+    msgs = [
+        Message(
+            RecordDict({"arrays": ArrayRecord(init), "config": ConfigRecord({"server-round": 1})}),
+            dst_node_id=i,
+            message_type="train",
+        )
+        for i in ids
+    ]
     replies = send_and_receive(msgs, timeout=timeout)
     res["train_s"] = time.perf_counter() - t0
     res["train"] = {}
@@ -70,18 +78,40 @@ def probe(grid: Grid, settings: dict, out: str, nodes: int, timeout: float = 120
         if r.has_error():
             res["train"][str(k)] = {"error": r.error.reason}
             continue
-        res["train"][str(k)] = {"metrics": dict(r.content["metrics"]), "digest": arrays_digest(r.content["arrays"].to_torch_state_dict()),
-                                "keys": list(r.content["arrays"].keys())}
+        res["train"][str(k)] = {
+            "metrics": dict(r.content["metrics"]),
+            "digest": arrays_digest(r.content["arrays"].to_torch_state_dict()),
+            "keys": list(r.content["arrays"].keys()),
+        }
 
     t0 = time.perf_counter()
-    bad = send_and_receive([Message(RecordDict({"arrays": ArrayRecord(init)}), dst_node_id=ids[0], message_type="train")],
-                                timeout=timeout)
+    bad = send_and_receive(
+        [Message(RecordDict({"arrays": ArrayRecord(init)}), dst_node_id=ids[0], message_type="train")], timeout=timeout
+    )
     res["bad_s"] = time.perf_counter() - t0
-    res["bad"] = [{"error": r.has_error(), "code": r.error.code if r.has_error() else None,
-                   "reason": r.error.reason if r.has_error() else None} for r in bad]
+    res["bad"] = [
+        {
+            "error": r.has_error(),
+            "code": r.error.code if r.has_error() else None,
+            "reason": r.error.reason if r.has_error() else None,
+        }
+        for r in bad
+    ]
 
-    ev = [] if not with_evaluate else send_and_receive([Message(RecordDict({"arrays": ArrayRecord(init), "config": ConfigRecord(
-        {"train-epochs": 1, "eval-split": "test"})}), dst_node_id=ids[-1], message_type="evaluate")], timeout=timeout)
+    ev = (
+        []
+        if not with_evaluate
+        else send_and_receive(
+            [
+                Message(
+                    RecordDict({"arrays": ArrayRecord(init), "config": ConfigRecord({"train-epochs": 1, "eval-split": "test"})}),
+                    dst_node_id=ids[-1],
+                    message_type="evaluate",
+                )
+            ],
+            timeout=timeout,
+        )
+    )
     res["evaluate"] = {str(client_of[r.metadata.src_node_id]): dict(r.content["metrics"]) for r in ev if r.has_content()}
     res["total_s"] = time.perf_counter() - t_start
     with open(out, "w") as fh:
@@ -107,5 +137,11 @@ app = ServerApp()
 def _main(grid: Grid, context: Context) -> None:
     rc = dict(context.run_config)
     settings = {k: v for k, v in rc.items() if k not in PROBE_KEYS}
-    probe(grid, settings, str(rc["probe.out"]), int(rc["probe.nodes"]), float(rc.get("probe.timeout", 120.0)),
-          bool(rc.get("probe.evaluate", True)))
+    probe(
+        grid,
+        settings,
+        str(rc["probe.out"]),
+        int(rc["probe.nodes"]),
+        float(rc.get("probe.timeout", 120.0)),
+        bool(rc.get("probe.evaluate", True)),
+    )

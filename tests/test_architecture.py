@@ -12,17 +12,35 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "fedselect"
 
 #: layer of each module prefix (longest prefix wins); lower layers never import higher ones
 LAYERS = {
-    "fedselect": 0, "fedselect.seeding": 0, "fedselect.config": 0, "fedselect.presets": 0, "fedselect.registry": 0,
-    "fedselect.system": 1, "fedselect.models": 1, "fedselect.data": 1,
+    "fedselect": 0,
+    "fedselect.seeding": 0,
+    "fedselect.config": 0,
+    "fedselect.presets": 0,
+    "fedselect.registry": 0,
+    "fedselect.system": 1,
+    "fedselect.models": 1,
+    "fedselect.data": 1,
     "fedselect.federation": 2,
-    "fedselect.fl": 3, "fedselect.kernels": 3, "fedselect.stats": 3,
-    "fedselect.selectors": 4, "fedselect.algorithms": 4,
+    "fedselect.fl": 3,
+    "fedselect.kernels": 3,
+    "fedselect.stats": 3,
+    "fedselect.selectors": 4,
+    "fedselect.algorithms": 4,
     "fedselect.resolve": 5,
-    "fedselect.simulation": 6, "fedselect.runner": 6, "fedselect.runfiles": 6,
-    "fedselect.experiment": 7, "fedselect.api": 7,
-    "fedselect.compare": 8, "fedselect.sweep": 8, "fedselect.report": 8, "fedselect.plots": 8, "fedselect.html_report": 8,
-    "fedselect.tables": 8, "fedselect.backends": 8,  # compare and sweep hand their runs to a backend
-    "fedselect.flower": 9, "fedselect.cli": 9,
+    "fedselect.simulation": 6,
+    "fedselect.runner": 6,
+    "fedselect.runfiles": 6,
+    "fedselect.experiment": 7,
+    "fedselect.api": 7,
+    "fedselect.compare": 8,
+    "fedselect.sweep": 8,
+    "fedselect.report": 8,
+    "fedselect.plots": 8,
+    "fedselect.html_report": 8,
+    "fedselect.tables": 8,
+    "fedselect.backends": 8,  # compare and sweep hand their runs to a backend
+    "fedselect.flower": 9,
+    "fedselect.cli": 9,
 }
 
 
@@ -56,13 +74,21 @@ GRAPH = {m: {i for i in imports(p) if i != m} for m, p in MODULES.items()}
 
 
 def test_every_module_has_a_layer():
-    unplaced = [m for m in MODULES if m != "fedselect" and max((p for p in LAYERS if m == p or m.startswith(p + ".")), key=len) == "fedselect"]
+    unplaced = [
+        m
+        for m in MODULES
+        if m != "fedselect" and max((p for p in LAYERS if m == p or m.startswith(p + ".")), key=len) == "fedselect"
+    ]
     assert unplaced == [], f"modules without a layer in LAYERS (add them): {unplaced}"
 
 
 def test_imports_point_down_only():
-    upward = [f"{m} (layer {layer(m)}) imports {i} (layer {layer(i)})" for m, deps in GRAPH.items() for i in deps
-              if m != "fedselect" and layer(i) > layer(m)]
+    upward = [
+        f"{m} (layer {layer(m)}) imports {i} (layer {layer(i)})"
+        for m, deps in GRAPH.items()
+        for i in deps
+        if m != "fedselect" and layer(i) > layer(m)
+    ]
     assert upward == []
 
 
@@ -85,7 +111,7 @@ def test_no_import_cycles():
         state[m] = 1
         for d in sorted(deps(m)):
             if state.get(d) == 1:
-                cycles.append(stack[stack.index(d):] + [d] if d in stack else stack + [d])
+                cycles.append(stack[stack.index(d) :] + [d] if d in stack else stack + [d])
             elif d not in state:
                 visit(d, stack + [d])
         state[m] = 2
@@ -104,8 +130,13 @@ def test_config_is_a_schema_only():
 def test_kernels_know_no_loop():
     for m, deps in GRAPH.items():
         if m.startswith("fedselect.kernels"):
-            assert not {d for d in deps if d.startswith(("fedselect.fl", "fedselect.federation", "fedselect.selectors",
-                                                          "fedselect.algorithms", "fedselect.config"))}, m
+            assert not {
+                d
+                for d in deps
+                if d.startswith(
+                    ("fedselect.fl", "fedselect.federation", "fedselect.selectors", "fedselect.algorithms", "fedselect.config")
+                )
+            }, m
 
 
 def test_the_promised_components_are_registered():
@@ -113,11 +144,33 @@ def test_the_promised_components_are_registered():
     from fedselect.presets import PRESETS
     from fedselect.selectors import SELECTORS
 
-    assert set(SELECTORS.builtin_names()) >= {"random", "all", "flashrl", "favor", "secretary", "online_random", "offline_best",
-                                              "cefl_leaders", "oort", "power_of_choice", "fastest"}
+    assert set(SELECTORS.builtin_names()) >= {
+        "random",
+        "all",
+        "flashrl",
+        "favor",
+        "secretary",
+        "online_random",
+        "offline_best",
+        "cefl_leaders",
+        "oort",
+        "power_of_choice",
+        "fastest",
+    }
     assert set(ALGORITHMS.builtin_names()) >= {"fedavg", "fedper", "cefl", "individual"}
-    assert set(PRESETS) >= {"fedavg", "full", "regular_fl", "flashrl", "favor", "cefl", "fedper", "individual",
-                            "budgeted_online", "online_random", "offline_best"}
+    assert set(PRESETS) >= {
+        "fedavg",
+        "full",
+        "regular_fl",
+        "flashrl",
+        "favor",
+        "cefl",
+        "fedper",
+        "individual",
+        "budgeted_online",
+        "online_random",
+        "offline_best",
+    }
     for p in PRESETS.values():
         assert p.selector in SELECTORS.builtin_names() and p.algorithm in ALGORITHMS.builtin_names(), p.name
 

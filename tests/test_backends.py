@@ -100,8 +100,11 @@ def test_local_backend_shares_a_federation_per_key(tmp_path, tiny_cfg_doc, monke
     built = []
     real = backends.build_federation
     monkeypatch.setattr(backends, "build_federation", lambda cfg: built.append(cfg.seed) or real(cfg))
-    specs = [RunSpec(parse_config({**tiny_cfg_doc, "rounds": 1, "method": m, "seed": s}), tmp_path / f"{m}-{s}")
-             for s in (0, 1) for m in ("fedavg", "full")]
+    specs = [
+        RunSpec(parse_config({**tiny_cfg_doc, "rounds": 1, "method": m, "seed": s}), tmp_path / f"{m}-{s}")
+        for s in (0, 1)
+        for m in ("fedavg", "full")
+    ]
     started = []
     from fedselect.backends import RunCallbacks
 
@@ -112,13 +115,16 @@ def test_local_backend_shares_a_federation_per_key(tmp_path, tiny_cfg_doc, monke
 
 
 # ---------------------------------------------------------------------------- Ray
-needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
-                               reason="Ray is the optional extra fedselect[flower] (make test installs it)")
+needs_ray = pytest.mark.skipif(
+    importlib.util.find_spec("ray") is None, reason="Ray is the optional extra fedselect[flower] (make test installs it)"
+)
 
 
 def _cli(*args, timeout=240):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "fedselect.cli", *args], capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "fedselect.cli", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +183,12 @@ def test_ray_compare_matches_local(tmp_path, tiny_cfg_doc, ray_instance):
 
     from fedselect.compare import parse_compare, run_comparison
 
-    doc = {"name": "c", "base": {**tiny_cfg_doc, "rounds": 2}, "methods": [{"method": "fedavg"}, {"method": "full"}], "seeds": [0]}
+    doc = {
+        "name": "c",
+        "base": {**tiny_cfg_doc, "rounds": 2},
+        "methods": [{"method": "fedavg"}, {"method": "full"}],
+        "seeds": [0],
+    }
     run_comparison(parse_compare(doc), tmp_path / "local")
     done = []
     backend = RayBackend(cpus_per_run=1)
@@ -229,9 +240,13 @@ def test_interrupted_ray_sweep_leaves_no_processes(tmp_path, sig):
     cfg_file.write_text(yaml.safe_dump(slow, sort_keys=False))
     out = tmp_path / "out"
     log = (tmp_path / "log.txt").open("w")
-    p = subprocess.Popen([sys.executable, "-m", "fedselect.cli", "sweep", str(cfg_file), "--backend", "ray", "--ray-cpus", "2",
-                          "--out", str(out)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    p = subprocess.Popen(
+        [sys.executable, "-m", "fedselect.cli", "sweep", str(cfg_file), "--backend", "ray", "--ray-cpus", "2", "--out", str(out)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     try:
         deadline = time.monotonic() + 90  # until a Ray worker runs one of the sweep's tasks
         while not any(name.startswith("ray::_ray_run") for _, name in _session_processes(p.pid)):

@@ -5,21 +5,29 @@ import numpy as np
 import pytest
 
 from fedselect.config import ConfigError
-from fedselect.experiment import make_simulation
-from fedselect.resolve import parse_experiment as parse_config
+from fedselect.experiment import make_simulation, resume_experiment, run_experiment
 from fedselect.federation import build_federation
 from fedselect.fl.metrics import read_csv_rows
 from fedselect.kernels.secretary import alpha_star, offline_best_rule, secretary_rule
-from fedselect.experiment import resume_experiment, run_experiment
+from fedselect.resolve import parse_experiment as parse_config
 
 METHODS = ("budgeted_online", "online_random", "offline_best")
 
 
 def doc(**kw):
     d = {
-        "name": "bo-tiny", "seed": 1, "method": "budgeted_online", "rounds": 2, "clients_per_round": 3,
-        "data": {"dataset": "iot-synthetic", "options": {"windows": 120, "min_records": 50}, "num_clients": 12,
-                 "partition": {"scheme": "fat_thin"}, "holdout_fraction": 0.0},
+        "name": "bo-tiny",
+        "seed": 1,
+        "method": "budgeted_online",
+        "rounds": 2,
+        "clients_per_round": 3,
+        "data": {
+            "dataset": "iot-synthetic",
+            "options": {"windows": 120, "min_records": 50},
+            "num_clients": 12,
+            "partition": {"scheme": "fat_thin"},
+            "holdout_fraction": 0.0,
+        },
         "model": {"name": "mlp"},
         "train": {"local_epochs": 1, "batch_size": 8, "optimizer": "adam", "lr": 0.003},
         "method_options": {"r2": 2},
@@ -65,7 +73,7 @@ def test_three_methods_share_arrivals_and_evaluations(shared):
 
 
 def test_rounds_use_the_accepted_clients(shared):
-    for m, (s, d) in shared.items():
+    for _m, (s, d) in shared.items():
         rows = read_csv_rows(d / "metrics.csv")
         assert [r["round"] for r in rows] == ["0", "1", "2"]
         for r in rows[1:]:
@@ -107,7 +115,9 @@ def test_same_seed_identical_and_resume_matches(tmp_path):
 
 def test_stream_reruns_follow_availability(tmp_path):
     opts = {"r2": 2, "rerun_every": 2, "initial_available": 0.5, "mean_stay": 3.0, "arrival_rate": 0.5}
-    s = run_experiment(parse_config(doc(rounds=6, data={**doc()["data"], "num_clients": 20}, method_options=opts)), tmp_path / "s")
+    s = run_experiment(
+        parse_config(doc(rounds=6, data={**doc()["data"], "num_clients": 20}, method_options=opts)), tmp_path / "s"
+    )
     runs = s["selection_runs"]
     assert [r["start_round"] for r in runs] == [1, 3, 5] and s["selection_runs_count"] == 3
     assert s["candidates_evaluated"] == sum(r["candidates_evaluated"] for r in runs)
@@ -134,22 +144,32 @@ def test_sweep_grid_table_and_continuation(tmp_path):
     base = doc(rounds=1)
     for k in ("name", "method", "seed"):
         base.pop(k)
-    sc = parse_sweep({
-        "name": "tiny-grid", "base": base, "seeds": [0],
-        "methods": [
-            {"label": "secretary", "method": "budgeted_online"},
-            {"label": "online random", "method": "online_random", "grid_keys": ["clients_per_round"]},
-            {"label": "offline best", "method": "offline_best", "grid_keys": ["clients_per_round"]},
-        ],
-        "grid": {"clients_per_round": [2, 3], "method_options.r2": [1, 2]},
-    })
+    sc = parse_sweep(
+        {
+            "name": "tiny-grid",
+            "base": base,
+            "seeds": [0],
+            "methods": [
+                {"label": "secretary", "method": "budgeted_online"},
+                {"label": "online random", "method": "online_random", "grid_keys": ["clients_per_round"]},
+                {"label": "offline best", "method": "offline_best", "grid_keys": ["clients_per_round"]},
+            ],
+            "grid": {"clients_per_round": [2, 3], "method_options.r2": [1, 2]},
+        }
+    )
     calls = []
     rep = run_sweep(sc, tmp_path / "sw", on_run=lambda i, n, d: calls.append(d))
     assert len(calls) == 8 and len(list((tmp_path / "sw" / "runs").iterdir())) == 8
     rows = rep["rows"]
     assert [(r["clients_per_round"], r["method_options.r2"], r["method"]) for r in rows] == [
-        (2, 1, "secretary"), (2, "-", "online random"), (2, "-", "offline best"), (2, 2, "secretary"),
-        (3, 1, "secretary"), (3, "-", "online random"), (3, "-", "offline best"), (3, 2, "secretary"),
+        (2, 1, "secretary"),
+        (2, "-", "online random"),
+        (2, "-", "offline best"),
+        (2, 2, "secretary"),
+        (3, 1, "secretary"),
+        (3, "-", "online random"),
+        (3, "-", "offline best"),
+        (3, 2, "secretary"),
     ]
     assert all(r["seeds"] == 1 for r in rows)
     assert all(r["competitive_ratio"] == pytest.approx(1.0) for r in rows if r["method"] == "offline best")
@@ -164,4 +184,6 @@ def test_sweep_grid_table_and_continuation(tmp_path):
     assert calls == []
     assert build_sweep_table(tmp_path / "sw")["rows"] == rows
     with pytest.raises(ConfigError, match="grid_keys"):
-        parse_sweep({"base": base, "methods": [{"method": "online_random", "grid_keys": ["rounds"]}], "grid": {"clients_per_round": [2]}})
+        parse_sweep(
+            {"base": base, "methods": [{"method": "online_random", "grid_keys": ["rounds"]}], "grid": {"clients_per_round": [2]}}
+        )

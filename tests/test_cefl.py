@@ -117,8 +117,12 @@ def test_louvain_merge_fallback_joins_most_similar():
     # clusters A={0,1,2}, B={3,4,5}, C={6,7}; d inside 1, A-B 6, A-C 10, B-C 8 (S = 11 - d)
     lab = [0, 0, 0, 1, 1, 1, 2, 2]
     across = {(0, 1): 6.0, (0, 2): 10.0, (1, 2): 8.0}
-    d = np.array([[0.0 if i == j else 1.0 if lab[i] == lab[j] else across[tuple(sorted((lab[i], lab[j])))]
-                   for j in range(8)] for i in range(8)])
+    d = np.array(
+        [
+            [0.0 if i == j else 1.0 if lab[i] == lab[j] else across[tuple(sorted((lab[i], lab[j])))] for j in range(8)]
+            for i in range(8)
+        ]
+    )
     s = edge_weights(d)
     assert louvain_k(s, 3, np.random.default_rng(0))[0] == [[0, 1, 2], [3, 4, 5], [6, 7]]
     # only resolution 1 tried (3 communities): smallest C has mean S 3 to B and 1 to A -> joins B
@@ -136,8 +140,8 @@ def test_louvain_k_greater_than_n_raises():
 
 
 # ---------------------------------------------------------------- partial aggregation (CE-eq 6, 7)
-from fedselect.fl import partial_average, state_bytes  # noqa: E402
 from fedselect.algorithms.fedper import base_layer_names  # noqa: E402
+from fedselect.fl import partial_average, state_bytes  # noqa: E402
 
 
 class _Tiny(nn.Module):
@@ -244,20 +248,32 @@ def _synthetic_two_populations(seed=0, **_):
         ys.append(c if k < 5 else 3 - c)
         gs.append(np.full(60, k))
     x, y, g = np.concatenate(xs), np.concatenate(ys), np.concatenate(gs)
-    return (ArrayDataset(x, y, 4, "cefl-test-synthetic", groups=g),
-            ArrayDataset(x[:40], y[:40], 4, "cefl-test-synthetic", groups=g[:40]))
+    return (
+        ArrayDataset(x, y, 4, "cefl-test-synthetic", groups=g),
+        ArrayDataset(x[:40], y[:40], 4, "cefl-test-synthetic", groups=g[:40]),
+    )
 
 
 def _cfg(method, rounds=2, **opts):
-    return parse_experiment({
-        "name": "t", "method": method, "rounds": rounds, "clients_per_round": 2, "seed": 1,
-        "data": {"dataset": "cefl-test-synthetic", "num_clients": 8, "partition": {"scheme": "volunteer"},
-                 "holdout_fraction": 0.25},
-        "model": {"name": "mlp", "options": {"hidden": [16]}},
-        "train": {"local_epochs": 1, "batch_size": 16, "lr": 0.01, "optimizer": "adam"},
-        "checkpoint_every": 0,
-        "method_options": opts,
-    })
+    return parse_experiment(
+        {
+            "name": "t",
+            "method": method,
+            "rounds": rounds,
+            "clients_per_round": 2,
+            "seed": 1,
+            "data": {
+                "dataset": "cefl-test-synthetic",
+                "num_clients": 8,
+                "partition": {"scheme": "volunteer"},
+                "holdout_fraction": 0.25,
+            },
+            "model": {"name": "mlp", "options": {"hidden": [16]}},
+            "train": {"local_epochs": 1, "batch_size": 16, "lr": 0.01, "optimizer": "adam"},
+            "checkpoint_every": 0,
+            "method_options": opts,
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -347,7 +363,9 @@ def test_fine_tune_keeps_best_state_and_stops(fed):
     start = {k: v.clone() for k, v in model.state_dict().items()}
     client = fed.clients[0]
     # a huge SGD step makes every epoch worse than epoch 0: stop after `patience` epochs, keep epoch 0
-    res = fine_tune(model, client.train, client.holdout, TrainConfig(1, 8, 1e4, 0.0, "sgd"), 20, 2, torch.Generator().manual_seed(0))
+    res = fine_tune(
+        model, client.train, client.holdout, TrainConfig(1, 8, 1e4, 0.0, "sgd"), 20, 2, torch.Generator().manual_seed(0)
+    )
     assert res["epochs"] == 2 and res["best_epoch"] == 0
     assert all(torch.equal(model.state_dict()[k], start[k]) for k in start)
 
@@ -377,7 +395,9 @@ def test_louvain_fallback_is_reported_once_in_the_cli_output_and_the_run_log(tmp
 
     def fallback(s, k, rng):
         out = real(s, k, rng)
-        warnings.warn("Louvain gave 1 communities at best (test); merge/split fallback produced 2", ClusterCountWarning, stacklevel=2)
+        warnings.warn(
+            "Louvain gave 1 communities at best (test); merge/split fallback produced 2", ClusterCountWarning, stacklevel=2
+        )
         return out
 
     monkeypatch.setattr(cefl_leaders, "louvain_k", fallback)

@@ -14,8 +14,13 @@ from fedselect.report import build_report
 
 
 def _doc(tiny_cfg_doc, seeds=(0,)):
-    return {"name": "t", "seeds": list(seeds), "base": tiny_cfg_doc, "baseline": "FedAvg",
-            "methods": [{"label": "FedAvg", "method": "fedavg"}, {"label": "Full", "method": "full"}]}
+    return {
+        "name": "t",
+        "seeds": list(seeds),
+        "base": tiny_cfg_doc,
+        "baseline": "FedAvg",
+        "methods": [{"label": "FedAvg", "method": "fedavg"}, {"label": "Full", "method": "full"}],
+    }
 
 
 def test_same_config_same_federation(tiny_cfg_doc):
@@ -50,7 +55,13 @@ def test_every_method_gets_the_same_federation(tmp_path, tiny_cfg_doc, monkeypat
     first = (tmp_path / "c" / "table.md").read_bytes(), (tmp_path / "c" / "table.csv").read_bytes()
     rep = build_report(tmp_path / "c")
     assert ((tmp_path / "c" / "table.md").read_bytes(), (tmp_path / "c" / "table.csv").read_bytes()) == first
-    assert {"metric_vs_round.png", "latency_vs_round.png", "metric_vs_latency.png", "selection_vs_latency.png", "label_distribution.png"} <= set(rep["plots"])
+    assert {
+        "metric_vs_round.png",
+        "latency_vs_round.png",
+        "metric_vs_latency.png",
+        "selection_vs_latency.png",
+        "label_distribution.png",
+    } <= set(rep["plots"])
     assert all((tmp_path / "c" / "plots" / p).stat().st_size > 5000 for p in rep["plots"])
 
 
@@ -59,8 +70,21 @@ def _fake_run(d, rows, rounds, complete=True):
     (d / "config.yaml").write_text(f"rounds: {rounds}\nmetrics: {{target: 0.8, metric: accuracy}}\n")
     lines = [",".join(CORE_COLUMNS)]
     for r, acc, lat, mb in rows:
-        vals = {"round": r, "selected": "0;1", "accuracy": acc, "f1_macro": acc, "test_loss": 1, "train_loss": 1, "round_latency_s": 0,
-                "e2e_latency_s": lat, "upload_bytes": 0, "download_bytes": 0, "cum_upload_bytes": int(mb * 1e6), "cum_download_bytes": 0, "failed": ""}
+        vals = {
+            "round": r,
+            "selected": "0;1",
+            "accuracy": acc,
+            "f1_macro": acc,
+            "test_loss": 1,
+            "train_loss": 1,
+            "round_latency_s": 0,
+            "e2e_latency_s": lat,
+            "upload_bytes": 0,
+            "download_bytes": 0,
+            "cum_upload_bytes": int(mb * 1e6),
+            "cum_download_bytes": 0,
+            "failed": "",
+        }
         lines.append(",".join(str(vals[c]) for c in CORE_COLUMNS))
     (d / "metrics.csv").write_text("\n".join(lines) + "\n")
     (d / "timing.csv").write_text("round,wall_s,cum_wall_s\n1,1.0,10.0\n")
@@ -83,7 +107,9 @@ def _fabricated(tmp_path, interrupted=False):
     for lab in "AB":
         for s in (0, 1):
             runs.append({"label": lab, "method": lab.lower(), "seed": s, "dir": f"runs/{lab}-s{s}"})
-    (c / "compare.json").write_text(json.dumps({"name": "fab", "baseline": "A", "methods": [{"label": "A"}, {"label": "B"}], "runs": runs}))
+    (c / "compare.json").write_text(
+        json.dumps({"name": "fab", "baseline": "A", "methods": [{"label": "A"}, {"label": "B"}], "runs": runs})
+    )
     return c
 
 
@@ -142,7 +168,9 @@ def test_optional_columns_appear_only_when_reported(tmp_path):
     assert "competitive ratio" not in build_report(c, plots=False)["markdown"]
     for lab, ratio in (("A", 1.0), ("B", 0.5)):
         for s in (0, 1):
-            (c / f"runs/{lab}-s{s}/summary.json").write_text(json.dumps({"competitive_ratio": ratio, "candidates_evaluated": 100}))
+            (c / f"runs/{lab}-s{s}/summary.json").write_text(
+                json.dumps({"competitive_ratio": ratio, "candidates_evaluated": 100})
+            )
     rep = build_report(c, plots=False)
     b = rep["table"][1]
     assert b["competitive_ratio"] == 0.5 and b["competitive_ratio_vs"] == pytest.approx(-50.0)

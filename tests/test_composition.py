@@ -25,16 +25,31 @@ def rows(path):
 
 
 def base(**over):
-    d = {"name": "comp", "seed": 2, "rounds": 3, "clients_per_round": 3, "checkpoint_every": 1,
-         "data": {"dataset": "mnist-embedded", "num_clients": 8, "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10}},
-         "model": {"name": "mnist_cnn"}, "train": {"local_epochs": 1, "batch_size": 50, "lr": 0.05}}
+    d = {
+        "name": "comp",
+        "seed": 2,
+        "rounds": 3,
+        "clients_per_round": 3,
+        "checkpoint_every": 1,
+        "data": {
+            "dataset": "mnist-embedded",
+            "num_clients": 8,
+            "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10},
+        },
+        "model": {"name": "mnist_cnn"},
+        "train": {"local_epochs": 1, "batch_size": 50, "lr": 0.05},
+    }
     d.update(over)
     return d
 
 
 def test_flashrl_with_fedper_trains_the_agent_on_shared_layers_only(tmp_path):
-    cfg = parse_experiment(base(selector={"name": "flashrl", "options": {"rl_batch_size": 2, "pca_components": 4, "hidden": 16}},
-                                algorithm={"name": "fedper"}))
+    cfg = parse_experiment(
+        base(
+            selector={"name": "flashrl", "options": {"rl_batch_size": 2, "pca_components": 4, "hidden": 16}},
+            algorithm={"name": "fedper"},
+        )
+    )
     assert resolve(cfg).method == "flashrl+fedper"
     sim = make_simulation(cfg)
     base_keys = ["conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias"]
@@ -65,11 +80,20 @@ def test_oort_with_fedavg_end_to_end_and_resume(tmp_path):
 def test_presets_are_the_documented_pairs():
     pairs = {n: (p.selector, p.algorithm) for n, p in PRESETS.items()}
     assert pairs == {
-        "fedavg": ("random", "fedavg"), "full": ("all", "fedavg"), "regular_fl": ("all", "fedavg"),
-        "flashrl": ("flashrl", "fedavg"), "favor": ("favor", "fedavg"), "cefl": ("cefl_leaders", "cefl"),
-        "fedper": ("all", "fedper"), "individual": ("all", "individual"), "budgeted_online": ("secretary", "fedavg"),
-        "online_random": ("online_random", "fedavg"), "offline_best": ("offline_best", "fedavg"),
-        "oort": ("oort", "fedavg"), "power_of_choice": ("power_of_choice", "fedavg"), "fastest": ("fastest", "fedavg"),
+        "fedavg": ("random", "fedavg"),
+        "full": ("all", "fedavg"),
+        "regular_fl": ("all", "fedavg"),
+        "flashrl": ("flashrl", "fedavg"),
+        "favor": ("favor", "fedavg"),
+        "cefl": ("cefl_leaders", "cefl"),
+        "fedper": ("all", "fedper"),
+        "individual": ("all", "individual"),
+        "budgeted_online": ("secretary", "fedavg"),
+        "online_random": ("online_random", "fedavg"),
+        "offline_best": ("offline_best", "fedavg"),
+        "oort": ("oort", "fedavg"),
+        "power_of_choice": ("power_of_choice", "fedavg"),
+        "fastest": ("fastest", "fedavg"),
     }
     assert parse_experiment(base(method="regular_fl")).algorithm.options == {"evaluation": "per_client"}
 
@@ -83,10 +107,14 @@ def test_method_options_go_to_their_owner_and_resolution_is_idempotent():
     assert again == cfg  # the resolved config (config.yaml) resolves to itself
     assert resolve(again).method == "cefl"
     # an explicit part replaces the preset's; options given twice are refused
-    mixed = parse_experiment(base(method="cefl", algorithm={"name": "cefl", "options": {"patience": 5}}, method_options={"clusters": 2}))
+    mixed = parse_experiment(
+        base(method="cefl", algorithm={"name": "cefl", "options": {"patience": 5}}, method_options={"clusters": 2})
+    )
     assert mixed.algorithm.options["patience"] == 5 and mixed.selector.options["clusters"] == 2
     with pytest.raises(ConfigError, match=r"algorithm.options and method_options both set \['patience'\]"):
-        parse_experiment(base(method="cefl", algorithm={"name": "cefl", "options": {"patience": 5}}, method_options={"patience": 4}))
+        parse_experiment(
+            base(method="cefl", algorithm={"name": "cefl", "options": {"patience": 5}}, method_options={"patience": 4})
+        )
 
 
 def test_comparison_mixes_selectors_and_algorithms_on_one_federation(tmp_path):
@@ -103,5 +131,7 @@ def test_comparison_mixes_selectors_and_algorithms_on_one_federation(tmp_path):
     assert "probe_latency_s" in pow_rows[0] and float(pow_rows[1]["probe_latency_s"]) > 0
     assert "probe_latency_s" not in rows(out / "runs" / "FedAvg-s0" / "metrics.csv")[0]
     # every method of the seed saw the same round-1 draws and the same clients' data: the same initial accuracy
-    assert len({rows(out / "runs" / f"{lab}-s0" / "metrics.csv")[0]["accuracy"] for lab in labels if lab != "FLASH-RL+FedPer"}) == 1
+    assert (
+        len({rows(out / "runs" / f"{lab}-s0" / "metrics.csv")[0]["accuracy"] for lab in labels if lab != "FLASH-RL+FedPer"}) == 1
+    )
     assert (out / "table.md").exists() and (out / "report.html").exists()

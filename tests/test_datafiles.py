@@ -17,12 +17,12 @@ import yaml
 from typer.testing import CliRunner
 
 from fedselect.cli import app
-from fedselect.resolve import parse_experiment as parse_config
 from fedselect.data.catalog import load_dataset
 from fedselect.data.files import Col, DataFileError, read_csv_checked
 from fedselect.data.iot import FEATURES, load_flow_csv
 from fedselect.data.mobiact import COLUMNS, read_mobiact
 from fedselect.experiment import run_experiment
+from fedselect.resolve import parse_experiment as parse_config
 from fedselect.system import load_profiles
 
 
@@ -81,16 +81,19 @@ def test_mnist_csv_without_header_loads_every_row(tmp_path):
         load_dataset("mnist", path=str(tmp_path / "m"), header="maybe")
 
 
-@pytest.mark.parametrize("line,col,value,message", [
-    (5, 100, "", "line 5, column 101 (pixel100): missing value"),
-    (3, 0, "10", "line 3, column 1 (label): unknown label 10 outside [0, 9]"),
-    (4, 6, "abc", "line 4, column 7 (pixel6): not a number: 'abc'"),
-    (2, 8, "300", "line 2, column 9 (pixel8): value 300 outside [0, 255]"),
-    (6, 2, "nan", "line 6, column 3 (pixel2): not a finite number: 'nan'"),
-    (7, 2, "inf", "line 7, column 3 (pixel2): not a finite number: inf"),
-    (8, 1, "1.5", "line 8, column 2 (pixel1): not an integer: 1.5"),
-    (9, 784, "1,2", "line 9: malformed row: 786 fields, expected 785"),
-])
+@pytest.mark.parametrize(
+    "line,col,value,message",
+    [
+        (5, 100, "", "line 5, column 101 (pixel100): missing value"),
+        (3, 0, "10", "line 3, column 1 (label): unknown label 10 outside [0, 9]"),
+        (4, 6, "abc", "line 4, column 7 (pixel6): not a number: 'abc'"),
+        (2, 8, "300", "line 2, column 9 (pixel8): value 300 outside [0, 255]"),
+        (6, 2, "nan", "line 6, column 3 (pixel2): not a finite number: 'nan'"),
+        (7, 2, "inf", "line 7, column 3 (pixel2): not a finite number: inf"),
+        (8, 1, "1.5", "line 8, column 2 (pixel1): not an integer: 1.5"),
+        (9, 784, "1,2", "line 9: malformed row: 786 fields, expected 785"),
+    ],
+)
 def test_mnist_csv_defects_name_file_line_column(tmp_path, line, col, value, message):
     write_mnist(tmp_path / "m", mnist_rows(20, 0), mnist_rows(10, 1))
     f = tmp_path / "m" / "mnist_train.csv"
@@ -109,7 +112,8 @@ def test_mnist_csv_file_level_defects_name_the_file(tmp_path):
     assert err(load_dataset, "mnist", path=str(tmp_path / "m")).startswith(f"{f}: line 2: not UTF-8 text (byte 0xff)")
     f.write_text("1,2,3\n4,5,6\n")
     assert err(load_dataset, "mnist", path=str(tmp_path / "m")) == (
-        f"{f}: line 1: 3 fields, expected 785 (MNIST CSV (label 0..9 then 784 pixels 0..255 per row))")
+        f"{f}: line 1: 3 fields, expected 785 (MNIST CSV (label 0..9 then 784 pixels 0..255 per row))"
+    )
     f.write_text("")
     assert "empty file (no rows)" in err(load_dataset, "mnist", path=str(tmp_path / "m"))
     f.write_text("\n\n")
@@ -155,7 +159,10 @@ def test_idx_files_are_checked(tmp_path):
     # an unknown label: names the labels file and the item
     write_idx_dir(tmp_path / "bad", labels_train=(1, 12, 3))
     f = tmp_path / "bad" / "train-labels-idx1-ubyte"
-    assert err(load_dataset, "mnist", path=str(tmp_path / "bad")) == f"{f}: item 2 (0-based index 1): unknown label 12 outside [0, 9]"
+    assert (
+        err(load_dataset, "mnist", path=str(tmp_path / "bad"))
+        == f"{f}: item 2 (0-based index 1): unknown label 12 outside [0, 9]"
+    )
     tr, _ = load_dataset("mnist", path=str(tmp_path / "bad"), drop_invalid=True)
     assert tr.y.tolist() == [1, 3] and tr.info["dropped_rows"] == {str(f): 1}
     # a corrupted gzip stream names the file
@@ -166,7 +173,10 @@ def test_idx_files_are_checked(tmp_path):
     write_idx_dir(tmp_path / "t")
     f = tmp_path / "t" / "t10k-images-idx3-ubyte"
     f.write_bytes(f.read_bytes()[:-5])
-    assert err(load_dataset, "mnist", path=str(tmp_path / "t")) == f"{f}: IDX header says [2, 28, 28] but holds 1563 values (truncated?)"
+    assert (
+        err(load_dataset, "mnist", path=str(tmp_path / "t"))
+        == f"{f}: IDX header says [2, 28, 28] but holds 1563 values (truncated?)"
+    )
     write_idx(f, np.zeros((2, 27, 29)))
     assert err(load_dataset, "mnist", path=str(tmp_path / "t")) == f"{f}: images must have shape (n, 28, 28), got (2, 27, 29)"
 
@@ -177,8 +187,12 @@ def write_cifar(d, labels_per_batch: dict[str, list[int]]) -> None:
     for name, labels in labels_per_batch.items():
         n = len(labels)
         data = (np.arange(n * 3072) % 251).astype(np.uint8).reshape(n, 3072)
-        batch = {b"batch_label": name.encode(), b"labels": list(labels), b"data": data,
-                 b"filenames": [f"img{i}.png".encode() for i in range(n)]}
+        batch = {
+            b"batch_label": name.encode(),
+            b"labels": list(labels),
+            b"data": data,
+            b"filenames": [f"img{i}.png".encode() for i in range(n)],
+        }
         (d / name).write_bytes(pickle.dumps(batch, protocol=2))
 
 
@@ -196,7 +210,9 @@ def test_cifar_batches_are_read_and_checked(tmp_path):
     f.write_bytes(f.read_bytes()[:200])  # truncated
     assert err(load_dataset, "cifar10", path=str(d)).startswith(f"{f}: cannot read CIFAR-10 python batch (")
     f.write_bytes(pickle.dumps({b"data": np.zeros((2, 3000), np.uint8), b"labels": [1, 2]}, protocol=2))
-    assert err(load_dataset, "cifar10", path=str(d)) == f"{f}: b'data' must be a (n, 3072) uint8 array, got ndarray (2, 3000) uint8"
+    assert (
+        err(load_dataset, "cifar10", path=str(d)) == f"{f}: b'data' must be a (n, 3072) uint8 array, got ndarray (2, 3000) uint8"
+    )
     f.write_bytes(pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [1]}, protocol=2))
     assert err(load_dataset, "cifar10", path=str(d)) == f"{f}: b'labels' must be 2 integers (one per image), got int64 (1,)"
 
@@ -204,12 +220,22 @@ def test_cifar_batches_are_read_and_checked(tmp_path):
 # ------------------------------------------------------------------------------ MobiAct
 def write_trial(root, act="WAL", subject=1, trial=1, n=300, rate=87.0, edit=None):
     t = np.arange(n) / rate
-    frame = pd.DataFrame({
-        "timestamp": (1_500_000_000_000 + np.round(t * 1e9)).astype(np.int64), "rel_time": t,
-        "acc_x": 2 * t + 1, "acc_y": np.full(n, 9.81), "acc_z": np.zeros(n),
-        "gyro_x": np.zeros(n), "gyro_y": 0.1 * t, "gyro_z": np.zeros(n),
-        "azimuth": np.zeros(n), "pitch": np.zeros(n), "roll": np.zeros(n), "label": [act] * n,
-    })
+    frame = pd.DataFrame(
+        {
+            "timestamp": (1_500_000_000_000 + np.round(t * 1e9)).astype(np.int64),
+            "rel_time": t,
+            "acc_x": 2 * t + 1,
+            "acc_y": np.full(n, 9.81),
+            "acc_z": np.zeros(n),
+            "gyro_x": np.zeros(n),
+            "gyro_y": 0.1 * t,
+            "gyro_z": np.zeros(n),
+            "azimuth": np.zeros(n),
+            "pitch": np.zeros(n),
+            "roll": np.zeros(n),
+            "label": [act] * n,
+        }
+    )
     assert tuple(frame.columns) == COLUMNS
     if edit:
         frame = frame.astype(object)
@@ -222,13 +248,16 @@ def write_trial(root, act="WAL", subject=1, trial=1, n=300, rate=87.0, edit=None
     return path
 
 
-@pytest.mark.parametrize("edit,message", [
-    ({(9, "acc_x"): ""}, "line 11, column 3 (acc_x): missing value"),
-    ({(0, "gyro_z"): "fast"}, "line 2, column 8 (gyro_z): not a number: 'fast'"),
-    ({(4, "label"): "XYZ"}, "line 6, column 12 (label): unknown label 'XYZ'; allowed: ['STD'"),
-    ({(4, "label"): ""}, "line 6, column 12 (label): missing value"),
-    ({(7, "timestamp"): "inf"}, "line 9, column 1 (timestamp): not a finite number: inf"),
-])
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        ({(9, "acc_x"): ""}, "line 11, column 3 (acc_x): missing value"),
+        ({(0, "gyro_z"): "fast"}, "line 2, column 8 (gyro_z): not a number: 'fast'"),
+        ({(4, "label"): "XYZ"}, "line 6, column 12 (label): unknown label 'XYZ'; allowed: ['STD'"),
+        ({(4, "label"): ""}, "line 6, column 12 (label): missing value"),
+        ({(7, "timestamp"): "inf"}, "line 9, column 1 (timestamp): not a finite number: inf"),
+    ],
+)
 def test_mobiact_defects_name_file_line_column(tmp_path, edit, message):
     write_trial(tmp_path, "WAL", 1, 1)
     f = write_trial(tmp_path, "WAL", 2, 1, edit=edit)
@@ -244,7 +273,9 @@ def test_mobiact_read_errors_name_the_file(tmp_path):
     write_trial(tmp_path, "WAL", 1, 1)
     f = write_trial(tmp_path, "WAL", 2, 1)
     f.write_text("timestamp,acc_x\n1,2\n")
-    assert err(read_mobiact, tmp_path).startswith(f"{f}: line 1: the header lacks columns ['acc_y', 'acc_z', 'gyro_x', 'gyro_y', 'gyro_z']")
+    assert err(read_mobiact, tmp_path).startswith(
+        f"{f}: line 1: the header lacks columns ['acc_y', 'acc_z', 'gyro_x', 'gyro_y', 'gyro_z']"
+    )
 
 
 # ------------------------------------------------------------------------------ IoT
@@ -282,7 +313,10 @@ def flows_frame():
         for w in range(3):
             rows.append((dev, 100 * w + 1, 100 * w + 5, 100, 50, 3, "1.1.1.1", 443, 6, ""))
             rows.append((dev, 100 * w + 10, 100 * w + 12, 40, 20, 2, "9.9.9.9", 53, 17, "x.com"))
-    return pd.DataFrame(rows, columns=["device", "start", "end", "bytes_in", "bytes_out", "packets", "dst_ip", "dst_port", "protocol", "dns_query"])
+    return pd.DataFrame(
+        rows,
+        columns=["device", "start", "end", "bytes_in", "bytes_out", "packets", "dst_ip", "dst_port", "protocol", "dns_query"],
+    )
 
 
 def test_iot_flows_empty_bytes_in_is_refused(tmp_path):
@@ -293,20 +327,26 @@ def test_iot_flows_empty_bytes_in_is_refused(tmp_path):
     f = tmp_path / "flows.csv"
     df.to_csv(f, index=False)
     assert err(load_flow_csv, f) == f"{f}: line 4, column 4 (bytes_in): missing value"
-    assert err(load_dataset, "iot-flows", path=str(f), window=100.0, min_records=2) == f"{f}: line 4, column 4 (bytes_in): missing value"
+    assert (
+        err(load_dataset, "iot-flows", path=str(f), window=100.0, min_records=2)
+        == f"{f}: line 4, column 4 (bytes_in): missing value"
+    )
     flows = load_flow_csv(f, drop_invalid=True)
     assert len(flows) == 11 and flows.attrs["dropped_rows"] == {str(f): 1}
     tr, te = load_dataset("iot-flows", path=str(f), window=100.0, min_records=2, drop_invalid=True, test_fraction=0.5)
     assert tr.info["dropped_rows"] == {str(f): 1}
 
 
-@pytest.mark.parametrize("col,value,message", [
-    ("start", "yesterday", "column 2 (start): not a number of seconds or a date-time: 'yesterday'"),
-    ("end", "0", "column 3 (end): flow ends before it starts (start 1 s, end 0 s)"),
-    ("packets", "-1", "column 6 (packets): value -1 outside [0, inf]"),
-    ("dst_port", "70000", "column 8 (dst_port): value 70000 outside [0, 65535]"),
-    ("device", "", "column 1 (device): missing value"),
-])
+@pytest.mark.parametrize(
+    "col,value,message",
+    [
+        ("start", "yesterday", "column 2 (start): not a number of seconds or a date-time: 'yesterday'"),
+        ("end", "0", "column 3 (end): flow ends before it starts (start 1 s, end 0 s)"),
+        ("packets", "-1", "column 6 (packets): value -1 outside [0, inf]"),
+        ("dst_port", "70000", "column 8 (dst_port): value 70000 outside [0, 65535]"),
+        ("device", "", "column 1 (device): missing value"),
+    ],
+)
 def test_iot_flows_bad_values(tmp_path, col, value, message):
     df = flows_frame().astype(object)
     df.loc[0, col] = value
@@ -327,8 +367,10 @@ def test_iot_flows_date_times_still_load(tmp_path):
 # ------------------------------------------------------------------------------ profiles
 def test_profile_files_name_line_and_key(tmp_path):
     y = tmp_path / "p.yaml"
-    y.write_text("devices:\n  - {name: a, mean_mhz: 100, std_mhz: 1, cores: 2}\n  - name: b\n    mean_mhz: .nan\n"
-                 "    std_mhz: 1\n    cores: 2\nnetworks:\n  - {name: n, mean_mbps: 5, std_mbps: 1}\n")
+    y.write_text(
+        "devices:\n  - {name: a, mean_mhz: 100, std_mhz: 1, cores: 2}\n  - name: b\n    mean_mhz: .nan\n"
+        "    std_mhz: 1\n    cores: 2\nnetworks:\n  - {name: n, mean_mbps: 5, std_mbps: 1}\n"
+    )
     assert err(load_profiles, y) == f"{y}: line 4, key devices[1].mean_mhz: not a finite number: nan"
     y.write_text("devices:\n  - {name: a, mean_mhz: 100, std_mhz: 1, cores: two}\n")
     assert err(load_profiles, y) == f"{y}: line 2, key devices[0].cores: not a number: 'two'"
@@ -339,7 +381,10 @@ def test_profile_files_name_line_and_key(tmp_path):
     d, n = load_profiles(c)
     assert d[0].cores == 2 and isinstance(d[0].cores, int) and n[0].mean_mbps == 5.0
     c.write_text("kind,name,mean_mhz,std_mhz,cores,mean_mbps,std_mbps\ndevice,a,100,1,2,,\nnetwork,n,,,,5,\n")
-    assert err(load_profiles, c) == f"{c}: line 3: network row lacks ['std_mbps']; a network row has exactly ['name', 'mean_mbps', 'std_mbps']"
+    assert (
+        err(load_profiles, c)
+        == f"{c}: line 3: network row lacks ['std_mbps']; a network row has exactly ['name', 'mean_mbps', 'std_mbps']"
+    )
     c.write_text("kind,name,mean_mhz,std_mhz,cores\ndevice,a,100,1,inf\n")
     assert err(load_profiles, c) == f"{c}: line 2, column 5 (cores): not a finite number: inf"
     c.write_text("kind,name,mean_mhz,std_mhz,cores\nphone,a,100,1,2\n")
@@ -349,9 +394,16 @@ def test_profile_files_name_line_and_key(tmp_path):
 # ------------------------------------------------------------------------------ end to end
 def iot_run_doc(path, **options):
     return {
-        "name": "iotbad", "seed": 0, "rounds": 1, "clients_per_round": 2,
-        "data": {"dataset": "iot-features", "num_clients": 2, "partition": {"scheme": "iid"},
-                 "options": {"path": str(path), "min_records": 5, **options}},
+        "name": "iotbad",
+        "seed": 0,
+        "rounds": 1,
+        "clients_per_round": 2,
+        "data": {
+            "dataset": "iot-features",
+            "num_clients": 2,
+            "partition": {"scheme": "iid"},
+            "options": {"path": str(path), "min_records": 5, **options},
+        },
         "model": {"name": "mlp", "options": {"hidden": [4]}},
         "train": {"local_epochs": 1, "batch_size": 8, "lr": 0.05},
     }
@@ -370,5 +422,7 @@ def test_cli_refuses_a_defective_file_before_writing_and_drop_invalid_is_reporte
     assert json.loads((tmp_path / "dropped" / "summary.json").read_text())["data_dropped_rows"] == 1
     clean = run_experiment(parse_config(iot_run_doc(features_csv(tmp_path / "clean.csv"))), tmp_path / "clean")
     assert clean["data_dropped_rows"] == 0
-    assert re.search(rf"{re.escape(str(f))}: dropped 1 invalid row\(s\) \(drop_invalid: true\): line 8: column 3 \(volume\): missing value",
-                     caplog.text)
+    assert re.search(
+        rf"{re.escape(str(f))}: dropped 1 invalid row\(s\) \(drop_invalid: true\): line 8: column 3 \(volume\): missing value",
+        caplog.text,
+    )

@@ -8,31 +8,40 @@ import pytest
 import torch
 
 from fedselect.fl.checkpoint import decode_payload, encode_payload
-from fedselect.kernels.ddqn import (DDQNAgent, DDQNConfig, ReplayMemory, double_q_targets,
-                                    linear_epsilon)
+from fedselect.kernels.ddqn import DDQNAgent, DDQNConfig, ReplayMemory, double_q_targets, linear_epsilon
 
 torch.set_num_threads(1)
 
 
 def _agent(state_dim=6, n=8, seed=0, **cfg):
-    return DDQNAgent(state_dim, n, DDQNConfig(**cfg), total_rounds=20,
-                     rng=np.random.default_rng(seed), torch_generator=torch.Generator().manual_seed(seed))
+    return DDQNAgent(
+        state_dim,
+        n,
+        DDQNConfig(**cfg),
+        total_rounds=20,
+        rng=np.random.default_rng(seed),
+        torch_generator=torch.Generator().manual_seed(seed),
+    )
 
 
 def _set_tiny(agent):
     """main: W1 = I, W2 = [[1,0],[0,1],[1,1]], b2 = [0,0,-0.5]; target: W1 = I, W2 = [[2,0],[0,2],[.5,.5]]."""
     with torch.no_grad():
-        for net, w2, b2 in ((agent.main, [[1., 0.], [0., 1.], [1., 1.]], [0., 0., -0.5]),
-                            (agent.target, [[2., 0.], [0., 2.], [.5, .5]], [0., 0., 0.])):
-            net.net[1].weight.copy_(torch.eye(2)); net.net[1].bias.zero_()
-            net.net[3].weight.copy_(torch.tensor(w2)); net.net[3].bias.copy_(torch.tensor(b2))
+        for net, w2, b2 in (
+            (agent.main, [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], [0.0, 0.0, -0.5]),
+            (agent.target, [[2.0, 0.0], [0.0, 2.0], [0.5, 0.5]], [0.0, 0.0, 0.0]),
+        ):
+            net.net[1].weight.copy_(torch.eye(2))
+            net.net[1].bias.zero_()
+            net.net[3].weight.copy_(torch.tensor(w2))
+            net.net[3].bias.copy_(torch.tensor(b2))
 
 
 def test_epsilon_schedule_end_points():
     assert linear_epsilon(1, 0.9, 0.35, 100) == pytest.approx(0.9)
     assert linear_epsilon(100, 0.9, 0.35, 100) == pytest.approx(0.35)
     assert linear_epsilon(150, 0.9, 0.35, 100) == pytest.approx(0.35)
-    assert linear_epsilon(34, 0.9, 0.35, 67) == pytest.approx(0.625)     # half-way: (34-1)/(67-1)
+    assert linear_epsilon(34, 0.9, 0.35, 67) == pytest.approx(0.625)  # half-way: (34-1)/(67-1)
     assert linear_epsilon(30, 0.9, 0.2, 30) == pytest.approx(0.2)
     assert linear_epsilon(31, 0.9, 0.2, 30) == pytest.approx(0.2)
     assert linear_epsilon(1, 0.9, 0.2, 1) == pytest.approx(0.2)
@@ -48,27 +57,27 @@ def test_epsilon_schedule_end_points():
 def test_double_q_target_by_hand():
     a = _agent(state_dim=2, n=3, hidden=2)
     _set_tiny(a)
-    s2 = torch.tensor([[1., 2.]])
+    s2 = torch.tensor([[1.0, 2.0]])
     # Q_main(s2) = [1, 2, 2.5] -> argmax 2; Q_target(s2) = [2, 4, 1.5] -> value 1.5 (not max 4)
     r = torch.tensor([[0.5, -0.2]])
-    y = double_q_targets(a.main, a.target, r, s2, torch.tensor([0.]), 0.9)
+    y = double_q_targets(a.main, a.target, r, s2, torch.tensor([0.0]), 0.9)
     assert torch.allclose(y, torch.tensor([[1.85, 1.15]]))
-    y_done = double_q_targets(a.main, a.target, r, s2, torch.tensor([1.]), 0.9)
+    y_done = double_q_targets(a.main, a.target, r, s2, torch.tensor([1.0]), 0.9)
     assert torch.allclose(y_done, r)
 
 
 def test_learn_loss_by_hand_and_only_taken_actions():
     a = _agent(state_dim=2, n=3, hidden=2, batch_size=1, memory_capacity=4)
     _set_tiny(a)
-    assert a.learn() is None                        # empty memory: no step
-    a.remember([1., 0.], [0, 1], [0.5, -0.2], [1., 2.], False)
+    assert a.learn() is None  # empty memory: no step
+    a.remember([1.0, 0.0], [0, 1], [0.5, -0.2], [1.0, 2.0], False)
     before = a.main.net[3].weight.detach().clone()
     # Q_main(s) = [1, 0, 0.5]; taken actions 0, 1 -> Q = [1, 0]; Y = [1.85, 1.15]
     loss = a.learn()
-    assert loss == pytest.approx((0.85 ** 2 + 1.15 ** 2) / 2)
+    assert loss == pytest.approx((0.85**2 + 1.15**2) / 2)
     after = a.main.net[3].weight.detach()
-    assert not torch.equal(before[:2], after[:2])   # rows of taken actions moved
-    assert torch.equal(before[2], after[2])         # the untaken action's output row did not
+    assert not torch.equal(before[:2], after[:2])  # rows of taken actions moved
+    assert torch.equal(before[2], after[2])  # the untaken action's output row did not
 
 
 def test_target_sync_every_p_rounds():
@@ -124,9 +133,9 @@ def test_state_round_trip_gives_identical_next_selections():
     a = _agent(batch_size=4, memory_capacity=10, target_sync=2)
     _drive(a, np.random.default_rng(1), 8, 1)
     buf = io.BytesIO()
-    torch.save(encode_payload(a.state_dict()), buf)   # as checkpoints store it: plain data
+    torch.save(encode_payload(a.state_dict()), buf)  # as checkpoints store it: plain data
     buf.seek(0)
-    b = _agent(seed=99, batch_size=4, memory_capacity=10, target_sync=2)   # other init, other RNGs
+    b = _agent(seed=99, batch_size=4, memory_capacity=10, target_sync=2)  # other init, other RNGs
     b.load_state_dict(decode_payload(torch.load(buf, weights_only=True)))
     ra, rb = _drive(a, np.random.default_rng(2), 6, 9), _drive(b, np.random.default_rng(2), 6, 9)
     assert ra == rb
@@ -138,10 +147,10 @@ def test_state_round_trip_gives_identical_next_selections():
 def test_learn_steps_per_round():
     a = _agent(state_dim=2, n=3, hidden=2, batch_size=1, memory_capacity=4, learn_steps=3)
     _set_tiny(a)
-    a.remember([1., 0.], [0, 1], [0.5, -0.2], [1., 2.], False)
+    a.remember([1.0, 0.0], [0, 1], [0.5, -0.2], [1.0, 2.0], False)
     loss = a.learn()
     assert a.learn_steps == 3
     # the first of the three steps has the hand-computed loss 1.0225; later ones are smaller
-    assert loss < (0.85 ** 2 + 1.15 ** 2) / 2
+    assert loss < (0.85**2 + 1.15**2) / 2
     with pytest.raises(ValueError, match="learn_steps"):
         _agent(learn_steps=0)

@@ -11,13 +11,21 @@ from fedselect.selectors.base import RoundView
 
 def _cfg(**over):
     doc = {
-        "name": "fastest", "seed": 4, "method": "fastest", "rounds": 2, "clients_per_round": 2,
+        "name": "fastest",
+        "seed": 4,
+        "method": "fastest",
+        "rounds": 2,
+        "clients_per_round": 2,
         "data": {"dataset": "mnist-embedded", "num_clients": 4, "partition": {"scheme": "iid"}},
         "model": {"name": "mlp", "options": {"hidden": [8]}},
         "train": {"local_epochs": 1, "batch_size": 50, "lr": 0.05},
-        "system": {"devices": [{"name": "fast", "mean_mhz": 1000, "std_mhz": 0, "cores": 4},
-                               {"name": "slow", "mean_mhz": 100, "std_mhz": 0, "cores": 1}],
-                   "networks": [{"name": "net", "mean_mbps": 10, "std_mbps": 0}]},
+        "system": {
+            "devices": [
+                {"name": "fast", "mean_mhz": 1000, "std_mhz": 0, "cores": 4},
+                {"name": "slow", "mean_mhz": 100, "std_mhz": 0, "cores": 1},
+            ],
+            "networks": [{"name": "net", "mean_mbps": 10, "std_mbps": 0}],
+        },
     }
     doc.update(over)
     return parse_experiment(doc)
@@ -29,7 +37,7 @@ def test_expected_latency_by_hand_and_the_two_fast_clients_win():
     assert sizes == [800] * 4  # iid: 1000 each, 20% held out
     # |D| = 800 x 784 x 32 bits; g = 20; E = 1. MLP 784-8-10: 6370 float32 = 25480 B = 203840 bits at 10 Mb/s
     fast = 800 * 784 * 32 * 20 / (4 * 1000e6) + 203840 / 10e6  # 0.100352 + 0.020384
-    slow = 800 * 784 * 32 * 20 / (1 * 100e6) + 203840 / 10e6   # 4.01408 + 0.020384
+    slow = 800 * 784 * 32 * 20 / (1 * 100e6) + 203840 / 10e6  # 4.01408 + 0.020384
     names = [d.name for d in sim.fed.fleet.devices]
     assert sorted(names) == ["fast", "fast", "slow", "slow"]
     exp = sim.ctx.expected_latency_s()
@@ -40,9 +48,14 @@ def test_expected_latency_by_hand_and_the_two_fast_clients_win():
 
 
 def test_actual_latency_follows_the_rounds_draws():
-    cfg = _cfg(selector={"name": "fastest", "options": {"latency": "actual"}}, method=None,
-               system={"devices": [{"name": "a", "mean_mhz": 500, "std_mhz": 300, "cores": 1}],
-                       "networks": [{"name": "n", "mean_mbps": 10, "std_mbps": 5}]})
+    cfg = _cfg(
+        selector={"name": "fastest", "options": {"latency": "actual"}},
+        method=None,
+        system={
+            "devices": [{"name": "a", "mean_mhz": 500, "std_mhz": 300, "cores": 1}],
+            "networks": [{"name": "n", "mean_mbps": 10, "std_mbps": 5}],
+        },
+    )
     sim = make_simulation(cfg)
     picks = set()
     for t in range(1, 6):

@@ -7,12 +7,11 @@ import copy
 import csv
 import logging
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
-
-from dataclasses import replace
 
 from fedselect.algorithms import register_algorithm
 from fedselect.algorithms.fedavg import FedAvg
@@ -30,7 +29,12 @@ SIZES = {0: 40, 1: 60, 2: 50}
 
 def doc(**over) -> dict:
     d = {
-        "name": "faults", "seed": 2, "selector": {"name": "_probe"}, "rounds": 3, "clients_per_round": 3, "checkpoint_every": 0,
+        "name": "faults",
+        "seed": 2,
+        "selector": {"name": "_probe"},
+        "rounds": 3,
+        "clients_per_round": 3,
+        "checkpoint_every": 0,
         "data": {"dataset": "mnist-embedded", "num_clients": 6, "partition": {"scheme": "iid"}},
         "model": {"name": "mlp", "options": {"hidden": [8]}},
         "train": {"local_epochs": 1, "batch_size": 20, "lr": 0.05},
@@ -56,7 +60,9 @@ class Probe(Selector):
         return Selection([0, 1, 2])
 
     def observe(self, t, outcomes, feedback):
-        Probe.records.append({"t": t, "updates": list(outcomes), "global": {k: v.clone() for k, v in feedback.global_state.items()}})
+        Probe.records.append(
+            {"t": t, "updates": list(outcomes), "global": {k: v.clone() for k, v in feedback.global_state.items()}}
+        )
         return {}
 
 
@@ -163,7 +169,10 @@ def test_non_finite_update_is_rejected_and_logged(tmp_path, fed, probe, caplog, 
     expected = weighted([u1.state, u2.state], [60 / 110, 50 / 110])
     assert all(torch.equal(rec["global"][k], expected[k]) for k in expected)
     assert all(torch.isfinite(v).all() for v in rec["global"].values())
-    assert f"round 1: client 0 update rejected, not averaged: non-finite values ({kind}) in ['net.1.bias', 'net.1.weight'" in caplog.text
+    assert (
+        f"round 1: client 0 update rejected, not averaged: non-finite values ({kind}) in ['net.1.bias', 'net.1.weight'"
+        in caplog.text
+    )
     r = rows(tmp_path)[1]
     assert r["failed"] == f"0:{kind}" and r["aggregated"] == "2"
     assert int(r["upload_bytes"]) == u0.upload_bytes + u1.upload_bytes + u2.upload_bytes  # it was sent, then rejected
@@ -205,7 +214,9 @@ def test_dropout_by_device_profile(tmp_path, fed, probe):
     assert [r["failed"] for r in rows(tmp_path)[1:]] == ["0:dropout"] * 4
 
 
-def test_client_failure_raised_in_local_training_is_a_client_error_other_exceptions_stop_the_run(tmp_path, fed, probe, monkeypatch):
+def test_client_failure_raised_in_local_training_is_a_client_error_other_exceptions_stop_the_run(
+    tmp_path, fed, probe, monkeypatch
+):
     from fedselect.fl import pool
 
     real = pool._train_job
@@ -239,11 +250,15 @@ def test_non_finite_aggregate_is_not_committed(tmp_path, fed, probe, caplog):
 def test_fault_model_probabilities_and_determinism():
     fm = FaultModel.build(7, ["a", "b", "a", "b"], ["x", "x", "y", "y"], dropout=0.5, dropout_by_device={"a": 0.5})
     assert fm.dropout.tolist() == [0.75, 0.5, 0.75, 0.5]
-    assert np.array_equal(fm.dropped(3), fm.dropped(3)) and not all(np.array_equal(fm.dropped(3), fm.dropped(t)) for t in range(4, 10))
+    assert np.array_equal(fm.dropped(3), fm.dropped(3)) and not all(
+        np.array_equal(fm.dropped(3), fm.dropped(t)) for t in range(4, 10)
+    )
     freq = np.mean([fm.dropped(t) for t in range(1, 801)], axis=0)
     assert np.allclose(freq, [0.75, 0.5, 0.75, 0.5], atol=0.05)
     assert not FaultModel.build(7, ["a"], ["x"]).dropped(1).any()
-    with pytest.raises(ValueError, match=r"faults.dropout_by_network: unknown profile name\(s\) \['wifi'\]; profiles in this fleet: \['x', 'y'\]"):
+    with pytest.raises(
+        ValueError, match=r"faults.dropout_by_network: unknown profile name\(s\) \['wifi'\]; profiles in this fleet: \['x', 'y'\]"
+    ):
         FaultModel.build(7, ["a", "b"], ["x", "y"], dropout_by_network={"wifi": 0.1})
     with pytest.raises(ValueError, match=r"faults.dropout must be a probability in \[0, 1\], got 2"):
         FaultModel.build(7, ["a"], ["x"], dropout=2)
@@ -267,9 +282,15 @@ def test_corrupt_and_detect_non_finite_entries():
 def test_every_method_runs_through_failures(tmp_path, fed, method):
     """Dropout, a NaN client in round 2 and a deadline: every method finishes, records the
     failures and receives the failed updates in observe()."""
-    cfg = parse_config(doc(method=method, clients_per_round=3, method_options=copy.deepcopy(METHOD_OPTIONS.get(method, {})),
-                           faults={"dropout": 0.3, "inject": [{"kind": "nan", "rounds": 2, "clients": "all"}]},
-                           system={"round_deadline_s": 0.5}))
+    cfg = parse_config(
+        doc(
+            method=method,
+            clients_per_round=3,
+            method_options=copy.deepcopy(METHOD_OPTIONS.get(method, {})),
+            faults={"dropout": 0.3, "inject": [{"kind": "nan", "rounds": 2, "clients": "all"}]},
+            system={"round_deadline_s": 0.5},
+        )
+    )
     summary = run_experiment(cfg, tmp_path, federation=fed)
     assert summary["complete"] and summary["rounds"] == 3
     r = rows(tmp_path)

@@ -30,19 +30,19 @@ def test_flat_parameters_skip_integer_buffers():
 
 def test_utility_both_branches():
     d = 1.0 / 3.0
-    assert utility(d, improved=True) == pytest.approx(math.exp(-d))           # 0.716531
-    assert utility(d, improved=False) == pytest.approx(1 - math.exp(-d))      # 0.283469
+    assert utility(d, improved=True) == pytest.approx(math.exp(-d))  # 0.716531
+    assert utility(d, improved=False) == pytest.approx(1 - math.exp(-d))  # 0.283469
     assert utility(-d, improved=True) == pytest.approx(0.7165313105737893)
     assert utility(0.0, improved=False) == 0.0
     assert np.allclose(utility(np.array([0.0, 1.0]), True), [1.0, math.exp(-1)])
 
 
 def test_two_rounds_of_reputation_updates_by_hand():
-    psi = np.full(4, 0.25)                                       # Psi_0 = 1/N
+    psi = np.full(4, 0.25)  # Psi_0 = 1/N
     r1 = update_reputations(psi, [0, 2], zeta=[0.8, 0.5], lnorm=[0.1, 0.5])
     # 0.6*(0.8-0.1) + 0.4*0.25 = 0.52 ; 0.6*(0.5-0.5) + 0.4*0.25 = 0.10
     assert np.allclose(r1, [0.52, 0.25, 0.10, 0.25])
-    assert np.allclose(psi, 0.25)                                # input untouched
+    assert np.allclose(psi, 0.25)  # input untouched
     r2 = update_reputations(r1, [2, 3], zeta=[0.9, 0.2], lnorm=[0.0, 1.0])
     # 0.6*0.9 + 0.4*0.10 = 0.58 ; 0.6*(0.2-1.0) + 0.4*0.25 = -0.38
     assert np.allclose(r2, [0.52, 0.25, 0.58, -0.38])
@@ -72,7 +72,7 @@ def test_normalised_latency_and_favor_reward():
     with pytest.raises(ValueError, match="L_min"):
         normalise_latency(1.0, 3.0, 3.0)
     assert favor_reward(0.99, 0.99) == 0.0
-    assert favor_reward(0.49, 0.99) == pytest.approx(64 ** -0.5 - 1)     # -0.875
+    assert favor_reward(0.49, 0.99) == pytest.approx(64**-0.5 - 1)  # -0.875
 
 
 # ---------------------------------------------------------------- the methods in the round loop
@@ -94,18 +94,26 @@ def _synthetic_blobs(seed=0, **_):
     centres = rng.normal(0, 2, (4, 12))
     y = rng.integers(0, 4, 600)
     x = centres[y] + rng.normal(0, 1, (600, 12))
-    return (ArrayDataset(x[:480], y[:480], 4, "flashrl-test-synthetic"),
-            ArrayDataset(x[480:], y[480:], 4, "flashrl-test-synthetic"))
+    return (
+        ArrayDataset(x[:480], y[:480], 4, "flashrl-test-synthetic"),
+        ArrayDataset(x[480:], y[480:], 4, "flashrl-test-synthetic"),
+    )
 
 
 def _cfg(method, rounds=4, **opts):
-    return parse_experiment({
-        "name": "t", "method": method, "rounds": rounds, "clients_per_round": 3, "seed": 3,
-        "data": {"dataset": "flashrl-test-synthetic", "num_clients": 8},
-        "model": {"name": "mlp", "options": {"hidden": [16]}},
-        "train": {"local_epochs": 1, "batch_size": 64, "lr": 0.05},
-        "method_options": {"rl_batch_size": 2, "pca_components": 5, "hidden": 32, "target_sync": 2, **opts},
-    })
+    return parse_experiment(
+        {
+            "name": "t",
+            "method": method,
+            "rounds": rounds,
+            "clients_per_round": 3,
+            "seed": 3,
+            "data": {"dataset": "flashrl-test-synthetic", "num_clients": 8},
+            "model": {"name": "mlp", "options": {"hidden": [16]}},
+            "train": {"local_epochs": 1, "batch_size": 64, "lr": 0.05},
+            "method_options": {"rl_batch_size": 2, "pca_components": 5, "hidden": 32, "target_sync": 2, **opts},
+        }
+    )
 
 
 def _rows(run_dir):
@@ -166,5 +174,7 @@ def test_favor_reward_and_target(fed, tmp_path):
 
 def test_flashrl_needs_every_round_evaluated(fed):
     cfg = _cfg("flashrl").model_copy(update={"eval_every": 2})
-    with pytest.raises(ConfigError, match="selector 'flashrl' needs the global metric every round .* set eval_every: 1 \\(got 2\\)"):
+    with pytest.raises(
+        ConfigError, match="selector 'flashrl' needs the global metric every round .* set eval_every: 1 \\(got 2\\)"
+    ):
         make_simulation(cfg, fed)

@@ -7,14 +7,14 @@ import json
 import math
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("flwr") is None,
-                                reason="Flower is the optional extra fedselect[flower] (make test installs it)")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("flwr") is None, reason="Flower is the optional extra fedselect[flower] (make test installs it)"
+)
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 if "FLWR_HOME" not in os.environ:  # Flower writes an id file there even with telemetry off; keep it out of $HOME
@@ -28,33 +28,50 @@ from fedselect.config import ConfigError  # noqa: E402
 
 #: the experiment of every node (flat dotted keys, as in a Flower run config)
 SETTINGS = {
-    "seed": 3, "data.dataset": "mnist-embedded", "data.partition.scheme": "dirichlet", "data.partition.alpha": 0.5,
-    "data.partition.min_size": 10, "model.name": "mlp", "model.options.hidden": "[32]", "train.local_epochs": 1,
-    "train.batch_size": 32, "train.lr": 0.05, "torch-threads": 1,
+    "seed": 3,
+    "data.dataset": "mnist-embedded",
+    "data.partition.scheme": "dirichlet",
+    "data.partition.alpha": 0.5,
+    "data.partition.min_size": 10,
+    "model.name": "mlp",
+    "model.options.hidden": "[32]",
+    "train.local_epochs": 1,
+    "train.batch_size": 32,
+    "train.lr": 0.05,
+    "torch-threads": 1,
 }
 
 
 def _cfg_doc(n: int) -> dict:
-    return {"seed": 3, "clients_per_round": min(5, n), "data": {"dataset": "mnist-embedded", "num_clients": n,
-            "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10}}, "model": {"name": "mlp", "options": {"hidden": [32]}},
-            "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05}}
+    return {
+        "seed": 3,
+        "clients_per_round": min(5, n),
+        "data": {
+            "dataset": "mnist-embedded",
+            "num_clients": n,
+            "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10},
+        },
+        "model": {"name": "mlp", "options": {"hidden": [32]}},
+        "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
+    }
 
 
 def _expected(n: int, t: int = 1) -> dict[int, tuple]:
     """Our simulator's FedAvg local update of every client from the initial global model
     (``Simulation.train``, the round loop's path): k -> (digest of the trained state, train
     loss, latency, upload bytes, profile names)."""
-    from flower_probe import arrays_digest
-
     from fedselect.experiment import make_simulation
     from fedselect.resolve import parse_experiment
+    from flower_probe import arrays_digest
 
     sim = make_simulation(parse_experiment(_cfg_doc(n)))
     fed = sim.fed
     state = sim.algorithm.initial_state()
     outcomes = sim.train(t, list(range(n)), state, fed.fleet.draw(t))
-    return {o.client_id: (arrays_digest(o.state), o.train_loss, o.latency_s, o.upload_bytes, fed.fleet.describe(o.client_id))
-            for o in outcomes}
+    return {
+        o.client_id: (arrays_digest(o.state), o.train_loss, o.latency_s, o.upload_bytes, fed.fleet.describe(o.client_id))
+        for o in outcomes
+    }
 
 
 # ---------------------------------------------------------------------------- settings
@@ -71,14 +88,17 @@ def test_node_settings_build_the_simulators_experiment(tmp_path):
     assert (k, cfg.seed, cfg.data.num_clients, cfg.train.lr, cfg.clients_per_round) == (5, 7, 6, 0.3, 5)
 
 
-@pytest.mark.parametrize("run_config, node_config, message", [
-    ({}, {}, "no 'partition-id'"),
-    ({}, {"partition-id": 3, "num-partitions": 3}, r"partition-id 3 is not a client id 0..2"),
-    ({"data.num_clients": 10}, {"partition-id": 0, "num-partitions": 4}, "num-partitions = 4 but data.num_clients = 10"),
-    ({"data.dataset": "nope"}, {"partition-id": 0}, "unknown dataset 'nope'"),
-    ({"model.options.hidden": "[32"}, {"partition-id": 0}, "not valid YAML"),
-    ({"fedselect-config": "/no/such/file.yaml"}, {"partition-id": 0}, "config file not found"),
-])
+@pytest.mark.parametrize(
+    "run_config, node_config, message",
+    [
+        ({}, {}, "no 'partition-id'"),
+        ({}, {"partition-id": 3, "num-partitions": 3}, r"partition-id 3 is not a client id 0..2"),
+        ({"data.num_clients": 10}, {"partition-id": 0, "num-partitions": 4}, "num-partitions = 4 but data.num_clients = 10"),
+        ({"data.dataset": "nope"}, {"partition-id": 0}, "unknown dataset 'nope'"),
+        ({"model.options.hidden": "[32"}, {"partition-id": 0}, "not valid YAML"),
+        ({"fedselect-config": "/no/such/file.yaml"}, {"partition-id": 0}, "config file not found"),
+    ],
+)
 def test_bad_node_settings_are_named(run_config, node_config, message):
     from fedselect.flower.client_app import node_experiment
 
@@ -89,9 +109,9 @@ def test_bad_node_settings_are_named(run_config, node_config, message):
 # ---------------------------------------------------------------------------- replies
 def test_train_reply_is_the_simulators_local_update():
     from flwr.app import ArrayRecord, ConfigRecord, RecordDict
-    from flower_probe import arrays_digest
 
     from fedselect.flower.client_app import TRAIN_METRICS, federation_for, node_experiment, train_reply
+    from flower_probe import arrays_digest
 
     n, t = 8, 4
     exp = _expected(n, t)
@@ -128,8 +148,13 @@ def test_partial_layers_and_kept_state():
     personal = [n for n in init if n not in shared]
     state = RecordDict()
     conf = {"upload-keys": shared, "keep-state": True}
-    r1 = train_reply(fed, cfg, k, RecordDict({"arrays": ArrayRecord({n: init[n] for n in shared}),
-                                         "config": ConfigRecord({"server-round": 1, **conf})}), state)
+    r1 = train_reply(
+        fed,
+        cfg,
+        k,
+        RecordDict({"arrays": ArrayRecord({n: init[n] for n in shared}), "config": ConfigRecord({"server-round": 1, **conf})}),
+        state,
+    )
     assert list(r1["arrays"].keys()) == shared
     m = dict(r1["metrics"])
     one = sum(init[n].numel() * 4 for n in shared)
@@ -138,19 +163,30 @@ def test_partial_layers_and_kept_state():
     assert all(not torch.equal(kept[n], init[n]) for n in personal)  # trained and kept on the node
     # round 2: new shared entries from the server, personal ones from the kept state
     new_shared = {n: init[n] + 0.01 for n in shared}
-    r2 = train_reply(fed, cfg, k, RecordDict({"arrays": ArrayRecord(new_shared), "config": ConfigRecord({"server-round": 2, **conf})}), state)
+    r2 = train_reply(
+        fed, cfg, k, RecordDict({"arrays": ArrayRecord(new_shared), "config": ConfigRecord({"server-round": 2, **conf})}), state
+    )
     # the same start trained in our simulator's way
     model = fed.new_model()
     model.load_state_dict({**kept, **new_shared})
     from fedselect.fl.train import TrainConfig, local_train
 
     tr = cfg.train
-    local_train(model, fed.clients[k].train, TrainConfig(tr.local_epochs, tr.batch_size, tr.lr, tr.momentum, tr.optimizer,
-                                                         tr.weight_decay), fed.train_generator(2, k))
+    local_train(
+        model,
+        fed.clients[k].train,
+        TrainConfig(tr.local_epochs, tr.batch_size, tr.lr, tr.momentum, tr.optimizer, tr.weight_decay),
+        fed.train_generator(2, k),
+    )
     got = r2["arrays"].to_torch_state_dict()
     assert all(torch.equal(got[n], model.state_dict()[n]) for n in shared)
     with pytest.raises(ValueError, match=r"upload-keys \['nope'\] are not entries"):
-        train_reply(fed, cfg, k, RecordDict({"arrays": ArrayRecord(init), "config": ConfigRecord({"server-round": 1, "upload-keys": ["nope"]})}))
+        train_reply(
+            fed,
+            cfg,
+            k,
+            RecordDict({"arrays": ArrayRecord(init), "config": ConfigRecord({"server-round": 1, "upload-keys": ["nope"]})}),
+        )
     with pytest.raises(ValueError, match="config needs 'server-round'"):
         train_reply(fed, cfg, k, RecordDict({"arrays": ArrayRecord(init)}))
     with pytest.raises(ValueError, match="needs an ArrayRecord 'arrays'"):
@@ -171,8 +207,17 @@ def test_evaluate_reply_is_the_budgeted_candidate_evaluation():
     acc, _, loss = sim.ctx.evaluate_candidate(k, epochs)
     kk, cfg = node_experiment(SETTINGS, {"partition-id": k, "num-partitions": n})
     fed = federation_for(cfg)
-    rec = evaluate_reply(fed, cfg, kk, RecordDict({"arrays": ArrayRecord(fed.new_model().state_dict()), "config": ConfigRecord(
-        {"train-epochs": epochs, "eval-split": "test"})}))
+    rec = evaluate_reply(
+        fed,
+        cfg,
+        kk,
+        RecordDict(
+            {
+                "arrays": ArrayRecord(fed.new_model().state_dict()),
+                "config": ConfigRecord({"train-epochs": epochs, "eval-split": "test"}),
+            }
+        ),
+    )
     m = dict(rec["metrics"])
     assert (m["accuracy"], m["train-loss"], m["num-examples"]) == (acc, loss, len(fed.test_set))
     # no training: the given weights scored on the client's own training data
@@ -181,8 +226,12 @@ def test_evaluate_reply_is_the_budgeted_candidate_evaluation():
     assert m["num-examples"] == fed.clients[k].num_samples and math.isnan(m["train-loss"]) and m["compute-s"] == 0.0
     assert 0.0 <= m["accuracy"] <= 1.0 and "arrays" not in rec
     with pytest.raises(ValueError, match=r"'eval-split' must be one of \['train', 'holdout', 'test'\]"):
-        evaluate_reply(fed, cfg, kk, RecordDict({"arrays": ArrayRecord(fed.new_model().state_dict()),
-                                            "config": ConfigRecord({"eval-split": "all"})}))
+        evaluate_reply(
+            fed,
+            cfg,
+            kk,
+            RecordDict({"arrays": ArrayRecord(fed.new_model().state_dict()), "config": ConfigRecord({"eval-split": "all"})}),
+        )
 
 
 def test_oort_sample_losses_and_power_of_choice_probes():
@@ -199,20 +248,36 @@ def test_oort_sample_losses_and_power_of_choice_probes():
     sim = make_simulation(parse_experiment(_cfg_doc(n)))
     init = sim.ctx.initial_state()
     r = SequentialTrainer(sim.fed.new_model, [c.train for c in sim.fed.clients], sim.resolved.train_cfg).train(
-        [TrainJob(k, init, 1, sim.fed.seed, f"train/{t}/{k}", True)])[0]
+        [TrainJob(k, init, 1, sim.fed.seed, f"train/{t}/{k}", True)]
+    )[0]
     idx = [0, 2, 5, 7]
     probe = sim.ctx.client_losses([init], [k], [idx])[0]
     kk, cfg = node_experiment(SETTINGS, {"partition-id": k, "num-partitions": n})
     fed = federation_for(cfg)
-    m = dict(train_reply(fed, cfg, kk, RecordDict({"arrays": ArrayRecord(init), "config": ConfigRecord(
-        {"server-round": t, "sample-losses": True})}))["metrics"])
-    assert (m["train-loss"], m["sum-sq-sample-loss"], m["num-sample-losses"]) == (r.loss, r.sum_sq_sample_loss, r.num_sample_losses)
+    m = dict(
+        train_reply(
+            fed,
+            cfg,
+            kk,
+            RecordDict({"arrays": ArrayRecord(init), "config": ConfigRecord({"server-round": t, "sample-losses": True})}),
+        )["metrics"]
+    )
+    assert (m["train-loss"], m["sum-sq-sample-loss"], m["num-sample-losses"]) == (
+        r.loss,
+        r.sum_sq_sample_loss,
+        r.num_sample_losses,
+    )
     assert m["num-sample-losses"] == fed.clients[k].num_samples  # one epoch: every sample once
-    e = dict(evaluate_reply(fed, cfg, kk, RecordDict({"arrays": ArrayRecord(init), "config": ConfigRecord(
-        {"sample-indices": idx})}))["metrics"])
+    e = dict(
+        evaluate_reply(fed, cfg, kk, RecordDict({"arrays": ArrayRecord(init), "config": ConfigRecord({"sample-indices": idx})}))[
+            "metrics"
+        ]
+    )
     assert (e["loss"], e["num-examples"]) == (probe, 4)
     with pytest.raises(ValueError, match="sample-indices outside"):
-        evaluate_reply(fed, cfg, kk, RecordDict({"arrays": ArrayRecord(init), "config": ConfigRecord({"sample-indices": [10**6]})}))
+        evaluate_reply(
+            fed, cfg, kk, RecordDict({"arrays": ArrayRecord(init), "config": ConfigRecord({"sample-indices": [10**6]})})
+        )
 
 
 def _check_probe(res: dict, n: int) -> None:
@@ -227,7 +292,9 @@ def _check_probe(res: dict, n: int) -> None:
     assert sorted(res["train"]) == [str(k) for k in range(n)]
     for k, r in res["train"].items():
         assert "error" not in r, r
-        assert (r["digest"], r["metrics"]["train-loss"], r["metrics"]["latency-s"], r["metrics"]["upload-bytes"]) == exp[int(k)][:4]
+        assert (r["digest"], r["metrics"]["train-loss"], r["metrics"]["latency-s"], r["metrics"]["upload-bytes"]) == exp[int(k)][
+            :4
+        ]
     assert len(res["bad"]) == 1 and res["bad"][0]["error"] and "config needs 'server-round'" in res["bad"][0]["reason"]
     if res["evaluate"]:
         (ev,) = res["evaluate"].values()
@@ -239,16 +306,20 @@ def _check_probe(res: dict, n: int) -> None:
 def test_client_app_in_the_simulation_engine(tmp_path):
     import warnings
 
-    from flower_probe import make_probe
     from flwr.simulation import run_simulation
 
     from fedselect.flower.client_app import make_client_app
+    from flower_probe import make_probe
 
     out, n = tmp_path / "probe.json", 4
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        run_simulation(server_app=make_probe(SETTINGS, str(out), n, timeout=120), client_app=make_client_app(SETTINGS),
-                       num_supernodes=n, backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": 2}})
+        run_simulation(
+            server_app=make_probe(SETTINGS, str(out), n, timeout=120),
+            client_app=make_client_app(SETTINGS),
+            num_supernodes=n,
+            backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": 2}},
+        )
     assert out.exists(), "the probe ServerApp did not finish (see the log above)"
     res = json.loads(out.read_text())
     assert len(res["evaluate"]) == 1
@@ -267,10 +338,24 @@ def _write_app(app_dir: Path, config: dict) -> None:
         for part in head:
             node = node.setdefault(part, {})
         node[last] = v
-    doc = {"project": {"name": "fedselect-probe", "version": "1.0.0", "description": "probe of fedselect's ClientApp",
-                       "license": "MIT", "dependencies": []},
-           "tool": {"flwr": {"app": {"publisher": "fedselect", "config": nested,
-                                     "components": {"serverapp": "flower_probe:app", "clientapp": "fedselect.flower.client_app:app"}}}}}
+    doc = {
+        "project": {
+            "name": "fedselect-probe",
+            "version": "1.0.0",
+            "description": "probe of fedselect's ClientApp",
+            "license": "MIT",
+            "dependencies": [],
+        },
+        "tool": {
+            "flwr": {
+                "app": {
+                    "publisher": "fedselect",
+                    "config": nested,
+                    "components": {"serverapp": "flower_probe:app", "clientapp": "fedselect.flower.client_app:app"},
+                }
+            }
+        },
+    }
     (app_dir / "pyproject.toml").write_text(tomli_w.dumps(doc))
 
 

@@ -14,8 +14,12 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.skipif(importlib.util.find_spec("flwr") is None,
-                                 reason="Flower is the optional extra fedselect[flower] (make test installs it)"), pytest.mark.slow]
+pytestmark = [
+    pytest.mark.skipif(
+        importlib.util.find_spec("flwr") is None, reason="Flower is the optional extra fedselect[flower] (make test installs it)"
+    ),
+    pytest.mark.slow,
+]
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 if "FLWR_HOME" not in os.environ:  # Flower writes an id file there even with telemetry off; keep it out of $HOME
@@ -27,15 +31,36 @@ if "FLWR_HOME" not in os.environ:  # Flower writes an id file there even with te
 sys.path.insert(0, str(Path(__file__).parent))
 
 #: what every node builds (the run config of a Flower app; num-partitions comes from the engine)
-NODE = {"seed": 3, "data.dataset": "mnist-embedded", "data.partition.scheme": "dirichlet", "data.partition.alpha": 0.5,
-        "data.partition.min_size": 10, "model.name": "mlp", "model.options.hidden": "[32]", "train.local_epochs": 1,
-        "train.batch_size": 32, "train.lr": 0.05, "torch-threads": 1}
+NODE = {
+    "seed": 3,
+    "data.dataset": "mnist-embedded",
+    "data.partition.scheme": "dirichlet",
+    "data.partition.alpha": 0.5,
+    "data.partition.min_size": 10,
+    "model.name": "mlp",
+    "model.options.hidden": "[32]",
+    "train.local_epochs": 1,
+    "train.batch_size": 32,
+    "train.lr": 0.05,
+    "torch-threads": 1,
+}
 
 
 def experiment(n: int, u: int, rounds: int, **extra) -> dict:
-    return {"name": "flower-run", "seed": 3, "rounds": rounds, "clients_per_round": u,
-            "data": {"dataset": "mnist-embedded", "num_clients": n, "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10}},
-            "model": {"name": "mlp", "options": {"hidden": [32]}}, "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05}, **extra}
+    return {
+        "name": "flower-run",
+        "seed": 3,
+        "rounds": rounds,
+        "clients_per_round": u,
+        "data": {
+            "dataset": "mnist-embedded",
+            "num_clients": n,
+            "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10},
+        },
+        "model": {"name": "mlp", "options": {"hidden": [32]}},
+        "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
+        **extra,
+    }
 
 
 def simulate(doc: dict, out: Path) -> list[list[str]]:
@@ -80,8 +105,12 @@ def engine(tmp_path_factory):
     def main(grid, context):
         for name, doc in ENGINE.items():
             try:
-                s = FedselectStrategy(parse_experiment(doc), out / name, latency="measured" if name == "power_of_choice" else "simulated",
-                                      reply_timeout=120)
+                s = FedselectStrategy(
+                    parse_experiment(doc),
+                    out / name,
+                    latency="measured" if name == "power_of_choice" else "simulated",
+                    reply_timeout=120,
+                )
                 strategies[name] = s
                 s.start(grid)
             except Exception as e:  # reported by the tests (the engine would only log it)
@@ -90,8 +119,12 @@ def engine(tmp_path_factory):
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        run_simulation(server_app=server, client_app=make_client_app(NODE), num_supernodes=10,
-                       backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": 2}})
+        run_simulation(
+            server_app=server,
+            client_app=make_client_app(NODE),
+            num_supernodes=10,
+            backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": 2}},
+        )
     return {"out": out, "strategies": strategies, "errors": errors, "wall_s": time.perf_counter() - t0}
 
 
@@ -103,7 +136,7 @@ def test_flashrl_in_the_simulation_engine(engine, tmp_path):
     got = rows(engine["out"] / "flashrl")
     for t, result in enumerate(s.results, start=1):
         assert len(result.selection.clients) == 3
-        assert s.trained[t] == list(result.selection.clients)       # the nodes that replied to a train message
+        assert s.trained[t] == list(result.selection.clients)  # the nodes that replied to a train message
         assert got[t]["selected"] == ";".join(map(str, result.selection.clients)) and got[t]["failed"] == ""
     assert float(got[3]["accuracy"]) > float(got[0]["accuracy"]) + 0.1
     assert simulate(ENGINE["flashrl"], tmp_path / "sim") == got
@@ -146,10 +179,21 @@ def _write_app(app_dir: Path, config: dict) -> None:
         for part in head:
             node = node.setdefault(part, {})
         node[last] = v
-    doc = {"project": {"name": "fedselect-deployment-test", "version": "1.0.0", "license": "MIT", "dependencies": []},
-           "tool": {"flwr": {"app": {"publisher": "fedselect", "config": nested,
-                                     "components": {"serverapp": "fedselect.flower.server_app:app",
-                                                    "clientapp": "fedselect.flower.client_app:app"}}}}}
+    doc = {
+        "project": {"name": "fedselect-deployment-test", "version": "1.0.0", "license": "MIT", "dependencies": []},
+        "tool": {
+            "flwr": {
+                "app": {
+                    "publisher": "fedselect",
+                    "config": nested,
+                    "components": {
+                        "serverapp": "fedselect.flower.server_app:app",
+                        "clientapp": "fedselect.flower.client_app:app",
+                    },
+                }
+            }
+        },
+    }
     (app_dir / "pyproject.toml").write_text(tomli_w.dumps(doc))
 
 
@@ -164,8 +208,16 @@ def test_a_real_superlink_and_supernodes_with_a_node_killed_between_rounds(tmp_p
     ref = simulate(doc, tmp_path / "sim")
     victim = int(ref[2]["selected"].split(";")[0])
     run_dir = tmp_path / "flower-run"
-    settings = {**NODE, "data.num_clients": 3, "method": "oort", "rounds": 2, "clients_per_round": 2, "name": "flower-run",
-                "run-dir": str(run_dir), "reply-timeout": 30.0}
+    settings = {
+        **NODE,
+        "data.num_clients": 3,
+        "method": "oort",
+        "rounds": 2,
+        "clients_per_round": 2,
+        "name": "flower-run",
+        "run-dir": str(run_dir),
+        "reply-timeout": 30.0,
+    }
     app = tmp_path / "app"
     _write_app(app, settings)
     done: dict = {}
@@ -188,7 +240,7 @@ def test_a_real_superlink_and_supernodes_with_a_node_killed_between_rounds(tmp_p
         family = set().union(*(_descendants(pid) for pid in groups)) | groups
     got = rows(run_dir)
     assert [r["selected"] for r in got] == [r["selected"] for r in ref]
-    assert got[:2] == ref[:2]                                   # rounds 0 and 1: the simulator's rows
+    assert got[:2] == ref[:2]  # rounds 0 and 1: the simulator's rows
     assert got[2]["failed"] == f"{victim}:dropout" and got[2]["aggregated"] == "1" and got[2]["round_failed"] == "0"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["complete"] and summary["client_failures"] == {"dropout": 1} and len(summary["flower"]["nodes"]) >= 2

@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 import torch
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("flwr") is None,
-                                reason="Flower is the optional extra fedselect[flower] (make test installs it)")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("flwr") is None, reason="Flower is the optional extra fedselect[flower] (make test installs it)"
+)
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 if "FLWR_HOME" not in os.environ:  # Flower writes an id file there even with telemetry off; keep it out of $HOME
@@ -33,15 +34,34 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fedselect.config import ConfigError  # noqa: E402
 
 #: what every node builds (flat dotted keys, as in a Flower run config)
-NODE = {"seed": 3, "data.dataset": "mnist-embedded", "data.partition.scheme": "dirichlet", "data.partition.alpha": 0.5,
-        "data.partition.min_size": 10, "model.name": "mlp", "model.options.hidden": "[32]", "train.local_epochs": 1,
-        "train.batch_size": 32, "train.lr": 0.05}
+NODE = {
+    "seed": 3,
+    "data.dataset": "mnist-embedded",
+    "data.partition.scheme": "dirichlet",
+    "data.partition.alpha": 0.5,
+    "data.partition.min_size": 10,
+    "model.name": "mlp",
+    "model.options.hidden": "[32]",
+    "train.local_epochs": 1,
+    "train.batch_size": 32,
+    "train.lr": 0.05,
+}
 
 
 def experiment(n: int = 6, u: int = 2, rounds: int = 3, **extra) -> dict:
-    doc = {"name": "flower-test", "seed": 3, "rounds": rounds, "clients_per_round": u,
-           "data": {"dataset": "mnist-embedded", "num_clients": n, "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10}},
-           "model": {"name": "mlp", "options": {"hidden": [32]}}, "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05}}
+    doc = {
+        "name": "flower-test",
+        "seed": 3,
+        "rounds": rounds,
+        "clients_per_round": u,
+        "data": {
+            "dataset": "mnist-embedded",
+            "num_clients": n,
+            "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10},
+        },
+        "model": {"name": "mlp", "options": {"hidden": [32]}},
+        "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
+    }
     for key, value in extra.items():
         doc[key] = value
     return doc
@@ -57,11 +77,10 @@ def simulate(doc: dict, out: Path) -> Path:
 
 def flower(doc: dict, out: Path | None, grid=None, n: int | None = None, **options):
     """Run ``doc`` with the strategy on an in-process grid of N nodes; returns (strategy, grid)."""
-    from flower_grid import LocalGrid
-
     from fedselect.flower.client_app import make_client_app
     from fedselect.flower.strategy import FedselectStrategy
     from fedselect.resolve import parse_experiment
+    from flower_grid import LocalGrid
 
     n = n or doc["data"]["num_clients"]
     grid = grid or LocalGrid(make_client_app(NODE), n, {})
@@ -82,7 +101,11 @@ def same(a, b, path="") -> list[str]:
             return [f"{path}: lengths {len(a)} != {len(b)}"]
         return [d for i, (x, y) in enumerate(zip(a, b)) for d in same(x, y, f"{path}[{i}]")]
     if isinstance(a, torch.Tensor):
-        return [] if isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a.nan_to_num(7.5), b.nan_to_num(7.5)) else [path]
+        return (
+            []
+            if isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a.nan_to_num(7.5), b.nan_to_num(7.5))
+            else [path]
+        )
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return [] if np.array_equal(np.asarray(a), np.asarray(b), equal_nan=np.asarray(a).dtype.kind == "f") else [path]
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
@@ -96,12 +119,21 @@ CASES = {
     "flashrl": {"method": "flashrl", "method_options": FLASH},
     "favor": {"method": "favor", "method_options": {**FLASH, "target": 0.5}},
     "oort": {"method": "oort"},
-    "power_of_choice-cpow-d+fedper": {"selector": {"name": "power_of_choice", "options": {"variant": "cpow-d", "minibatch_size": 16}},
-                                      "algorithm": {"name": "fedper", "options": {"base_layers": 1}}, "rounds": 4},
-    "flashrl+fedper": {"selector": {"name": "flashrl", "options": FLASH}, "algorithm": {"name": "fedper", "options": {"base_layers": 1}}},
+    "power_of_choice-cpow-d+fedper": {
+        "selector": {"name": "power_of_choice", "options": {"variant": "cpow-d", "minibatch_size": 16}},
+        "algorithm": {"name": "fedper", "options": {"base_layers": 1}},
+        "rounds": 4,
+    },
+    "flashrl+fedper": {
+        "selector": {"name": "flashrl", "options": FLASH},
+        "algorithm": {"name": "fedper", "options": {"base_layers": 1}},
+    },
     "secretary-reruns": {"method": "budgeted_online", "method_options": {"rerun_every": 2}, "rounds": 4},
-    "offline_best-stream": {"method": "offline_best", "method_options": {"rerun_every": 2, "initial_available": 0.7, "mean_stay": 3.0},
-                            "rounds": 4},
+    "offline_best-stream": {
+        "method": "offline_best",
+        "method_options": {"rerun_every": 2, "initial_available": 0.7, "mean_stay": 3.0},
+        "rounds": 4,
+    },
     "regular_fl-deadline": {"method": "regular_fl", "system": {"round_deadline_s": 0.2}},
 }
 
@@ -136,9 +168,8 @@ def test_partial_layers_stay_on_the_nodes(tmp_path):
     from flwr.app import ArrayRecord
 
     doc = experiment(**copy.deepcopy(CASES["power_of_choice-cpow-d+fedper"]))
-    from flower_grid import LocalGrid
-
     from fedselect.flower.client_app import STATE_KEY, make_client_app
+    from flower_grid import LocalGrid
 
     sent: list[list[str]] = []
     app = make_client_app(NODE)
@@ -172,12 +203,16 @@ def test_failures_are_the_simulators_kinds(tmp_path):
     the simulator's injected faults give."""
     sel = [0, 1, 2, 3]
     base = experiment(n=4, u=4, rounds=3, method="full", system={"round_deadline_s": 0.1})
-    faults = {"inject": [{"kind": "drop", "rounds": [1], "clients": sel}, {"kind": "raise", "rounds": [2], "clients": [1]},
-                         {"kind": "drop", "rounds": [2], "clients": [2]}]}
+    faults = {
+        "inject": [
+            {"kind": "drop", "rounds": [1], "clients": sel},
+            {"kind": "raise", "rounds": [2], "clients": [1]},
+            {"kind": "drop", "rounds": [2], "clients": [2]},
+        ]
+    }
     sim = simulate({**base, "faults": faults}, tmp_path / "sim")
-    from flower_grid import LocalGrid
-
     from fedselect.flower.client_app import make_client_app
+    from flower_grid import LocalGrid
 
     def behaviour(kind, k, t):
         if kind != "train":
@@ -201,13 +236,16 @@ def test_failures_are_the_simulators_kinds(tmp_path):
 def test_measured_latency_deadline_and_error(tmp_path):
     """Measured latency: a silent node is a timeout at the wall-clock deadline, an error reply
     an error, the others' latency the measured round trip; the run goes on."""
+    from fedselect.flower.client_app import make_client_app
     from flower_grid import LocalGrid
 
-    from fedselect.flower.client_app import make_client_app
-
     doc = experiment(n=4, u=4, rounds=2, method="full", system={"round_deadline_s": 0.5})
-    grid = LocalGrid(make_client_app(NODE), 4, {}, behaviour=lambda kind, k, t: {(1, 2): "silent", (2, 3): "error"}.get((t, k))
-                     if kind == "train" else None)
+    grid = LocalGrid(
+        make_client_app(NODE),
+        4,
+        {},
+        behaviour=lambda kind, k, t: {(1, 2): "silent", (2, 3): "error"}.get((t, k)) if kind == "train" else None,
+    )
     s, _ = flower(doc, tmp_path / "run", grid, latency="measured")
     r1, r2 = s.results
     f1 = {o.client_id: o for o in r1.outcomes}
@@ -216,18 +254,19 @@ def test_measured_latency_deadline_and_error(tmp_path):
     assert [o.failed for o in r2.outcomes] == [None, None, None, "error"] and r2.aggregated == 3
     assert r2.after.accuracy > r1.after.accuracy or r2.after.loss < r1.after.loss
     # without a deadline a silent node is a dropout (after the reply timeout)
-    grid = LocalGrid(make_client_app(NODE), 4, {}, behaviour=lambda kind, k, t: "silent" if (kind, k, t) == ("train", 0, 1) else None)
+    grid = LocalGrid(
+        make_client_app(NODE), 4, {}, behaviour=lambda kind, k, t: "silent" if (kind, k, t) == ("train", 0, 1) else None
+    )
     s, _ = flower(experiment(n=4, u=4, rounds=1, method="full"), None, grid, latency="measured", reply_timeout=0.3)
-    (o, *_), = [r.outcomes for r in s.results]
+    ((o, *_),) = [r.outcomes for r in s.results]
     assert o.failed == "dropout" and o.latency_s == pytest.approx(0.3, abs=0.2)
 
 
 def test_nodes_that_leave_or_join_late(tmp_path):
     """A client whose node left is a dropout without any message; a node that connects late
     is queried and trains once it is there."""
-    from flower_grid import LocalGrid
-
     from fedselect.flower.client_app import make_client_app
+    from flower_grid import LocalGrid
 
     doc = experiment(n=4, u=4, rounds=3, method="full")
     # once round 1 has trained, node 1 leaves and node 3 (absent until then) connects
@@ -254,13 +293,12 @@ def test_candidates_are_evaluated_as_their_nodes_connect(tmp_path):
     """arrival="nodes": the arrival order is the order the nodes connect (not the seeded one);
     each candidate is evaluated when it has connected, before the next one connects, and the
     accepted clients train afterwards."""
+    from fedselect.flower.client_app import make_client_app
     from flower_grid import LocalGrid
 
-    from fedselect.flower.client_app import make_client_app
-
     doc = experiment(n=6, u=2, rounds=2, method="budgeted_online")
-    joins = {0: 1, 2: 2, 1: 3, 4: 4, 3: 5, 5: 6}          # node i connects at the joins[i]-th listing
-    clients = {0: 4, 1: 2, 2: 0, 3: 5, 4: 1, 5: 3}        # node i serves client clients[i]
+    joins = {0: 1, 2: 2, 1: 3, 4: 4, 3: 5, 5: 6}  # node i connects at the joins[i]-th listing
+    clients = {0: 4, 1: 2, 2: 0, 3: 5, 4: 1, 5: 3}  # node i serves client clients[i]
     grid = LocalGrid(make_client_app(NODE), 6, {}, join_at=joins, client_of=clients)
     s, _ = flower(doc, tmp_path / "run", grid, arrival="nodes")
     order = [clients[i] for i in sorted(joins, key=joins.get)]
@@ -281,9 +319,8 @@ def test_candidates_are_evaluated_as_their_nodes_connect(tmp_path):
 
 
 def test_a_candidate_that_never_connects_scores_nan(tmp_path):
-    from flower_grid import LocalGrid
-
     from fedselect.flower.client_app import make_client_app
+    from flower_grid import LocalGrid
 
     doc = experiment(n=4, u=2, rounds=1, method="offline_best")
     grid = LocalGrid(make_client_app(NODE), 4, {}, join_at={2: 10**6})  # client 2's node never comes
@@ -295,23 +332,27 @@ def test_a_candidate_that_never_connects_scores_nan(tmp_path):
 
 # ---------------------------------------------------------------------------- refusals
 def test_a_node_of_another_federation_is_named(tmp_path):
-    from flower_grid import LocalGrid
-
     from fedselect.flower.client_app import make_client_app
+    from flower_grid import LocalGrid
 
     grid = LocalGrid(make_client_app({**NODE, "seed": 4}), 4, {})
     with pytest.raises(ConfigError, match=r"node 100\d \(client \d\) built its federation from other settings than the server"):
         flower(experiment(n=4, u=2, rounds=1), tmp_path / "run", grid)
     # a node whose ClientApp cannot serve its settings: its error, named, before anything runs
     grid = LocalGrid(make_client_app(NODE), 4, {}, client_of={3: 7})
-    with pytest.raises(RuntimeError, match=r"node 1003 could not answer the query \(error code 2\).*partition-id 7 is not a client id 0..3"):
+    with pytest.raises(
+        RuntimeError, match=r"node 1003 could not answer the query \(error code 2\).*partition-id 7 is not a client id 0..3"
+    ):
         flower(experiment(n=4, u=2, rounds=1), None, grid)
 
 
-@pytest.mark.parametrize("extra, message", [
-    ({"method": "cefl", "method_options": {"clusters": 2}}, "the Flower strategy runs FedAvg"),
-    ({"faults": {"dropout": 0.1}}, "over Flower the failures are the nodes' own"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"method": "cefl", "method_options": {"clusters": 2}}, "the Flower strategy runs FedAvg"),
+        ({"faults": {"dropout": 0.1}}, "over Flower the failures are the nodes' own"),
+    ],
+)
 def test_what_the_strategy_cannot_run_is_refused(extra, message):
     from fedselect.flower.strategy import FedselectStrategy
     from fedselect.resolve import parse_experiment
@@ -341,12 +382,31 @@ def test_server_app_settings(tmp_path):
 
     f = tmp_path / "exp.yaml"
     f.write_text("seed: 7\nrounds: 4\ndata: {dataset: mnist-embedded, num_clients: 6}\nmodel: {name: mlp}\nmethod: oort\n")
-    cfg = server_experiment({"fedselect-config": str(f), "clients_per_round": 2, "model.options.hidden": "[16]", "latency": "measured",
-                             "partition-id": 3})
-    assert cfg == parse_experiment({"seed": 7, "rounds": 4, "clients_per_round": 2, "method": "oort",
-                                    "data": {"dataset": "mnist-embedded", "num_clients": 6}, "model": {"name": "mlp", "options": {"hidden": [16]}}})
+    cfg = server_experiment(
+        {
+            "fedselect-config": str(f),
+            "clients_per_round": 2,
+            "model.options.hidden": "[16]",
+            "latency": "measured",
+            "partition-id": 3,
+        }
+    )
+    assert cfg == parse_experiment(
+        {
+            "seed": 7,
+            "rounds": 4,
+            "clients_per_round": 2,
+            "method": "oort",
+            "data": {"dataset": "mnist-embedded", "num_clients": 6},
+            "model": {"name": "mlp", "options": {"hidden": [16]}},
+        }
+    )
     assert strategy_settings({"latency": "measured", "reply-timeout": 30, "arrival-order": "nodes"}) == {
-        "latency": "measured", "arrival": "nodes", "overwrite": False, "reply_timeout": 30.0}
+        "latency": "measured",
+        "arrival": "nodes",
+        "overwrite": False,
+        "reply_timeout": 30.0,
+    }
     with pytest.raises(ConfigError, match=r"'latency' must be one of \['simulated', 'measured'\], got 'fast'"):
         strategy_settings({"latency": "fast"})
     with pytest.raises(ConfigError, match="'reply-timeout' must be of type"):
@@ -368,12 +428,14 @@ def test_the_example_app(tmp_path, monkeypatch):
 
     app = Path(__file__).resolve().parents[1] / "examples" / "flower"
     doc = tomllib.loads((app / "pyproject.toml").read_text())
-    assert doc["tool"]["flwr"]["app"]["components"] == {"serverapp": "fedselect.flower.server_app:app",
-                                                        "clientapp": "fedselect.flower.client_app:app"}
+    assert doc["tool"]["flwr"]["app"]["components"] == {
+        "serverapp": "fedselect.flower.server_app:app",
+        "clientapp": "fedselect.flower.client_app:app",
+    }
     run_config = doc["tool"]["flwr"]["app"]["config"]
     assert run_config["fedselect-config"] == "flashrl.yaml" and strategy_settings(run_config)["latency"] == "simulated"
     monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(app))            # what Flower does when it loads the app
+    monkeypatch.syspath_prepend(str(app))  # what Flower does when it loads the app
     assert config_file("oort.yaml") == app / "oort.yaml" and config_file("nope.yaml") == Path("nope.yaml")
     for name, method in (("flashrl.yaml", "flashrl"), ("oort.yaml", "oort")):
         rc = {**run_config, "fedselect-config": name}
@@ -389,11 +451,11 @@ def test_flowers_own_loop_drives_the_four_seams(tmp_path):
     experiment too: the same rounds as FedselectStrategy.start, without a run directory."""
     from flwr.app import ArrayRecord
     from flwr.serverapp.strategy import Strategy
-    from flower_grid import LocalGrid
 
     from fedselect.flower.client_app import make_client_app
     from fedselect.flower.strategy import FedselectStrategy
     from fedselect.resolve import parse_experiment
+    from flower_grid import LocalGrid
 
     doc = experiment(n=6, u=2, rounds=3, method="oort")
     ref, _ = flower(doc, tmp_path / "ref")
@@ -401,8 +463,9 @@ def test_flowers_own_loop_drives_the_four_seams(tmp_path):
     result = Strategy.start(s, LocalGrid(make_client_app(NODE), 6, {}), ArrayRecord(s.state.model), num_rounds=3, timeout=60)
     assert [r.selection.clients for r in s.results] == [r.selection.clients for r in ref.results]
     assert [r.after for r in s.results] == [r.after for r in ref.results]
-    assert sorted(result.train_metrics_clientapp) == [1, 2, 3] and list(result.train_metrics_clientapp[2]["selected"]) == \
-        list(ref.results[1].selection.clients)
+    assert sorted(result.train_metrics_clientapp) == [1, 2, 3] and list(result.train_metrics_clientapp[2]["selected"]) == list(
+        ref.results[1].selection.clients
+    )
 
 
 def test_failed_probes_and_evaluations_score_nan(tmp_path):
@@ -411,12 +474,16 @@ def test_failed_probes_and_evaluations_score_nan(tmp_path):
     (the means are over the other clients), and the run goes on."""
     import csv
 
+    from fedselect.flower.client_app import make_client_app
     from flower_grid import LocalGrid
 
-    from fedselect.flower.client_app import make_client_app
-
-    doc = experiment(n=6, u=2, rounds=3, selector={"name": "power_of_choice", "options": {"d": 6}},
-                     algorithm={"name": "fedper", "options": {"base_layers": 1}})
+    doc = experiment(
+        n=6,
+        u=2,
+        rounds=3,
+        selector={"name": "power_of_choice", "options": {"d": 6}},
+        algorithm={"name": "fedper", "options": {"base_layers": 1}},
+    )
     grid = LocalGrid(make_client_app(NODE), 6, {}, behaviour=lambda kind, k, t: "error" if (kind, k) == ("evaluate", 0) else None)
     s, _ = flower(doc, tmp_path / "run", grid)
     assert all(0 not in r.selection.clients and len(r.selection.clients) == 2 for r in s.results)
@@ -431,9 +498,8 @@ def test_failed_probes_and_evaluations_score_nan(tmp_path):
 def test_the_same_run_as_the_simulator_with_a_cnn(tmp_path):
     """The MNIST CNN trains channels-last in the simulator's engine: the nodes train with the
     same engine, so the runs are still byte-identical (FedAvg's random selection, 2 rounds)."""
-    from flower_grid import LocalGrid
-
     from fedselect.flower.client_app import make_client_app
+    from flower_grid import LocalGrid
 
     doc = experiment(rounds=2, model={"name": "mnist_cnn"}, train={"local_epochs": 1, "batch_size": 50, "lr": 0.05})
     sim = simulate(doc, tmp_path / "sim")

@@ -8,12 +8,11 @@ import pytest
 import torch
 
 from fedselect.config import apply_overrides, load_config, parse_config
-from fedselect.federation import build_federation
 from fedselect.experiment import run_experiment
+from fedselect.federation import build_federation
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-NAMES = ["imu-fedavg-gru", "imu-fedavg-fdcnn", "mobiact-fedavg-fall", "mobiact-fedavg-cefl8",
-         "mobiact-synthetic-fedavg-fall"]
+NAMES = ["imu-fedavg-gru", "imu-fedavg-fdcnn", "mobiact-fedavg-fall", "mobiact-fedavg-cefl8", "mobiact-synthetic-fedavg-fall"]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -15,13 +15,22 @@ def _write_trial(root, act, subject, trial, times_s, label=None):
     t = np.asarray(times_s, dtype=float)
     n = t.size
     ts = (1_500_000_000_000 + np.round(t * 1e9)).astype(np.int64)
-    frame = pd.DataFrame({
-        "timestamp": ts, "rel_time": t - t[0],
-        "acc_x": 2 * t + 1, "acc_y": np.full(n, 9.81), "acc_z": np.zeros(n),
-        "gyro_x": np.zeros(n), "gyro_y": 0.1 * t, "gyro_z": np.zeros(n),
-        "azimuth": np.zeros(n), "pitch": np.zeros(n), "roll": np.zeros(n),
-        "label": label if label is not None else [act] * n,
-    })
+    frame = pd.DataFrame(
+        {
+            "timestamp": ts,
+            "rel_time": t - t[0],
+            "acc_x": 2 * t + 1,
+            "acc_y": np.full(n, 9.81),
+            "acc_z": np.zeros(n),
+            "gyro_x": np.zeros(n),
+            "gyro_y": 0.1 * t,
+            "gyro_z": np.zeros(n),
+            "azimuth": np.zeros(n),
+            "pitch": np.zeros(n),
+            "roll": np.zeros(n),
+            "label": label if label is not None else [act] * n,
+        }
+    )
     assert tuple(frame.columns) == COLUMNS
     folder = root / "Annotated Data" / act
     folder.mkdir(parents=True, exist_ok=True)
@@ -89,15 +98,13 @@ def test_mobiact_dataset_fall_task_and_test_subjects(mobiact_dir):
     assert train.x.shape[1:] == (100, 6)
     # majority per-sample labels: FOL_4_1 is STD (samples 0-25), FOL (26-125), LYI (126-249), so of its
     # windows starting at 0, 50, 100, 150 the first two are falls and the last two ADL (LYI)
-    tr_m, te_m = load_dataset("mobiact", path=str(mobiact_dir), window=100, stride=50, test_subjects=[4],
-                              window_label="majority")
+    tr_m, te_m = load_dataset("mobiact", path=str(mobiact_dir), window=100, stride=50, test_subjects=[4], window_label="majority")
     assert np.bincount(te_m.y, minlength=2).tolist() == [5 + 2, 4 + 2]
 
 
 def test_mobiact_bitmap_uses_activity_stride(mobiact_dir):
     # I_type = round(40 * t_type / 10): FOL 250 samples = 5.0 s -> 20; WAL 301 = 6.02 s -> 24; STD 3.02 s -> 12
-    tr, te = load_dataset("mobiact", path=str(mobiact_dir), task="activity", representation="bitmap",
-                          test_subjects=[4])
+    tr, te = load_dataset("mobiact", path=str(mobiact_dir), task="activity", representation="bitmap", test_subjects=[4])
     assert tr.info["stride"] == {"FOL": 20, "WAL": 24, "STD": 12}
     # W = 200: FOL floor(50 / 20) + 1 = 3 windows per trial, WAL floor(101 / 24) + 1 = 5, STD (151) dropped
     assert len(te) == 2 * 3 + 5 and len(tr) == 3 * (2 * 3 + 5)
@@ -114,16 +121,16 @@ def test_mobiact_default_split_is_seeded_fraction(mobiact_dir):
 
 
 def test_task_views_on_synthetic_and_options():
-    tr, te = load_dataset("mobiact-synthetic", seed=0, num_subjects=4, trials=1, task="cefl8",
-                          representation="bitmap", num_test_subjects=1)
+    tr, te = load_dataset(
+        "mobiact-synthetic", seed=0, num_subjects=4, trials=1, task="cefl8", representation="bitmap", num_test_subjects=1
+    )
     assert tr.class_names == ["FOL", "FKL", "SDL", "BSC", "SCH", "CSI", "CSO", "DAILY"]
     assert tr.x.shape[1:] == (3, 20, 20) and 0.0 <= tr.x.min() and tr.x.max() <= 1.0
     assert set(np.unique(tr.y).tolist()) == set(range(8)) and tr.info["dropped_recordings"] == 0
     assert tr.info["stride"]["SCH"] == round(40 * tr.info["durations_s"]["SCH"] / 10)
     # SIT, CHU and LYI are not among CEFL's 8 classes
     assert {e.split("_")[0] for e in tr.info["excluded_recordings"]} == {"SIT", "CHU", "LYI"}
-    tr2, _ = load_dataset("mobiact-synthetic", seed=0, num_subjects=4, trials=1, duration_scale=0.5,
-                          task="activity")
+    tr2, _ = load_dataset("mobiact-synthetic", seed=0, num_subjects=4, trials=1, duration_scale=0.5, task="activity")
     assert tr2.num_classes == 16
     with pytest.raises(ValueError, match="unknown options"):
         load_dataset("mobiact-synthetic", seed=0, windw=10)
@@ -132,8 +139,7 @@ def test_task_views_on_synthetic_and_options():
 
 
 def test_synthetic_generator_writes_official_layout(tmp_path):
-    frames = synthetic_mobiact_frames(np_rng(0, "test"), num_subjects=2, activities=["FOL", "WAL"], trials=1,
-                                      duration_scale=0.3)
+    frames = synthetic_mobiact_frames(np_rng(0, "test"), num_subjects=2, activities=["FOL", "WAL"], trials=1, duration_scale=0.3)
     write_synthetic_mobiact(tmp_path, frames)
     assert (tmp_path / "Annotated Data" / "FOL" / "FOL_2_1_annotated.csv").is_file()
     head = pd.read_csv(tmp_path / "Annotated Data" / "WAL" / "WAL_1_1_annotated.csv", nrows=2)

@@ -69,8 +69,16 @@ def test_volunteer_label_skew_at_most_k(k):
 
 
 def test_activities_per_subject_loader_option():
-    tr, te = load_dataset("mobiact-synthetic", seed=2, num_subjects=5, trials=1, duration_scale=0.5,
-                          task="activity", activities_per_subject=4, num_test_subjects=1)
+    tr, te = load_dataset(
+        "mobiact-synthetic",
+        seed=2,
+        num_subjects=5,
+        trials=1,
+        duration_scale=0.5,
+        task="activity",
+        activities_per_subject=4,
+        num_test_subjects=1,
+    )
     for s in set(tr.groups.tolist()):
         assert len(np.unique(tr.y[tr.groups == s])) <= 4
         assert len(tr.info["activities_per_subject"][s]) == 4

@@ -8,7 +8,12 @@ import pytest
 from fedselect.data.bitmap import bitmap_side, encode_bitmaps
 from fedselect.data.imu import build_imu_datasets
 from fedselect.data.windows import (
-    Recording, activity_stride, num_windows, resample_uniform, sliding_windows, window_starts,
+    Recording,
+    activity_stride,
+    num_windows,
+    resample_uniform,
+    sliding_windows,
+    window_starts,
 )
 
 
@@ -40,8 +45,7 @@ def test_sliding_windows_contents_and_dropped(caplog):
 def test_dropped_recordings_reported_in_dataset_info(caplog):
     recs = [_rec(10, subject=1), _rec(10, subject=2), _rec(3, subject=2, trial=2)]
     with caplog.at_level(logging.WARNING, logger="fedselect.data.imu"):
-        train, test = build_imu_datasets(recs, name="hand", seed=0, window=4, stride=2, test_subjects=[2],
-                                         standardize=False)
+        train, test = build_imu_datasets(recs, name="hand", seed=0, window=4, stride=2, test_subjects=[2], standardize=False)
     assert len(train) == 4 and len(test) == 4
     assert train.info["dropped_recordings"] == 1 and train.info["dropped"] == ["WAL_2_2"]
     assert train.groups.tolist() == [1] * 4 and test.groups.tolist() == [2] * 4

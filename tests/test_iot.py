@@ -37,23 +37,48 @@ def test_flow_features_hand_computed():
     assert list(zip(f["device"], f["window"])) == [("a", 0), ("a", 1), ("b", 0)]
     a0, a1, b0 = (f.iloc[i][list(FEATURES)].to_dict() for i in range(3))
     # union of [0,10] [5,20] [30,31] [50,51] [70,71] [80,100] [90,95] = 20 + 1 + 1 + 1 + 20
-    assert a0 == pytest.approx({
-        "sleep_time": 57.0, "active_time": 43.0, "volume": 1540.0, "flow_rate": 1540.0 / 43.0,
-        "avg_packet_size": 1540.0 / 22.0, "num_servers": 2.0,  # 1.1.1.1, 1.1.1.2 (DNS, NTP excluded)
-        "num_protocols": 4.0,  # ports 443, 53, 8080, 123
-        "num_dns_queries": 2.0, "dns_interval": 20.0,  # DNS at 30, 50, 70
-        "ntp_interval": 100.0,  # one NTP flow: censored at the window length
-    })
-    assert a1 == pytest.approx({
-        "sleep_time": 94.0, "active_time": 6.0, "volume": 100.0, "flow_rate": 100.0 / 6.0,
-        "avg_packet_size": 25.0, "num_servers": 0.0, "num_protocols": 1.0, "num_dns_queries": 0.0,
-        "dns_interval": 100.0, "ntp_interval": 25.0,
-    })
-    assert b0 == pytest.approx({
-        "sleep_time": 100.0, "active_time": 0.0, "volume": 0.0, "flow_rate": 0.0, "avg_packet_size": 0.0,
-        "num_servers": 1.0, "num_protocols": 1.0, "num_dns_queries": 0.0, "dns_interval": 100.0,
-        "ntp_interval": 100.0,
-    })
+    assert a0 == pytest.approx(
+        {
+            "sleep_time": 57.0,
+            "active_time": 43.0,
+            "volume": 1540.0,
+            "flow_rate": 1540.0 / 43.0,
+            "avg_packet_size": 1540.0 / 22.0,
+            "num_servers": 2.0,  # 1.1.1.1, 1.1.1.2 (DNS, NTP excluded)
+            "num_protocols": 4.0,  # ports 443, 53, 8080, 123
+            "num_dns_queries": 2.0,
+            "dns_interval": 20.0,  # DNS at 30, 50, 70
+            "ntp_interval": 100.0,  # one NTP flow: censored at the window length
+        }
+    )
+    assert a1 == pytest.approx(
+        {
+            "sleep_time": 94.0,
+            "active_time": 6.0,
+            "volume": 100.0,
+            "flow_rate": 100.0 / 6.0,
+            "avg_packet_size": 25.0,
+            "num_servers": 0.0,
+            "num_protocols": 1.0,
+            "num_dns_queries": 0.0,
+            "dns_interval": 100.0,
+            "ntp_interval": 25.0,
+        }
+    )
+    assert b0 == pytest.approx(
+        {
+            "sleep_time": 100.0,
+            "active_time": 0.0,
+            "volume": 0.0,
+            "flow_rate": 0.0,
+            "avg_packet_size": 0.0,
+            "num_servers": 1.0,
+            "num_protocols": 1.0,
+            "num_dns_queries": 0.0,
+            "dns_interval": 100.0,
+            "ntp_interval": 100.0,
+        }
+    )
 
 
 def test_flow_features_input_checks():

@@ -6,14 +6,17 @@ from fedselect.models import build_model, count_parameters
 from fedselect.seeding import torch_rng
 
 
-@pytest.mark.parametrize("name,shape,params", [
-    # conv 1*20*25+20, conv 20*50*25+50, fc 800*500+500, fc 500*10+10
-    ("mnist_cnn", (1, 28, 28), 520 + 25_050 + 400_500 + 5_010),
-    # conv 3*6*25+6, conv 6*16*25+16, fc 400*256+256, fc 256*10+10
-    ("cifar_cnn", (3, 32, 32), 456 + 2_416 + 102_656 + 2_570),
-    # 784*25+25, 25*25+25, 25*10+10
-    ("mlp", (1, 28, 28), 19_625 + 650 + 260),
-])
+@pytest.mark.parametrize(
+    "name,shape,params",
+    [
+        # conv 1*20*25+20, conv 20*50*25+50, fc 800*500+500, fc 500*10+10
+        ("mnist_cnn", (1, 28, 28), 520 + 25_050 + 400_500 + 5_010),
+        # conv 3*6*25+6, conv 6*16*25+16, fc 400*256+256, fc 256*10+10
+        ("cifar_cnn", (3, 32, 32), 456 + 2_416 + 102_656 + 2_570),
+        # 784*25+25, 25*25+25, 25*10+10
+        ("mlp", (1, 28, 28), 19_625 + 650 + 260),
+    ],
+)
 def test_paper_models_shapes_and_sizes(name, shape, params):
     m = build_model(name, shape, 10)
     assert count_parameters(m) == params
@@ -53,7 +56,7 @@ def test_two_conv_net_pools_before_relu_bit_identically():
             x = torch.randn((16, *shape), generator=torch_rng(0, "x"))  # negative inputs: dead units and ties
             y = torch.arange(16) % 10
             grads = []
-            for fwd in (m.forward, lambda x: papers_order(m, x)):
+            for fwd in (m.forward, lambda x, m=m: papers_order(m, x)):
                 m.zero_grad(set_to_none=True)
                 out = fwd(x)
                 nn.functional.cross_entropy(out, y).backward()

@@ -14,27 +14,32 @@ import pytest
 import torch
 from torch import nn
 
-from fedselect.resolve import parse_experiment as parse_config
+from fedselect.experiment import run_experiment
 from fedselect.fl.metrics import read_csv_rows
 from fedselect.kernels.ddqn import DDQNAgent, DDQNConfig, double_q_targets, rank_scores
 from fedselect.kernels.secretary import competitive_ratio, offline_best_rule, secretary_rule
 from fedselect.kernels.similarity import edge_weights, select_leaders
-from fedselect.experiment import run_experiment
+from fedselect.resolve import parse_experiment as parse_config
 
 NAN, INF = float("nan"), float("inf")
 
 
 def agent(n=5, state_dim=3, **cfg) -> DDQNAgent:
     c = DDQNConfig(hidden=8, batch_size=4, memory_capacity=20, eps_init=0.0, eps_end=0.0, **cfg)
-    return DDQNAgent(state_dim, n, c, total_rounds=10, rng=np.random.default_rng(0), torch_generator=torch.Generator().manual_seed(0))
+    return DDQNAgent(
+        state_dim, n, c, total_rounds=10, rng=np.random.default_rng(0), torch_generator=torch.Generator().manual_seed(0)
+    )
 
 
-@pytest.mark.parametrize("q,k,expected", [
-    ([NAN, 0.1, NAN, 0.5, 0.2], 2, [3, 4]),          # issue example: {3, 4}
-    ([INF, 0.1, -INF, 0.5, NAN], 2, [3, 1]),         # +inf is not a winner either
-    ([NAN, NAN, NAN, NAN, NAN], 3, [0, 1, 2]),       # all non-finite: lowest ids
-    ([NAN, 0.1, NAN, 0.5, 0.2], 4, [3, 4, 1, 0]),    # finite first, then non-finite by id
-])
+@pytest.mark.parametrize(
+    "q,k,expected",
+    [
+        ([NAN, 0.1, NAN, 0.5, 0.2], 2, [3, 4]),  # issue example: {3, 4}
+        ([INF, 0.1, -INF, 0.5, NAN], 2, [3, 1]),  # +inf is not a winner either
+        ([NAN, NAN, NAN, NAN, NAN], 3, [0, 1, 2]),  # all non-finite: lowest ids
+        ([NAN, 0.1, NAN, 0.5, 0.2], 4, [3, 4, 1, 0]),  # finite first, then non-finite by id
+    ],
+)
 def test_ddqn_never_prefers_non_finite_q(q, k, expected, monkeypatch, caplog):
     a = agent()
     monkeypatch.setattr(a, "q_values", lambda state: np.asarray(q, dtype=np.float64))
@@ -55,8 +60,9 @@ class _Fixed(nn.Module):
 
 def test_double_q_argmax_ignores_nan():
     # main: NaN for action 0 -> the best is action 2 (value 2), valued by the target at 20
-    y = double_q_targets(_Fixed([NAN, 1.0, 2.0]), _Fixed([10.0, 11.0, 20.0]), torch.zeros(1, 1), torch.zeros(1, 3),
-                         torch.zeros(1), gamma=0.5)
+    y = double_q_targets(
+        _Fixed([NAN, 1.0, 2.0]), _Fixed([10.0, 11.0, 20.0]), torch.zeros(1, 1), torch.zeros(1, 3), torch.zeros(1), gamma=0.5
+    )
     assert y.item() == pytest.approx(10.0)
 
 
@@ -69,8 +75,8 @@ def fill(a: DDQNAgent, n=6, reward=1.0):
 def test_non_finite_td_loss_step_is_discarded_and_warned_once(caplog):
     a = agent()
     fill(a)
-    assert math.isfinite(a.learn(1))                      # a normal step first: Adam has state
-    with torch.no_grad():                                 # the target net went bad: targets NaN
+    assert math.isfinite(a.learn(1))  # a normal step first: Adam has state
+    with torch.no_grad():  # the target net went bad: targets NaN
         for p in a.target.parameters():
             p.fill_(NAN)
     main = copy.deepcopy(a.main.state_dict())
@@ -80,12 +86,14 @@ def test_non_finite_td_loss_step_is_discarded_and_warned_once(caplog):
         assert a.learn(7) is None
         assert a.learn(8) is None
     for k, v in a.main.state_dict().items():
-        assert torch.equal(v, main[k]), k                 # the main network kept its weights
+        assert torch.equal(v, main[k]), k  # the main network kept its weights
     assert torch.equal(a.optimizer.state_dict()["state"][0]["exp_avg"], opt["state"][0]["exp_avg"])
     assert a.learn_steps == steps and a.discarded_steps == 2
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and warnings[0].getMessage().startswith("round 7: DDQN learning step discarded: TD loss nan")
-    assert any(r.levelno == logging.INFO and r.getMessage().startswith("round 8: DDQN learning step discarded") for r in caplog.records)
+    assert any(
+        r.levelno == logging.INFO and r.getMessage().startswith("round 8: DDQN learning step discarded") for r in caplog.records
+    )
     # the run goes on: once the target is finite again, learning resumes
     a.sync_target()
     assert math.isfinite(a.learn(9)) and a.learn_steps == steps + 1
@@ -109,19 +117,25 @@ def test_huge_learning_rate_never_leaves_non_finite_weights(caplog):
 
 
 def test_flashrl_run_with_diverging_q_network_goes_on(tmp_path):
-    cfg = parse_config({
-        "name": "diverge", "method": "flashrl", "seed": 0, "rounds": 5, "clients_per_round": 2,
-        "data": {"dataset": "mnist-embedded", "num_clients": 4, "partition": {"scheme": "iid"}},
-        "model": {"name": "mlp", "options": {"hidden": [8]}},
-        "train": {"local_epochs": 1, "batch_size": 64, "lr": 0.05},
-        "method_options": {"rl_batch_size": 1, "pca_components": 3, "hidden": 16, "rl_lr": 1e30, "warmup_epochs": 1},
-    })
+    cfg = parse_config(
+        {
+            "name": "diverge",
+            "method": "flashrl",
+            "seed": 0,
+            "rounds": 5,
+            "clients_per_round": 2,
+            "data": {"dataset": "mnist-embedded", "num_clients": 4, "partition": {"scheme": "iid"}},
+            "model": {"name": "mlp", "options": {"hidden": [8]}},
+            "train": {"local_epochs": 1, "batch_size": 64, "lr": 0.05},
+            "method_options": {"rl_batch_size": 1, "pca_components": 3, "hidden": 16, "rl_lr": 1e30, "warmup_epochs": 1},
+        }
+    )
     summary = run_experiment(cfg, tmp_path / "run")
     assert summary["complete"] and summary["rounds"] == 5
     rows = read_csv_rows(tmp_path / "run" / "metrics.csv")
     losses = [float(r["td_loss"]) for r in rows[1:]]
-    assert not any(math.isinf(v) for v in losses)          # was: inf, then nan
-    assert any(math.isnan(v) for v in losses[1:])          # a discarded round has no loss
+    assert not any(math.isinf(v) for v in losses)  # was: inf, then nan
+    assert any(math.isnan(v) for v in losses[1:])  # a discarded round has no loss
     lines = (tmp_path / "run" / "run.log").read_text().splitlines()
     discarded = [ln for ln in lines if "DDQN learning step discarded" in ln]
     assert len(discarded) >= 2 and "WARNING" in discarded[0] and all("INFO" in ln for ln in discarded[1:])
@@ -131,7 +145,7 @@ def test_flashrl_run_with_diverging_q_network_goes_on(tmp_path):
 def test_secretary_and_offline_best_rank_nan_last(caplog):
     scores = [NAN, 0.1, NAN, 0.5, 0.2]
     assert offline_best_rule(scores, 2).accepted == [3, 4]
-    assert offline_best_rule(scores, 4).accepted == [0, 1, 3, 4]   # NaN only when needed, earliest first
+    assert offline_best_rule(scores, 4).accepted == [0, 1, 3, 4]  # NaN only when needed, earliest first
     # observation phase: a NaN neither raises the threshold nor is accepted later
     sel = secretary_rule([0.3, NAN, 0.2, NAN, 0.4, 0.1], 1, 2)
     assert sel.threshold == 0.3 and sel.accepted == [4]

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import tiny_experiment
 import torch
 from torch import nn
 
+from conftest import tiny_experiment
 from fedselect.config import ConfigError
 from fedselect.data.datasets import ArrayDataset
 from fedselect.experiment import run_experiment
@@ -21,8 +21,14 @@ from fedselect.federation import build_federation
 from fedselect.fl.metrics import read_csv_rows
 from fedselect.fl.train import TrainConfig, iterate_minibatches, local_train, make_optimizer
 from fedselect.fl.types import ClientOutcome, RunSettings
-from fedselect.kernels.oort import (normalise_utilities, pacer_update, preferred_duration, speed_penalty, staleness_bonus,
-                                    statistical_utility)
+from fedselect.kernels.oort import (
+    normalise_utilities,
+    pacer_update,
+    preferred_duration,
+    speed_penalty,
+    staleness_bonus,
+    statistical_utility,
+)
 from fedselect.kernels.sampling import weighted_sample
 from fedselect.resolve import parse_experiment, resolve
 from fedselect.seeding import torch_rng
@@ -55,10 +61,14 @@ def test_local_train_sample_loss_stats_by_hand():
         model.weight.copy_(torch.tensor([[1.0], [0.0]]))
         model.bias.zero_()
     stats: dict = {}
-    local_train(model, data, TrainConfig(batch_size=2, lr=0.0, momentum=0.0), torch.Generator().manual_seed(0), epochs=1, stats=stats)
+    local_train(
+        model, data, TrainConfig(batch_size=2, lr=0.0, momentum=0.0), torch.Generator().manual_seed(0), epochs=1, stats=stats
+    )
     assert stats["num_sample_losses"] == 4
     assert stats["sum_sq_sample_loss"] == pytest.approx(12.0, rel=1e-6)
-    assert statistical_utility(stats["sum_sq_sample_loss"], stats["num_sample_losses"], len(data)) == pytest.approx(4 * math.sqrt(3), rel=1e-6)
+    assert statistical_utility(stats["sum_sq_sample_loss"], stats["num_sample_losses"], len(data)) == pytest.approx(
+        4 * math.sqrt(3), rel=1e-6
+    )
 
 
 def test_speed_penalty_by_hand():
@@ -115,8 +125,11 @@ def test_weighted_sample_distinct_and_zero_weights_last():
 # ---------------------------------------------------------------- the selector on a hand-made fleet
 def fake_ctx(num_samples, expected, u):
     n = len(num_samples)
-    return SimpleNamespace(settings=RunSettings(seed=1, rounds=10, num_clients=n, clients_per_round=u, local_epochs=1),
-                           num_samples=np.array(num_samples), expected_latency_s=lambda epochs=None: np.array(expected, float))
+    return SimpleNamespace(
+        settings=RunSettings(seed=1, rounds=10, num_clients=n, clients_per_round=u, local_epochs=1),
+        num_samples=np.array(num_samples),
+        expected_latency_s=lambda epochs=None: np.array(expected, float),
+    )
 
 
 def outcome(k, t, n_k, sum_sq, count, latency, failed=None):
@@ -171,13 +184,17 @@ def test_epsilon_decays_to_its_floor_and_failures_get_zero_utility():
         s = sel.select(view(t))
         k = s.clients[0]
         failed = "dropout" if t == 3 else None
-        eps.append(sel.observe(t, [outcome(k, t, 10, 0.0 if failed else 40.0, 0 if failed else 10, 0.0 if failed else 2.0, failed)], None)["epsilon"])
+        eps.append(
+            sel.observe(
+                t, [outcome(k, t, 10, 0.0 if failed else 40.0, 0 if failed else 10, 0.0 if failed else 2.0, failed)], None
+            )["epsilon"]
+        )
         if t == 3:
             assert sel.utility[k] == 0.0 and sel.duration[k] == 1.0  # a dropout reporting 0 s keeps its duration
             assert sel.explored[k] and sel.last_round[k] == 3
     assert eps[0] == 0.9 and eps[1] == pytest.approx(0.882)
     # 40 clients explored one per round (U = 1, int(1 * (1 - eps)) = 0), then every slot exploits
-    assert eps[39] == pytest.approx(0.9 * 0.98 ** 39) and eps[40] == 0.0 and sel.explored.all()
+    assert eps[39] == pytest.approx(0.9 * 0.98**39) and eps[40] == 0.0 and sel.explored.all()
     assert sel.epsilon == 0.2  # the internal eps reached its floor (0.9 * 0.98^t < 0.2 from t = 75)
     sel.observe(90, [outcome(0, 90, 10, 0.0, 0, 7.5, "timeout")], None)
     assert sel.utility[0] == 0.0 and sel.duration[0] == 7.5

@@ -10,12 +10,12 @@ import stat
 
 import numpy as np
 import pytest
-from conftest import with_keys
 
+from conftest import with_keys
 from fedselect.compare import parse_compare, run_comparison
-from fedselect.resolve import parse_experiment as parse_config
-from fedselect.fl.metrics import atomic_write, current_umask, dumps_json, json_safe, write_json_atomic
 from fedselect.experiment import run_experiment
+from fedselect.fl.metrics import atomic_write, current_umask, dumps_json, json_safe, write_json_atomic
+from fedselect.resolve import parse_experiment as parse_config
 from fedselect.sweep import parse_sweep, run_sweep
 
 
@@ -28,7 +28,10 @@ def strict_load(path):
 
 
 BASE = {
-    "name": "out", "seed": 0, "rounds": 2, "clients_per_round": 2,
+    "name": "out",
+    "seed": 0,
+    "rounds": 2,
+    "clients_per_round": 2,
     "data": {"dataset": "mnist-embedded", "num_clients": 4, "partition": {"scheme": "iid"}},
     "model": {"name": "mlp", "options": {"hidden": [8]}},
     "train": {"local_epochs": 1, "batch_size": 64, "lr": 0.05},
@@ -42,10 +45,26 @@ def doc(**kv) -> dict:
 
 
 def test_json_safe_replaces_every_non_finite_float():
-    obj = {"a": math.nan, "b": [np.float32("inf"), 1.5, (np.float64("-inf"), 2)], "c": {"d": np.float16("nan")},
-           "e": np.array([1.0, np.nan]), "f": np.int64(3), "g": np.bool_(True), "h": None, "i": "nan"}
-    assert json_safe(obj) == {"a": None, "b": [None, 1.5, [None, 2]], "c": {"d": None}, "e": [1.0, None],
-                              "f": 3, "g": True, "h": None, "i": "nan"}
+    obj = {
+        "a": math.nan,
+        "b": [np.float32("inf"), 1.5, (np.float64("-inf"), 2)],
+        "c": {"d": np.float16("nan")},
+        "e": np.array([1.0, np.nan]),
+        "f": np.int64(3),
+        "g": np.bool_(True),
+        "h": None,
+        "i": "nan",
+    }
+    assert json_safe(obj) == {
+        "a": None,
+        "b": [None, 1.5, [None, 2]],
+        "c": {"d": None},
+        "e": [1.0, None],
+        "f": 3,
+        "g": True,
+        "h": None,
+        "i": "nan",
+    }
     text = dumps_json(obj, sort_keys=True)
     assert "NaN" not in text and "Infinity" not in text
     assert json.loads(text, parse_constant=_refuse)["b"] == [None, 1.5, [None, 2]]
@@ -72,13 +91,33 @@ def test_every_json_output_is_strict(tmp_path):
     assert s1["prepare"]["pca_explained_variance"] == 1.0
     s2 = strict_load(tmp_path / "flashrl2" / "summary.json")
     assert s2["prepare"]["pca_explained_variance"] == pytest.approx(1.0)  # 2 rows: the first component explains all
-    run_comparison(parse_compare({"name": "c", "seeds": [0], "base": doc(rounds=1), "baseline": "FedAvg",
-                                  "methods": [{"label": "FedAvg", "method": "fedavg"},
-                                              {"label": "FLASH-RL", "method": "flashrl", "method_options": FLASH}]}),
-                   tmp_path / "cmp")
-    run_sweep(parse_sweep({"name": "s", "base": doc(rounds=1), "seeds": [0],
-                           "methods": [{"label": "avg", "method": "fedavg"}], "grid": {"train.lr": [0.05, 0.1]}}),
-              tmp_path / "sweep")
+    run_comparison(
+        parse_compare(
+            {
+                "name": "c",
+                "seeds": [0],
+                "base": doc(rounds=1),
+                "baseline": "FedAvg",
+                "methods": [
+                    {"label": "FedAvg", "method": "fedavg"},
+                    {"label": "FLASH-RL", "method": "flashrl", "method_options": FLASH},
+                ],
+            }
+        ),
+        tmp_path / "cmp",
+    )
+    run_sweep(
+        parse_sweep(
+            {
+                "name": "s",
+                "base": doc(rounds=1),
+                "seeds": [0],
+                "methods": [{"label": "avg", "method": "fedavg"}],
+                "grid": {"train.lr": [0.05, 0.1]},
+            }
+        ),
+        tmp_path / "sweep",
+    )
     found = sorted(tmp_path.rglob("*.json"))
     names = {p.name for p in found}
     assert {"summary.json", "compare.json", "federation-s0.json", "sweep.json"} <= names
@@ -115,9 +154,18 @@ def test_outputs_of_a_run_and_a_comparison_are_0644_under_umask_022(tmp_path, um
     run_experiment(parse_config(doc(rounds=1)), tmp_path / "run")
     for name in ("metrics.csv", "timing.csv", "summary.json", "model.pt", "checkpoint.pt", "config.yaml"):
         assert mode(tmp_path / "run" / name) == 0o644, name
-    run_comparison(parse_compare({"name": "c", "seeds": [0], "base": doc(rounds=1), "baseline": "FedAvg",
-                                  "methods": [{"label": "FedAvg", "method": "fedavg"}, {"label": "Full", "method": "full"}]}),
-                   tmp_path / "cmp")
+    run_comparison(
+        parse_compare(
+            {
+                "name": "c",
+                "seeds": [0],
+                "base": doc(rounds=1),
+                "baseline": "FedAvg",
+                "methods": [{"label": "FedAvg", "method": "fedavg"}, {"label": "Full", "method": "full"}],
+            }
+        ),
+        tmp_path / "cmp",
+    )
     files = ["table.md", "table.csv", "compare.json", "federation-s0.json"]
     pngs = sorted((tmp_path / "cmp" / "plots").glob("*.png"))
     assert pngs

@@ -16,8 +16,8 @@ from fedselect.compare import CompareConfig, load_compare, parse_compare
 from fedselect.config import ConfigError
 from fedselect.data import imu
 from fedselect.data.catalog import DATASETS
-from fedselect.resolve import option_names
 from fedselect.report import COLUMNS, POINT_KEYS, RunResult, aggregate_table, render_markdown
+from fedselect.resolve import option_names
 from fedselect.sweep import SweepConfig, _restrict, _slug, build_sweep_table, load_sweep, parse_sweep
 
 PAPER_DIR = Path(__file__).resolve().parents[1] / "configs" / "paper"
@@ -54,12 +54,19 @@ def _experiments(cfg):
 def test_the_directory_holds_the_expected_experiments():
     names = {p.stem for p in FILES}
     expected = {
-        *(f"flashrl-table5-{d}" for d in ("cifar10-dir08", "cifar10-dir05", "cifar10-shards", "mnist-dir08", "mnist-dir05", "mnist-label2")),
+        *(
+            f"flashrl-table5-{d}"
+            for d in ("cifar10-dir08", "cifar10-dir05", "cifar10-shards", "mnist-dir08", "mnist-dir05", "mnist-label2")
+        ),
         *(f"flashrl-table5-cifar10-{d}-fashion-mnist-substitute" for d in ("dir08", "dir05", "shards")),
         *(f"flashrl-mobiact-{d}{s}" for d in ("volunteer", "skew8", "skew4") for s in ("", "-imu-watch-substitute")),
-        "cefl-table1-mobiact", "cefl-table1-imu-watch-substitute", "cefl-fig3-clusters-mobiact",
-        "budgeted-grid-unsw", "budgeted-grid-iot-synthetic-substitute",
-        "budgeted-table2-alpha-unsw", "budgeted-table2-alpha-iot-synthetic-substitute",
+        "cefl-table1-mobiact",
+        "cefl-table1-imu-watch-substitute",
+        "cefl-fig3-clusters-mobiact",
+        "budgeted-grid-unsw",
+        "budgeted-grid-iot-synthetic-substitute",
+        "budgeted-table2-alpha-unsw",
+        "budgeted-table2-alpha-iot-synthetic-substitute",
     }
     assert names == expected
 
@@ -164,7 +171,10 @@ def test_report_prints_ours_beside_the_papers_changes():
         _result("FLASH-RL", final_accuracy=0.52, e2e_latency_s=300.0, rounds_to_target=40),
     ]
     table = aggregate_table(results, ["FedAvg", "FLASH-RL"], "FedAvg")
-    paper = {"FedAvg": {"e2e_latency_s": 383.92}, "FLASH-RL": {"e2e_latency_s_vs": -24.83, "final_accuracy_vs": 1.26, "rounds_to_target_vs": -28.97}}
+    paper = {
+        "FedAvg": {"e2e_latency_s": 383.92},
+        "FLASH-RL": {"e2e_latency_s_vs": -24.83, "final_accuracy_vs": 1.26, "rounds_to_target_vs": -28.97},
+    }
     md = render_markdown("t", table, "FedAvg", paper, "FLASH-RL Table V")
     assert "## Ours vs the paper (FLASH-RL Table V)" in md
     assert "| FedAvg | e2e_latency_s | 400 | 383.92 |" in md
@@ -187,9 +197,11 @@ def test_sweep_table_prints_ours_beside_the_paper(tmp_path):
 
 def test_sweep_paper_entries_are_checked():
     doc = _doc(PAPER_DIR / "budgeted-table2-alpha-iot-synthetic-substitute.yaml")
-    for bad, msg in (({"method": "nobody"}, "not one of the method labels"),
-                     ({"point": {"train.lr": 1}}, "not grid keys"),
-                     ({"figures": {"accuracy": 1}}, "not table columns")):
+    for bad, msg in (
+        ({"method": "nobody"}, "not one of the method labels"),
+        ({"point": {"train.lr": 1}}, "not grid keys"),
+        ({"figures": {"accuracy": 1}}, "not table columns"),
+    ):
         d = copy.deepcopy(doc)
         d["paper"][0].update(bad)
         with pytest.raises(ConfigError, match=msg):

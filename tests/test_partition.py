@@ -14,7 +14,9 @@ def _check_disjoint_cover(parts, n):
     return set(allidx.tolist())
 
 
-@pytest.mark.parametrize("scheme,params", [("iid", {}), ("dirichlet", {"alpha": 0.5, "min_size": 10}), ("label_skew", {"labels_per_client": 2})])
+@pytest.mark.parametrize(
+    "scheme,params", [("iid", {}), ("dirichlet", {"alpha": 0.5, "min_size": 10}), ("label_skew", {"labels_per_client": 2})]
+)
 def test_partitions_disjoint_cover_min_size(scheme, params):
     parts = make_partitioner(scheme, **params).split(LABELS, 20, np.random.default_rng(0))
     assert len(parts) == 20
@@ -57,7 +59,9 @@ def test_impossible_requests_raise_quickly():
         make_partitioner("zipf")
     # a feasible-on-paper but practically impossible draw stops at the time bound with numbers
     with pytest.raises(ValueError, match="smallest client had"):
-        make_partitioner("dirichlet", alpha=0.05, min_size=10, max_attempts=300, max_seconds=2).split(labels, 10, np.random.default_rng(0))
+        make_partitioner("dirichlet", alpha=0.05, min_size=10, max_attempts=300, max_seconds=2).split(
+            labels, 10, np.random.default_rng(0)
+        )
     assert time.monotonic() - t < 10
 
 

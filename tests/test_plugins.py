@@ -98,8 +98,16 @@ def user_module(tmp_path, monkeypatch):
 
 def doc(**over) -> dict:
     d = {
-        "name": "plugin", "seed": 3, "rounds": 4, "clients_per_round": 3, "checkpoint_every": 1,
-        "data": {"dataset": "mnist-embedded", "num_clients": 6, "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10}},
+        "name": "plugin",
+        "seed": 3,
+        "rounds": 4,
+        "clients_per_round": 3,
+        "checkpoint_every": 1,
+        "data": {
+            "dataset": "mnist-embedded",
+            "num_clients": 6,
+            "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10},
+        },
         "model": {"name": "mlp", "options": {"hidden": [16]}},
         "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
     }
@@ -114,7 +122,9 @@ def cli(*args) -> str:
 
 
 def test_user_selector_and_algorithm_by_module_path_through_the_cli_and_the_api(tmp_path, user_module):
-    d = doc(selector={"name": f"{user_module}:HighestLoss", "options": {"noise": 0.05}}, algorithm={"name": f"{user_module}:Median"})
+    d = doc(
+        selector={"name": f"{user_module}:HighestLoss", "options": {"noise": 0.05}}, algorithm={"name": f"{user_module}:Median"}
+    )
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(d))
     cli("run", path, "-o", tmp_path / "cli", "-q")
@@ -157,8 +167,11 @@ def test_registration_decorator_after_import(tmp_path, user_module):
 def test_entry_point_selector(tmp_path, user_module, monkeypatch):
     ep = importlib.metadata.EntryPoint("hl", f"{user_module}:HighestLoss", "fedselect.selectors")
     real = importlib.metadata.entry_points
-    monkeypatch.setattr(importlib.metadata, "entry_points",
-                        lambda group=None, **kw: [ep] if group == "fedselect.selectors" else real(group=group, **kw))
+    monkeypatch.setattr(
+        importlib.metadata,
+        "entry_points",
+        lambda group=None, **kw: [ep] if group == "fedselect.selectors" else real(group=group, **kw),
+    )
     cfg = parse_experiment(doc(selector={"name": "hl"}, rounds=1))
     assert cfg.selector.name == "hl"
     from fedselect.selectors import SELECTORS
@@ -166,12 +179,15 @@ def test_entry_point_selector(tmp_path, user_module, monkeypatch):
     assert "hl" in SELECTORS.names() and SELECTORS.get("hl").__name__ == "HighestLoss"
 
 
-@pytest.mark.parametrize("name,message", [
-    ("no_such_module_xyz:Sel", "cannot import module 'no_such_module_xyz'"),
-    ("fedselect.selectors.random:Nope", "module 'fedselect.selectors.random' has no attribute 'Nope'"),
-    ("fedselect.algorithms.fedavg:FedAvg", "FedAvg'>, not a subclass of fedselect.selectors.base.Selector"),
-    ("nope", "unknown selector 'nope'; allowed: ["),
-])
+@pytest.mark.parametrize(
+    "name,message",
+    [
+        ("no_such_module_xyz:Sel", "cannot import module 'no_such_module_xyz'"),
+        ("fedselect.selectors.random:Nope", "module 'fedselect.selectors.random' has no attribute 'Nope'"),
+        ("fedselect.algorithms.fedavg:FedAvg", "FedAvg'>, not a subclass of fedselect.selectors.base.Selector"),
+        ("nope", "unknown selector 'nope'; allowed: ["),
+    ],
+)
 def test_bad_user_component_names_are_named(name, message):
     from fedselect.config import ConfigError
 

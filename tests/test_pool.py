@@ -41,7 +41,7 @@ def data(mnist):
     rng = np.random.default_rng(5)
     perm = rng.permutation(len(train))
     starts = np.cumsum([0] + SIZES)
-    return ClientData.from_arrays(train.x, train.y, [perm[starts[i]:starts[i + 1]] for i in range(len(SIZES))], 10)
+    return ClientData.from_arrays(train.x, train.y, [perm[starts[i] : starts[i + 1]] for i in range(len(SIZES))], 10)
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +64,7 @@ def pool2(data, test_set):
 @pytest.fixture
 def watchdog():
     """Fail (not hang) a test that runs past 120 s."""
+
     def boom(signum, frame):
         raise TimeoutError("test ran past its 120 s watchdog")
 
@@ -88,8 +89,15 @@ def sequential(data, state, jobs, channels_last=True, cfg=CFG):
         for j in jobs:
             model.load_state_dict(state)
             stats = {}
-            loss = local_train(model, data.client_dataset(j.client_id), cfg, torch_rng(j.seed, j.stream), epochs=j.epochs,
-                               trainable=None if j.trainable is None else set(j.trainable), stats=stats)
+            loss = local_train(
+                model,
+                data.client_dataset(j.client_id),
+                cfg,
+                torch_rng(j.seed, j.stream),
+                epochs=j.epochs,
+                trainable=None if j.trainable is None else set(j.trainable),
+                stats=stats,
+            )
             out.append(({k: v.detach().clone() for k, v in model.state_dict().items()}, loss, stats))
     return out
 
@@ -171,7 +179,7 @@ def test_sample_loss_statistics_hand_computed(data):
     for _ in range(2):
         perm = torch.randperm(45, generator=g)
         for i in range(0, 45, 32):
-            b = perm[i:i + 32]
+            b = perm[i : i + 32]
             opt.zero_grad()
             out = model(x[b])
             per = nn.functional.cross_entropy(out, y[b], reduction="none")
@@ -263,7 +271,9 @@ def test_parallel_evaluation_is_chunked_like_evaluate(init_state, test_set, pool
     with ClientTrainer(SPEC, data, CFG, workers=0, eval_sets={"test": test_set}) as here:
         assert here.evaluate(init_state) == want
     # standard layout, one forward per 1000-row chunk: exactly today's evaluate()
-    with ClientTrainer(SPEC, data, CFG, workers=0, eval_sets={"test": test_set}, channels_last=False, eval_forward_batch=1000) as here:
+    with ClientTrainer(
+        SPEC, data, CFG, workers=0, eval_sets={"test": test_set}, channels_last=False, eval_forward_batch=1000
+    ) as here:
         assert here.evaluate(init_state) == evaluate(model, test_set)
     # several models at once, in order
     trained = pool2.train(jobs_for(init_state)[:2])
@@ -283,24 +293,29 @@ def test_forward_is_batch_size_invariant(name, shape):
     with torch.inference_mode():
         whole = model(x)
         for b in (250, 64, 7):
-            assert torch.equal(torch.cat([model(x[i:i + b]) for i in range(0, 300, b)]), whole)
+            assert torch.equal(torch.cat([model(x[i : i + b]) for i in range(0, 300, b)]), whole)
         with _threads(2):  # nor on the thread count
             assert torch.equal(model(x), whole)
 
 
 # ------------------------------------------------------------------ the stacked (GPU) path, on CPU
-@pytest.mark.parametrize("spec,optimizer,momentum,wd", [
-    (SPEC, "sgd", 0.9, 0.0), (SPEC, "sgd", 0.0, 1e-3),
-    # Adam on the CNN is ill-conditioned for this comparison: where a gradient is ~0 in one
-    # path, float noise of ~1e-9 in the other becomes a step of ~0.1 * lr (m / (sqrt(v) + eps)),
-    # so the Adam arithmetic is checked on the MLP, whose batched kernels add like the sequential ones
-    (ModelSpec("mlp", (1, 28, 28), 10, {"hidden": [32]}), "adam", 0.0, 1e-4),
-])
+@pytest.mark.parametrize(
+    "spec,optimizer,momentum,wd",
+    [
+        (SPEC, "sgd", 0.9, 0.0),
+        (SPEC, "sgd", 0.0, 1e-3),
+        # Adam on the CNN is ill-conditioned for this comparison: where a gradient is ~0 in one
+        # path, float noise of ~1e-9 in the other becomes a step of ~0.1 * lr (m / (sqrt(v) + eps)),
+        # so the Adam arithmetic is checked on the MLP, whose batched kernels add like the sequential ones
+        (ModelSpec("mlp", (1, 28, 28), 10, {"hidden": [32]}), "adam", 0.0, 1e-4),
+    ],
+)
 def test_batched_path_close_to_sequential(data, spec, optimizer, momentum, wd):
     """Stacked vmap(grad) training equals the sequential path up to float reordering
     (batched convolution kernels, masked mean): allclose, not bit-identical."""
-    cfg = TrainConfig(epochs=1, batch_size=32, lr=0.01 if optimizer == "adam" else 0.05, momentum=momentum,
-                      optimizer=optimizer, weight_decay=wd)
+    cfg = TrainConfig(
+        epochs=1, batch_size=32, lr=0.01 if optimizer == "adam" else 0.05, momentum=momentum, optimizer=optimizer, weight_decay=wd
+    )
     init = build_model(spec.name, spec.input_shape, 10, generator=torch_rng(1, "model-init"), **spec.options).state_dict()
     jobs = jobs_for(init)
     model = spec.build()
@@ -309,7 +324,9 @@ def test_batched_path_close_to_sequential(data, spec, optimizer, momentum, wd):
         for j in jobs:
             model.load_state_dict(init)
             stats = {}
-            loss = local_train(model, data.client_dataset(j.client_id), cfg, torch_rng(j.seed, j.stream), epochs=j.epochs, stats=stats)
+            loss = local_train(
+                model, data.client_dataset(j.client_id), cfg, torch_rng(j.seed, j.stream), epochs=j.epochs, stats=stats
+            )
             ref.append(({k: v.clone() for k, v in model.state_dict().items()}, loss, stats))
         res = train_batched(spec.build(), data, jobs, cfg)
     assert supports_batched(model) and not supports_batched(build_model("gru", (20, 6), 2))
@@ -330,7 +347,7 @@ def test_batched_frozen_and_trainer_option(data, init_state):
     with ClientTrainer(SPEC, data, CFG, workers=0, batched=True, channels_last=False) as tr:
         res = tr.train(jobs)
     ref = sequential(data, init_state, jobs, channels_last=False)
-    for r, (state, loss, _) in zip(res, ref):
+    for r, (state, _loss, _) in zip(res, ref):
         for k in state:
             torch.testing.assert_close(r.state[k], state[k], rtol=1e-4, atol=2e-5)
     assert all(torch.equal(res[0].state[k], init_state[k]) for k in init_state if k not in keep)
@@ -386,8 +403,13 @@ def test_run_metrics_byte_identical_for_0_1_2_workers(tmp_path, tiny_cfg_doc, wa
     import fedselect.experiment as experiment
     from fedselect.resolve import parse_experiment
 
-    doc = dict(tiny_cfg_doc, rounds=3, model={"name": "mnist_cnn"}, method="flashrl",
-               method_options={"rl_batch_size": 2, "pca_components": 4, "hidden": 16})
+    doc = dict(
+        tiny_cfg_doc,
+        rounds=3,
+        model={"name": "mnist_cnn"},
+        method="flashrl",
+        method_options={"rl_batch_size": 2, "pca_components": 4, "hidden": 16},
+    )
     got, models = {}, {}
     for w in (0, 1, 2):
         before = torch.get_num_threads()

@@ -7,13 +7,12 @@ from __future__ import annotations
 import itertools
 import math
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import tiny_experiment
 import torch
 
+from conftest import tiny_experiment
 from fedselect.config import ConfigError
 from fedselect.experiment import run_experiment
 from fedselect.federation import build_federation
@@ -51,6 +50,7 @@ def fake_view(t, losses, log=None):
         if log is not None:
             log.append((list(ids), samples))
         return [losses[k] for k in ids]
+
     return RoundView(t, None, None, probe)
 
 
@@ -138,8 +138,10 @@ def test_rpow_d_uses_last_reported_losses_without_probing():
     view = RoundView(1, None)  # no probe needed
     s = sel.select(view)
     assert list(s.clients) == [0, 1] and s.cost.latency_s == 0 and s.cost.candidates == 0  # unseen first (lowest ids)
-    outs = [ClientOutcome(k, 1, None, 10, loss, 1, 1.0, 0.0, 0.0, 1.0, 0, 0, failed) for k, loss, failed in
-            [(0, 0.5, None), (1, 9.0, "dropout")]]
+    outs = [
+        ClientOutcome(k, 1, None, 10, loss, 1, 1.0, 0.0, 0.0, 1.0, 0, 0, failed)
+        for k, loss, failed in [(0, 0.5, None), (1, 9.0, "dropout")]
+    ]
     sel.observe(1, outs, None)
     assert sel.last_loss[0] == 0.5 and math.isnan(sel.last_loss[1])  # a failed client keeps no loss
     sel.last_loss[:] = [0.5, 0.1, 3.0, 0.2, 0.9, 2.5, 0.3, 0.1, 0.1, 0.1]
@@ -152,7 +154,13 @@ def test_options_and_check():
     with pytest.raises(ConfigError, match="variant"):
         parse_experiment({"method": "power_of_choice", "method_options": {"variant": "pow"}})
     cfg = parse_experiment({"method": "power_of_choice"})
-    assert cfg.selector.options == {"variant": "pow-d", "d": None, "eval_compute_factor": 1 / 3, "minibatch_size": 64, "report_bytes": 4}
+    assert cfg.selector.options == {
+        "variant": "pow-d",
+        "d": None,
+        "eval_compute_factor": 1 / 3,
+        "minibatch_size": 64,
+        "report_bytes": 4,
+    }
     sel = PowerOfChoice(FakeCtx(u=3), PowerOfChoiceOptions())
     assert sel.d == 6
     assert PowerOfChoice(FakeCtx(u=3), PowerOfChoiceOptions(d=50)).d == 10  # capped at N
@@ -181,8 +189,10 @@ def test_probing_appears_in_the_round_row(tmp_path, fed):
         cands = [int(k) for k in r["candidate_ids"].split(";")]
         chosen = [int(k) for k in r["selected"].split(";")]
         assert len(cands) == 6 and set(chosen) <= set(cands)  # d = 2U
-        probe = max(ctx.client_cost(k, 1 / 3, draws).download_s + ctx.client_cost(k, 1 / 3, draws).compute_s
-                    + ctx.transmit_s(4, k, draws) for k in cands)
+        probe = max(
+            ctx.client_cost(k, 1 / 3, draws).download_s + ctx.client_cost(k, 1 / 3, draws).compute_s + ctx.transmit_s(4, k, draws)
+            for k in cands
+        )
         train = [ctx.client_cost(k, 1, draws) for k in chosen]
         assert float(r["probe_latency_s"]) == pytest.approx(probe, rel=1e-12)
         assert float(r["round_latency_s"]) == pytest.approx(probe + max(c.latency_s for c in train), rel=1e-12)

@@ -34,8 +34,20 @@ window.addEventListener('load', function () {
 
 def _chromium(args: list[str], profile, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run headless Chromium in its own process group; the group is killed afterwards."""
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-           "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}", *args]
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={profile}",
+        *args,
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -55,13 +67,28 @@ def _chromium(args: list[str], profile, timeout: float = 120) -> subprocess.Comp
 def small_comparison(tmp_path_factory):
     """FedAvg vs FLASH-RL (one option changed) on embedded MNIST, 3 rounds, seeds 0 and 1."""
     doc = {
-        "name": "small <html> check", "seeds": [0, 1], "baseline": "FedAvg",
-        "base": {"name": "tiny", "rounds": 3, "clients_per_round": 2,
-                 "data": {"dataset": "mnist-embedded", "num_clients": 8, "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10}},
-                 "model": {"name": "mlp", "options": {"hidden": [32]}}, "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
-                 "metrics": {"target": 0.5, "summary_window": 2}},
-        "methods": [{"label": "FedAvg", "method": "fedavg"}, {"label": "FLASH-RL", "method": "flashrl", "method_options": {"eps_end": 0.3}}],
-        "paper": {"FLASH-RL": {"e2e_latency_s_vs": -24.83}}, "paper_source": "FLASH-RL Table V (illustrative)",
+        "name": "small <html> check",
+        "seeds": [0, 1],
+        "baseline": "FedAvg",
+        "base": {
+            "name": "tiny",
+            "rounds": 3,
+            "clients_per_round": 2,
+            "data": {
+                "dataset": "mnist-embedded",
+                "num_clients": 8,
+                "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10},
+            },
+            "model": {"name": "mlp", "options": {"hidden": [32]}},
+            "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
+            "metrics": {"target": 0.5, "summary_window": 2},
+        },
+        "methods": [
+            {"label": "FedAvg", "method": "fedavg"},
+            {"label": "FLASH-RL", "method": "flashrl", "method_options": {"eps_end": 0.3}},
+        ],
+        "paper": {"FLASH-RL": {"e2e_latency_s_vs": -24.83}},
+        "paper_source": "FLASH-RL Table V (illustrative)",
     }
     d = tmp_path_factory.mktemp("cmp") / "c"
     run_comparison(parse_compare(doc), d)
@@ -75,16 +102,19 @@ def test_report_html_sections_and_embedded_plots(small_comparison):
     assert len(re.findall(r'<img src="data:image/png;base64,', page)) == len(pngs)
     assert "<script" not in page and "small &lt;html&gt; check" in page
     # the config differences: method and its option, highlighted against the baseline
-    cfg = page[page.index('<section id="config">'):page.index('<section id="federation">')]
+    cfg = page[page.index('<section id="config">') : page.index('<section id="federation">')]
     assert re.search(r"<td>method</td><td>fedavg</td><td class=\"diff\">flashrl</td>", cfg)
     assert re.search(r"<td>selector.options.eps_end</td><td>\(not set\)</td><td class=\"diff\">0.3</td>", cfg)
-    fed = page[page.index('<section id="federation">'):page.index('<section id="wall">')]
+    fed = page[page.index('<section id="federation">') : page.index('<section id="wall">')]
     assert "Device mix" in fed and "Network mix" in fed and "Every client, seed 1" in fed
     info = json.loads((small_comparison / "federation-s0.json").read_text())
     assert f"<td>{info['device'][0]}</td>" in fed
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary: install Debian's `chromium` package (`make test` does so where apt-get is available)")
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="no chromium binary: install Debian's `chromium` package (`make test` does so where apt-get is available)",
+)
 def test_report_html_renders_in_headless_chromium(small_comparison, tmp_path):
     page = (small_comparison / "report.html").read_text()
     check = tmp_path / "check.html"
@@ -101,7 +131,10 @@ def test_report_html_renders_in_headless_chromium(small_comparison, tmp_path):
     assert got["sections"] == ["results", "paired", "paper", "plots", "config", "federation", "wall"]
     # a screenshot of the page as rendered (a person looks at it; here: that it is a real PNG)
     shot = tmp_path / "page.png"
-    res = _chromium(["--hide-scrollbars", "--window-size=1280,2400", f"--screenshot={shot}", (small_comparison / "report.html").as_uri()], tmp_path / "profile2")
+    res = _chromium(
+        ["--hide-scrollbars", "--window-size=1280,2400", f"--screenshot={shot}", (small_comparison / "report.html").as_uri()],
+        tmp_path / "profile2",
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
 
@@ -135,4 +168,6 @@ def test_fedselect_report_regenerates_the_page_from_saved_metrics(small_comparis
     after = (d / "report.html").read_bytes(), (d / "table.md").read_bytes(), (d / "paired.csv").read_bytes()
     assert after[1:] == before[1:]
     # the page is the same but for the directory name it mentions
-    assert after[0].replace(b"<code>copy</code>", b"<code>c</code>").replace(b"report copy</code>", b"report c</code>") == before[0]
+    assert (
+        after[0].replace(b"<code>copy</code>", b"<code>c</code>").replace(b"report copy</code>", b"report c</code>") == before[0]
+    )

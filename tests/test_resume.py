@@ -27,12 +27,12 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
+from fedselect.algorithms import ALGORITHMS
 from fedselect.cli import app
+from fedselect.experiment import make_simulation, run_experiment
 from fedselect.federation import build_federation
 from fedselect.fl import checkpoint as ckmod
 from fedselect.fl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from fedselect.algorithms import ALGORITHMS
-from fedselect.experiment import make_simulation, run_experiment
 from fedselect.presets import PRESETS
 from fedselect.resolve import parse_experiment
 from fedselect.selectors import SELECTORS
@@ -53,8 +53,11 @@ METHOD_OPTIONS = {
 
 #: composed selector + algorithm pairs resumed beside the presets (with the presets they cover
 #: every built-in selector and every built-in algorithm: see test_resume_cases_cover_every_component)
-COMPOSED = {"flashrl+fedper": ("flashrl", "fedper"), "power_of_choice+fedper": ("power_of_choice", "fedper"),
-            "oort+fedper": ("oort", "fedper")}
+COMPOSED = {
+    "flashrl+fedper": ("flashrl", "fedper"),
+    "power_of_choice+fedper": ("power_of_choice", "fedper"),
+    "oort+fedper": ("oort", "fedper"),
+}
 
 
 def tiny_doc(method: str = "fedavg", **over) -> dict:
@@ -65,8 +68,17 @@ def tiny_doc(method: str = "fedavg", **over) -> dict:
         doc.pop("method")
         return doc
     doc = {
-        "name": "tiny", "seed": 5, "method": method, "rounds": 5, "clients_per_round": 2, "checkpoint_every": 1,
-        "data": {"dataset": "mnist-embedded", "num_clients": 6, "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10}},
+        "name": "tiny",
+        "seed": 5,
+        "method": method,
+        "rounds": 5,
+        "clients_per_round": 2,
+        "checkpoint_every": 1,
+        "data": {
+            "dataset": "mnist-embedded",
+            "num_clients": 6,
+            "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10},
+        },
         "model": {"name": "mlp", "options": {"hidden": [16]}},
         "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
         "method_options": copy.deepcopy(METHOD_OPTIONS.get(method, {})),
@@ -85,7 +97,9 @@ def same(a, b, path="") -> None:
     """Recursive bit-equality of nested checkpoint contents (NaN equals NaN)."""
     if isinstance(a, torch.Tensor):
         assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape, path
-        assert torch.equal(a, b) or torch.equal(torch.isnan(a), torch.isnan(b)) and torch.equal(a.nan_to_num(), b.nan_to_num()), path
+        assert torch.equal(a, b) or torch.equal(torch.isnan(a), torch.isnan(b)) and torch.equal(a.nan_to_num(), b.nan_to_num()), (
+            path
+        )
     elif isinstance(a, np.ndarray):
         assert np.array_equal(a, np.asarray(b), equal_nan=a.dtype.kind == "f"), path
     elif isinstance(a, dict):
@@ -272,9 +286,13 @@ def test_resume_with_faults_and_sparse_checkpoints_is_identical(tmp_path, fed):
     """checkpoint_every 2, killed after round 4's row but before its checkpoint: rounds 3 and 4
     are dropped and redone from round 2's checkpoint; the fault draws (dropout, NaN injection,
     deadline) are the same after the resume."""
-    doc = tiny_doc("fedavg", checkpoint_every=2, clients_per_round=3,
-                   faults={"dropout": 0.3, "inject": [{"kind": "nan", "rounds": [3, 4], "clients": "all"}]},
-                   system={"round_deadline_s": 0.05})
+    doc = tiny_doc(
+        "fedavg",
+        checkpoint_every=2,
+        clients_per_round=3,
+        faults={"dropout": 0.3, "inject": [{"kind": "nan", "rounds": [3, 4], "clients": "all"}]},
+        system={"round_deadline_s": 0.05},
+    )
     run_experiment(parse_config(doc), tmp_path / "ref", federation=fed)
     ref_rows = (tmp_path / "ref" / "metrics.csv").read_text()
     assert ":dropout" in ref_rows and ":nan" in ref_rows and ":timeout" in ref_rows

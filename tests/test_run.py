@@ -5,9 +5,9 @@ import json
 import pytest
 
 from fedselect.config import ConfigError
-from fedselect.resolve import parse_experiment as parse_config
-from fedselect.fl.metrics import read_csv_rows, summarize
 from fedselect.experiment import run_experiment
+from fedselect.fl.metrics import read_csv_rows, summarize
+from fedselect.resolve import parse_experiment as parse_config
 
 
 def test_same_seed_gives_identical_metrics_csv(tmp_path, tiny_cfg_doc):
@@ -48,7 +48,14 @@ def test_full_participation_selects_everyone(tmp_path, tiny_cfg_doc):
 
 def test_rounds_to_target_none_when_never_reached():
     rows = [
-        {"round": r, "accuracy": a, "f1_macro": a, "e2e_latency_s": 10.0 * r, "cum_upload_bytes": 1e6 * r, "cum_download_bytes": 0}
+        {
+            "round": r,
+            "accuracy": a,
+            "f1_macro": a,
+            "e2e_latency_s": 10.0 * r,
+            "cum_upload_bytes": 1e6 * r,
+            "cum_download_bytes": 0,
+        }
         for r, a in [(0, 0.1), (1, 0.5), (2, 0.7), (3, 0.6)]
     ]
     s = summarize(rows, target=0.9)
@@ -76,5 +83,3 @@ def test_bad_config_names_the_key(patch, needle):
     with pytest.raises(ConfigError) as e:
         parse_config(patch)
     assert needle in str(e.value)
-
-

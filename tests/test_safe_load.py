@@ -18,8 +18,14 @@ from typer.testing import CliRunner
 from fedselect.cli import app
 from fedselect.data.catalog import load_dataset
 from fedselect.data.files import DataFileError
-from fedselect.fl.checkpoint import (CheckpointError, decode_payload, encode_payload, load_checkpoint,
-                                     read_checkpoint_file, save_checkpoint)
+from fedselect.fl.checkpoint import (
+    CheckpointError,
+    decode_payload,
+    encode_payload,
+    load_checkpoint,
+    read_checkpoint_file,
+    save_checkpoint,
+)
 
 
 def touch_marker(path: str) -> str:
@@ -42,11 +48,22 @@ def test_payload_round_trip_keeps_types_and_values():
     rng = np.random.default_rng(0)
     mt = np.random.Generator(np.random.MT19937(3)).bit_generator.state  # holds a uint32 array
     payload = {
-        "round": 2, "rows": rng.random((3, 4)).astype(np.float32), "ids": np.arange(4, dtype=np.int64),
-        "mask": np.array([True, False]), "be": np.arange(3, dtype=">f8"), "names": np.array(["ab", "c"]),
-        "scalars": [np.float32(0.1), np.float64(2.5), np.int32(7), np.bool_(True)], "pcg": rng.bit_generator.state,
-        "mt": mt, "tuple": (1, np.int64(2)), "od": collections.OrderedDict(b=1, a=2), np.int64(5): "numpy key",
-        "inf": float("inf"), "t": torch.arange(3), "none": None, "fs": frozenset({1, 2}),
+        "round": 2,
+        "rows": rng.random((3, 4)).astype(np.float32),
+        "ids": np.arange(4, dtype=np.int64),
+        "mask": np.array([True, False]),
+        "be": np.arange(3, dtype=">f8"),
+        "names": np.array(["ab", "c"]),
+        "scalars": [np.float32(0.1), np.float64(2.5), np.int32(7), np.bool_(True)],
+        "pcg": rng.bit_generator.state,
+        "mt": mt,
+        "tuple": (1, np.int64(2)),
+        "od": collections.OrderedDict(b=1, a=2),
+        np.int64(5): "numpy key",
+        "inf": float("inf"),
+        "t": torch.arange(3),
+        "none": None,
+        "fs": frozenset({1, 2}),
     }
     back = decode_payload(encode_payload(payload))
     assert back["rows"].dtype == np.float32 and np.array_equal(back["rows"], payload["rows"])
@@ -72,10 +89,17 @@ def test_crafted_checkpoint_is_refused_and_never_runs(tmp_path):
     assert "the file may be crafted to run code" in msg
     assert not marker.exists()
     # the CLI: refused, exit 2, the function never ran
-    (run / "config.yaml").write_text(yaml.safe_dump({
-        "name": "x", "rounds": 2, "clients_per_round": 2,
-        "data": {"dataset": "mnist-embedded", "num_clients": 4, "partition": {"scheme": "iid"}},
-        "model": {"name": "mlp", "options": {"hidden": [4]}}}))
+    (run / "config.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "x",
+                "rounds": 2,
+                "clients_per_round": 2,
+                "data": {"dataset": "mnist-embedded", "num_clients": 4, "partition": {"scheme": "iid"}},
+                "model": {"name": "mlp", "options": {"hidden": [4]}},
+            }
+        )
+    )
     r = CliRunner().invoke(app, ["run", "--resume", str(run), "-q"])
     assert r.exit_code == 2 and "refused to load" in " ".join(r.output.split())
     assert not marker.exists()
@@ -86,13 +110,18 @@ def test_crafted_checkpoint_is_refused_and_never_runs(tmp_path):
 
 def test_old_numpy_pickle_checkpoint_is_refused_with_a_hint(tmp_path):
     torch.save({"round": 1, "method": {"rows": np.zeros(3)}, "format_version": 2}, tmp_path / "checkpoint.pt")
-    with pytest.raises(CheckpointError, match=r"asks for numpy.*before format 3 held NumPy pickles: start such a run again with --overwrite"):
+    with pytest.raises(
+        CheckpointError, match=r"asks for numpy.*before format 3 held NumPy pickles: start such a run again with --overwrite"
+    ):
         read_checkpoint_file(tmp_path / "checkpoint.pt")
 
 
 def test_saved_checkpoints_load_with_weights_only(tmp_path):
-    save_checkpoint(tmp_path, {"round": 3, "method": {"rows": np.ones((2, 2), np.float32), "rng": np.random.default_rng(1).bit_generator.state}})
-    raw = torch.load(tmp_path / "checkpoint.pt", weights_only=True)   # plain data only
+    save_checkpoint(
+        tmp_path,
+        {"round": 3, "method": {"rows": np.ones((2, 2), np.float32), "rng": np.random.default_rng(1).bit_generator.state}},
+    )
+    raw = torch.load(tmp_path / "checkpoint.pt", weights_only=True)  # plain data only
     assert raw["format_version"] == 3
     ck = load_checkpoint(tmp_path)
     assert ck["round"] == 3 and ck["method"]["rows"].dtype == np.float32 and ck["method"]["rows"].sum() == 4

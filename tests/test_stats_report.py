@@ -4,18 +4,16 @@ import json
 import math
 import re
 
-import numpy as np
 import pytest
 
 from fedselect.config import ConfigError, parse_config
 from fedselect.fl.metrics import last_k_mean, summarize
 from fedselect.report import build_report, paired_cell
 from fedselect.stats import format_interval, paired_differences, paired_interval
-
 from test_compare import _fabricated
 
-
 # -- paired intervals (hand-computed) -----------------------------------------------------
+
 
 def test_interval_of_1_2_3_points_contains_zero():
     iv = paired_interval([1.0, 2.0, 3.0])
@@ -67,9 +65,12 @@ def test_paired_cell_says_how_many_seeds_paired():
 
 # -- stable summary ---------------------------------------------------------------------------
 
+
 def _rows(accs):
-    return [{"round": t, "accuracy": a, "f1_macro": a, "e2e_latency_s": t, "cum_upload_bytes": 0, "cum_download_bytes": 0}
-            for t, a in enumerate(accs, start=1)]
+    return [
+        {"round": t, "accuracy": a, "f1_macro": a, "e2e_latency_s": t, "cum_upload_bytes": 0, "cum_download_bytes": 0}
+        for t, a in enumerate(accs, start=1)
+    ]
 
 
 def test_last_10_mean_over_20_rounds():
@@ -96,6 +97,7 @@ def test_summary_window_is_validated():
 
 # -- the comparison table: paired section (fabricated runs, hand-computed) ---------------------
 
+
 def test_paired_section_of_fabricated_comparison(tmp_path):
     c = _fabricated(tmp_path)
     rep = build_report(c, plots=False)
@@ -112,7 +114,12 @@ def test_paired_section_of_fabricated_comparison(tmp_path):
     assert cells["e2e_latency_s"]["diffs"] == pytest.approx({0: 50.0, 1: -50.0})
     # communication 5 MB vs 10 MB in both seeds: -50% with no spread, so it excludes 0
     comm = cells["communication_mb"]["interval"]
-    assert (comm.mean, comm.low, comm.high, comm.significant) == (pytest.approx(-50.0), pytest.approx(-50.0), pytest.approx(-50.0), True)
+    assert (comm.mean, comm.low, comm.high, comm.significant) == (
+        pytest.approx(-50.0),
+        pytest.approx(-50.0),
+        pytest.approx(-50.0),
+        True,
+    )
     md = rep["markdown"]
     assert "| acc mean last 10 |" in md.replace("best acc | acc mean", "| acc mean")
     assert "accuracy (mean last 10) +9.0 pts vs A" in md and "final accuracy +2.0 pts vs A" in md
@@ -158,20 +165,32 @@ def test_report_html_of_fabricated_comparison_is_self_contained_and_escaped(tmp_
 
 # -- selection profile plot -------------------------------------------------------------------
 
+
 def test_selection_profile_counts_and_order():
     from fedselect.plots import class_order, selection_profile_counts
 
     feds = [{"device": ["pi", "nano", "pi", "tx2"], "expected_latency_s": [3.0, 0.5, 2.0, 1.0]}]
     classes = class_order(feds, "device")
     assert classes == ["nano", "tx2", "pi"]  # fastest first (median latency 0.5, 1.0, 2.5)
-    rows = [{"round": "0", "selected": "0;1;2;3"}, {"round": "1", "selected": "0;2"}, {"round": "2", "selected": "1;3"}, {"round": "3", "selected": ""}]
+    rows = [
+        {"round": "0", "selected": "0;1;2;3"},
+        {"round": "1", "selected": "0;2"},
+        {"round": "2", "selected": "1;3"},
+        {"round": "3", "selected": ""},
+    ]
     rounds, counts = selection_profile_counts(rows, feds[0]["device"], classes)
     assert rounds.tolist() == [1, 2, 3]  # the warm-up row 0 is not a selection
     assert counts.tolist() == [[0, 0, 2], [1, 1, 0], [0, 0, 0]]
     # with the compute part saved (federation-s<seed>.json of this version) devices are ranked by
     # compute seconds per sample, networks by upload seconds: the device alone, not its data size
-    fed = {"device": ["pi", "nano"], "network": ["wifi-1", "wifi-4"], "num_samples": [10, 1000], "expected_compute_s": [1.0, 10.0],
-           "expected_upload_s": [0.5, 0.01], "expected_latency_s": [1.5, 10.01]}
+    fed = {
+        "device": ["pi", "nano"],
+        "network": ["wifi-1", "wifi-4"],
+        "num_samples": [10, 1000],
+        "expected_compute_s": [1.0, 10.0],
+        "expected_upload_s": [0.5, 0.01],
+        "expected_latency_s": [1.5, 10.01],
+    }
     assert class_order([fed], "device") == ["nano", "pi"]  # 0.01 s vs 0.1 s per sample
     assert class_order([fed], "network") == ["wifi-4", "wifi-1"]
     with pytest.raises(ValueError, match="selected client 7"):
@@ -180,13 +199,22 @@ def test_selection_profile_counts_and_order():
 
 # -- sweeps: paired per grid point --------------------------------------------------------------
 
+
 def test_sweep_paired_differences_per_grid_point(tmp_path):
     from fedselect.sweep import _restrict, parse_sweep, run_dir_for
 
     base = {"rounds": 1, "data": {"dataset": "mnist-embedded", "num_clients": 8}, "model": {"name": "mlp"}}
-    sc = parse_sweep({"name": "sw", "base": base, "seeds": [0, 1, 2], "baseline": "random",
-                      "methods": [{"label": "smart", "method": "fedavg"}, {"label": "random", "method": "fedavg", "grid_keys": []}],
-                      "grid": {"clients_per_round": [2, 4]}, "columns": ["final_accuracy", "e2e_latency_s"]})
+    sc = parse_sweep(
+        {
+            "name": "sw",
+            "base": base,
+            "seeds": [0, 1, 2],
+            "baseline": "random",
+            "methods": [{"label": "smart", "method": "fedavg"}, {"label": "random", "method": "fedavg", "grid_keys": []}],
+            "grid": {"clients_per_round": [2, 4]},
+            "columns": ["final_accuracy", "e2e_latency_s"],
+        }
+    )
     acc = {("random", None): [0.80, 0.82, 0.81], ("smart", 2): [0.81, 0.84, 0.82], ("smart", 4): [0.90, 0.92, 0.91]}
     lat = {("random", None): [100.0, 100.0, 100.0], ("smart", 2): [90.0, 80.0, 70.0], ("smart", 4): [100.0, 110.0, 90.0]}
     for p in sc.points():
@@ -195,7 +223,9 @@ def test_sweep_paired_differences_per_grid_point(tmp_path):
             for s in sc.seeds:
                 d = run_dir_for(tmp_path, m.label, _restrict(p, m), s)
                 d.mkdir(parents=True, exist_ok=True)
-                (d / "summary.json").write_text(json.dumps({"final_accuracy": acc[key][s], "e2e_latency_s": lat[key][s], "wall_s": 1.0}))
+                (d / "summary.json").write_text(
+                    json.dumps({"final_accuracy": acc[key][s], "e2e_latency_s": lat[key][s], "wall_s": 1.0})
+                )
     (tmp_path / "sweep.json").write_text(json.dumps({**sc.model_dump(mode="json"), "runs": 9}))
     rep = build_report(tmp_path)  # a sweep directory is handed to the sweep table
     assert rep["kind"] == "sweep"
@@ -238,9 +268,22 @@ def test_window_override_and_caveat(tmp_path):
 def test_sweep_pair_across_federations_is_flagged(tmp_path):
     from fedselect.sweep import parse_sweep, sweep_paired
 
-    base = {"rounds": 1, "clients_per_round": 2, "data": {"dataset": "mnist-embedded", "num_clients": 8}, "model": {"name": "mlp"}}
-    sc = parse_sweep({"name": "sw", "base": base, "seeds": [0, 1], "baseline": "random",
-                      "methods": [{"label": "smart", "method": "fedavg"}, {"label": "random", "method": "fedavg", "grid_keys": []}],
-                      "grid": {"data.num_clients": [8, 16]}, "columns": ["final_accuracy"]})
+    base = {
+        "rounds": 1,
+        "clients_per_round": 2,
+        "data": {"dataset": "mnist-embedded", "num_clients": 8},
+        "model": {"name": "mlp"},
+    }
+    sc = parse_sweep(
+        {
+            "name": "sw",
+            "base": base,
+            "seeds": [0, 1],
+            "baseline": "random",
+            "methods": [{"label": "smart", "method": "fedavg"}, {"label": "random", "method": "fedavg", "grid_keys": []}],
+            "grid": {"data.num_clients": [8, 16]},
+            "columns": ["final_accuracy"],
+        }
+    )
     same = [p["same_federation"] for p in sweep_paired(tmp_path, sc)]
     assert same == [True, False]  # N = 16 is compared with the baseline at the base N = 8

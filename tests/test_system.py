@@ -2,8 +2,17 @@ import numpy as np
 import pytest
 
 from fedselect.system import (
-    DEFAULT_DEVICES, DEFAULT_NETWORKS, DeviceProfile, Fleet, NetworkProfile, client_latency, compute_time,
-    latency_bounds, normalise_latency, round_latency, transmit_time,
+    DEFAULT_DEVICES,
+    DEFAULT_NETWORKS,
+    DeviceProfile,
+    Fleet,
+    NetworkProfile,
+    client_latency,
+    compute_time,
+    latency_bounds,
+    normalise_latency,
+    round_latency,
+    transmit_time,
 )
 
 
@@ -18,7 +27,9 @@ def test_latency_worked_example():
     total = client_latency(5, bits, 20, 4, 350.0, 431_080 * 32, 6.0)
     assert total == pytest.approx(1.0752 + 2.2990933, rel=1e-6)
     # download counted: twice the transfer
-    assert client_latency(5, bits, 20, 4, 350.0, 431_080 * 32, 6.0, download_bits=431_080 * 32) == pytest.approx(1.0752 + 2 * 2.2990933, rel=1e-6)
+    assert client_latency(5, bits, 20, 4, 350.0, 431_080 * 32, 6.0, download_bits=431_080 * 32) == pytest.approx(
+        1.0752 + 2 * 2.2990933, rel=1e-6
+    )
 
 
 def test_round_latency_is_the_straggler():

@@ -27,9 +27,16 @@ def snapshot(d):
 
 
 def small(**over):
-    d = {"name": "trust", "seed": 0, "method": "fedavg", "rounds": 1, "clients_per_round": 2,
-         "data": {"dataset": "mnist-embedded", "num_clients": 4, "partition": {"scheme": "dirichlet"}},
-         "model": {"name": "mlp", "options": {"hidden": [8]}}, "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05}}
+    d = {
+        "name": "trust",
+        "seed": 0,
+        "method": "fedavg",
+        "rounds": 1,
+        "clients_per_round": 2,
+        "data": {"dataset": "mnist-embedded", "num_clients": 4, "partition": {"scheme": "dirichlet"}},
+        "model": {"name": "mlp", "options": {"hidden": [8]}},
+        "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
+    }
     d.update(over)
     return d
 
@@ -40,7 +47,13 @@ def test_resume_refuses_a_partition_default_changed_in_config_yaml(tmp_path):
     run = tmp_path / "run"
     run_experiment(parse_experiment(small()), run)
     doc = yaml.safe_load((run / "config.yaml").read_text())
-    assert doc["data"]["partition"] == {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10, "max_attempts": 10000, "max_seconds": 30.0}
+    assert doc["data"]["partition"] == {
+        "scheme": "dirichlet",
+        "alpha": 0.5,
+        "min_size": 10,
+        "max_attempts": 10000,
+        "max_seconds": 30.0,
+    }
     doc["data"]["partition"]["alpha"] = 0.05
     (run / "config.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     before = snapshot(run)
@@ -66,7 +79,11 @@ def test_resume_sees_a_key_present_on_one_side_only(tmp_path):
 
 
 def test_compare_resume_and_report_refuse_runs_of_another_config(tmp_path):
-    doc = {"name": "cmp", "base": small(rounds=2), "methods": [{"label": "A", "method": "fedavg"}, {"label": "B", "method": "fastest"}]}
+    doc = {
+        "name": "cmp",
+        "base": small(rounds=2),
+        "methods": [{"label": "A", "method": "fedavg"}, {"label": "B", "method": "fastest"}],
+    }
     out = run_comparison(parse_compare(doc), tmp_path / "c")
     # someone edits a finished run's config (or the run was made by another config): compare --resume and report refuse
     cfg = out / "runs" / "B-s0" / "config.yaml"
@@ -108,7 +125,10 @@ def test_extending_flashrl_with_the_default_epsilon_schedule_is_refused(tmp_path
     assert snapshot(run) == before
     # a run stopped before its last round, with an explicit schedule, extends exactly
     opts["eps_decay_rounds"] = 3
-    cfg2, cfg4 = parse_experiment(small(method="flashrl", rounds=2, method_options=opts)), parse_experiment(small(method="flashrl", rounds=4, method_options=opts))
+    cfg2, cfg4 = (
+        parse_experiment(small(method="flashrl", rounds=2, method_options=opts)),
+        parse_experiment(small(method="flashrl", rounds=4, method_options=opts)),
+    )
     run_experiment(cfg4, tmp_path / "fresh")
     run_experiment(cfg2, tmp_path / "short", stop_after=1)
     assert invoke("run", "--resume", tmp_path / "short", "--rounds", "4", "-q")[0] == 0
@@ -146,7 +166,7 @@ def test_config_checks_come_before_any_data_is_loaded(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- 8. every phase's cost is counted
 from fedselect.presets import PRESETS  # noqa: E402
-from test_resume import METHOD_OPTIONS, tiny_doc  # noqa: E402
+from test_resume import tiny_doc  # noqa: E402
 
 
 @pytest.mark.parametrize("method", sorted(PRESETS))
@@ -170,12 +190,23 @@ def test_summary_sums_its_phases(tmp_path, method):
 def test_cefl_transfer_is_charged_and_best_covers_the_final_evaluation(tmp_path):
     """The example: CEFL on imu-watch bitmaps, 8 volunteer clients, K 2, warm-up 2 epochs, 5 rounds,
     transfer up to 30 epochs with patience 3, seed 0."""
-    doc = {"name": "cefl-imu", "seed": 0, "method": "cefl", "rounds": 5,
-           "data": {"dataset": "imu-watch", "options": {"task": "activity", "representation": "bitmap", "num_test_subjects": 2},
-                    "num_clients": 8, "partition": {"scheme": "volunteer"}, "holdout_fraction": 0.25},
-           "model": {"name": "fd_cnn"}, "train": {"local_epochs": 2, "batch_size": 32, "lr": 0.001, "optimizer": "adam"},
-           "method_options": {"clusters": 2, "warmup_epochs": 2, "transfer_epochs": 30, "patience": 3},
-           "checkpoint_every": 0}
+    doc = {
+        "name": "cefl-imu",
+        "seed": 0,
+        "method": "cefl",
+        "rounds": 5,
+        "data": {
+            "dataset": "imu-watch",
+            "options": {"task": "activity", "representation": "bitmap", "num_test_subjects": 2},
+            "num_clients": 8,
+            "partition": {"scheme": "volunteer"},
+            "holdout_fraction": 0.25,
+        },
+        "model": {"name": "fd_cnn"},
+        "train": {"local_epochs": 2, "batch_size": 32, "lr": 0.001, "optimizer": "adam"},
+        "method_options": {"clusters": 2, "warmup_epochs": 2, "transfer_epochs": 30, "patience": 3},
+        "checkpoint_every": 0,
+    }
     s = run_experiment(parse_experiment(doc), tmp_path / "r")
     rows = read_csv_rows(tmp_path / "r" / "metrics.csv")
     from fedselect.federation import build_federation
@@ -185,8 +216,11 @@ def test_cefl_transfer_is_charged_and_best_covers_the_final_evaluation(tmp_path)
     draws = fed.fleet.draw(6)
     full_bits = sum(v.numel() for v in fed.new_model().state_dict().values()) * 32  # every entry, float32
     members = {int(k): e for k, e in s["transfer_epochs"].items()}
-    expected = max(compute_time(e, fed.client_bits(m), 20.0, fed.fleet.cores[m], draws.freq_mhz[m])
-                   + transmit_time(full_bits, draws.bandwidth_mbps[m]) for m, e in members.items())
+    expected = max(
+        compute_time(e, fed.client_bits(m), 20.0, fed.fleet.cores[m], draws.freq_mhz[m])
+        + transmit_time(full_bits, draws.bandwidth_mbps[m])
+        for m, e in members.items()
+    )
     assert s["phases"]["finish"]["latency_s"] == pytest.approx(expected) and expected > 0
     assert s["transfer_latency_s"] == pytest.approx(expected)
     assert s["e2e_latency_s"] == pytest.approx(float(rows[-1]["e2e_latency_s"]) + expected)

@@ -6,17 +6,20 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import with_keys
 import yaml
 from typer.testing import CliRunner
 
+from conftest import with_keys
 from fedselect.cli import app
 from fedselect.config import ConfigError, load_config
 from fedselect.experiment import run_experiment
 from fedselect.resolve import parse_experiment as parse_config
 
 BASE = {
-    "name": "tiny", "seed": 5, "rounds": 2, "clients_per_round": 2,
+    "name": "tiny",
+    "seed": 5,
+    "rounds": 2,
+    "clients_per_round": 2,
     "data": {"dataset": "mnist-embedded", "num_clients": 6, "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10}},
     "model": {"name": "mlp", "options": {"hidden": [8]}},
     "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
@@ -40,7 +43,10 @@ CONFIG_CASES = [
     (with_(train__lr="0.1"), "train.lr: Input should be a valid number"),
     (with_(data__partition__min_size=10.0), "data.partition.min_size: Input should be a valid integer, got 10.0"),
     (with_(method="cefl", method_options={"clusters": 2.0}), "method_options.clusters: Input should be a valid integer"),
-    (with_(participation=0.5, clients_per_round=2), "participation and clients_per_round are exclusive: participation 0.5 of N = 6 gives U = 3, clients_per_round says 2"),
+    (
+        with_(participation=0.5, clients_per_round=2),
+        "participation and clients_per_round are exclusive: participation 0.5 of N = 6 gives U = 3, clients_per_round says 2",
+    ),
     (with_(participation=0), "participation: Input should be greater than 0"),
     (with_(seed=-1), "seed: Input should be greater than or equal to 0"),
     (with_(clients_per_round=7), "clients_per_round (U = 7) must be <= data.num_clients (N = 6)"),
@@ -50,24 +56,44 @@ CONFIG_CASES = [
     (with_(data__holdout_fraction=1.0), "data.holdout_fraction: Input should be less than 1"),
     (with_(data__partition__scheme="dirichlett"), "data.partition.scheme: unknown scheme 'dirichlett'; allowed: ['dirichlet'"),
     (with_(data__partition__alpha=0), "data.partition.alpha must be a number > 0, got 0"),
-    (with_(data__partition__alpah=0.5), "data.partition: unknown option(s) ['alpah'] for scheme 'dirichlet'; allowed: ['alpha', 'max_attempts', 'max_seconds', 'min_size']"),
-    (with_(data__options={"pth": "/tmp"}), "data.options: unknown option(s) ['pth'] for dataset 'mnist-embedded'; allowed: ['test_size']"),
+    (
+        with_(data__partition__alpah=0.5),
+        "data.partition: unknown option(s) ['alpah'] for scheme 'dirichlet'; allowed: ['alpha', 'max_attempts', 'max_seconds', 'min_size']",
+    ),
+    (
+        with_(data__options={"pth": "/tmp"}),
+        "data.options: unknown option(s) ['pth'] for dataset 'mnist-embedded'; allowed: ['test_size']",
+    ),
     (with_(data__options={"seed": 1}), "data.options: ['seed'] cannot be set here (the runner passes them)"),
     (with_(model__name="resnet"), "model.name: unknown model 'resnet'; allowed: ["),
     (with_(model__options={"hiden": [16]}), "model.options.hiden: unknown key (not allowed here); allowed: ['hidden']"),
     (with_(model__options={"hidden": "x"}), "model.options.hidden: Input should be a valid list"),
     (with_(model__options={"hidden": [0]}), "model.options.hidden.0: Input should be greater than or equal to 1"),
-    (with_(method_options={"foo": 1}), "method_options.foo: unknown key (not allowed here); method 'fedavg' = selector 'random' "
-                                      "(options none) + algorithm 'fedavg' (options ['evaluation'])"),
+    (
+        with_(method_options={"foo": 1}),
+        "method_options.foo: unknown key (not allowed here); method 'fedavg' = selector 'random' "
+        "(options none) + algorithm 'fedavg' (options ['evaluation'])",
+    ),
     (with_(selector={"name": "nope"}), "selector.name: unknown selector 'nope'; allowed: ["),
     (with_(selector={"name": "flashrl"}, eval_every=2), "selector 'flashrl' needs the global metric every round"),
-    (with_(method="cefl", method_options={"clusters": 7}), "selector 'cefl_leaders': clusters (K = 7) exceeds the number of clients N = 6"),
-    (with_(selector={"name": "random"}, algorithm={"name": "cefl"}), "algorithm 'cefl' trains cluster leaders and transfers their models "
-                                                                    "to the members: it needs a selector that clusters the clients and names "
-                                                                    "leaders ('cefl_leaders'), not 'random'"),
-    (with_(selector={"name": "flashrl"}, algorithm={"name": "individual"}), "selector 'flashrl' scores clients against the shared global "
-                                                                            "model, which algorithm 'individual' does not have"),
-    (with_(method="fedper", algorithm={"name": "fedper", "options": {"evaluation": "global"}}), "algorithm.options.evaluation: Input should be 'per_client'"),
+    (
+        with_(method="cefl", method_options={"clusters": 7}),
+        "selector 'cefl_leaders': clusters (K = 7) exceeds the number of clients N = 6",
+    ),
+    (
+        with_(selector={"name": "random"}, algorithm={"name": "cefl"}),
+        "algorithm 'cefl' trains cluster leaders and transfers their models "
+        "to the members: it needs a selector that clusters the clients and names "
+        "leaders ('cefl_leaders'), not 'random'",
+    ),
+    (
+        with_(selector={"name": "flashrl"}, algorithm={"name": "individual"}),
+        "selector 'flashrl' scores clients against the shared global model, which algorithm 'individual' does not have",
+    ),
+    (
+        with_(method="fedper", algorithm={"name": "fedper", "options": {"evaluation": "global"}}),
+        "algorithm.options.evaluation: Input should be 'per_client'",
+    ),
     (with_(train__lr=0), "train.lr: Input should be greater than 0"),
     (with_(train__lr=float("inf")), "train.lr: Input should be a finite number"),
     (with_(train__lr=float("nan")), "train.lr: Input should be a finite number"),
@@ -76,16 +102,28 @@ CONFIG_CASES = [
     (with_(train__batch_size=0), "train.batch_size: Input should be greater than or equal to 1"),
     (with_(train__local_epochs=-1), "train.local_epochs: Input should be greater than or equal to 0"),
     (with_(system__cycles_per_bit=0), "system.cycles_per_bit: Input should be greater than 0"),
-    (with_(system__devices=[{"name": "x", "mean_mhz": 100}]), "system.devices[0] ('x'): missing ['std_mhz', 'cores']; a device row has exactly name, mean_mhz, std_mhz, cores"),
-    (with_(system__networks=[{"name": "n", "mean_mbps": 10, "std_mbps": 1, "cores": 2}]), "system.networks[0] ('n'): ['cores'] do not belong in a network row"),
+    (
+        with_(system__devices=[{"name": "x", "mean_mhz": 100}]),
+        "system.devices[0] ('x'): missing ['std_mhz', 'cores']; a device row has exactly name, mean_mhz, std_mhz, cores",
+    ),
+    (
+        with_(system__networks=[{"name": "n", "mean_mbps": 10, "std_mbps": 1, "cores": 2}]),
+        "system.networks[0] ('n'): ['cores'] do not belong in a network row",
+    ),
     (with_(system__round_deadline_s=0), "system.round_deadline_s: Input should be greater than 0"),
     (with_(metrics__metric="auc"), "metrics.metric: Input should be 'accuracy' or 'f1_macro'"),
     (with_(metrics__target=True), "metrics.target: expected float | None, got the boolean True"),
     (with_(eval_every=0), "eval_every: Input should be greater than or equal to 1"),
     (with_(checkpoint_every=-1), "checkpoint_every: Input should be greater than or equal to 0"),
     (with_(faults__dropout=1.5), "faults.dropout: Input should be less than or equal to 1"),
-    (with_(faults__dropout_by_network={"wifi-1": -0.1}), "faults.dropout_by_network: wifi-1: dropout probability must be in [0, 1], got -0.1"),
-    (with_(faults__inject=[{"kind": "explode"}]), "faults.inject.0.kind: Input should be 'drop', 'raise', 'nan', 'inf' or 'timeout'"),
+    (
+        with_(faults__dropout_by_network={"wifi-1": -0.1}),
+        "faults.dropout_by_network: wifi-1: dropout probability must be in [0, 1], got -0.1",
+    ),
+    (
+        with_(faults__inject=[{"kind": "explode"}]),
+        "faults.inject.0.kind: Input should be 'drop', 'raise', 'nan', 'inf' or 'timeout'",
+    ),
     (with_(faults__inject=[{"kind": "nan", "rounds": [3]}]), "faults.inject[0].rounds: [3] outside the rounds 1..2 of this run"),
     (with_(faults__inject=[{"kind": "nan", "clients": 6}]), "faults.inject[0].clients: [6] are not client ids 0..5"),
     (with_(faults__inject=[{"kind": "timeout"}]), "faults.inject[0].kind 'timeout' needs system.round_deadline_s"),
@@ -101,12 +139,15 @@ def test_bad_config_values_are_named(doc, message):
     assert message in str(e.value)
 
 
-@pytest.mark.parametrize("content,message", [
-    ("", "is empty (no settings); write at least one key"),
-    ("- 1\n- 2\n", "the top level must be a mapping of keys to values, got list"),
-    ("rounds: [1, 2\nseed: 0\n", "invalid YAML in"),
-    (b"\x89PNG\r\n\x1a\n\x00\xff", "is not a UTF-8 text file"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("", "is empty (no settings); write at least one key"),
+        ("- 1\n- 2\n", "the top level must be a mapping of keys to values, got list"),
+        ("rounds: [1, 2\nseed: 0\n", "invalid YAML in"),
+        (b"\x89PNG\r\n\x1a\n\x00\xff", "is not a UTF-8 text file"),
+    ],
+)
 def test_bad_config_files(tmp_path, content, message):
     p = tmp_path / "c.yaml"
     p.write_bytes(content if isinstance(content, bytes) else content.encode())
@@ -129,14 +170,26 @@ def write(tmp_path, doc, name="cfg.yaml"):
     return p
 
 
-@pytest.mark.parametrize("doc,message", [
-    (with_(model__options={"hidden": "x"}), "model.options.hidden: Input should be a valid list"),
-    (with_(faults__dropout_by_device={"iphone": 0.1}), "faults.dropout_by_device: unknown profile name(s) ['iphone']; profiles in this fleet: ["),
-    (with_(data__dataset="mnist", data__options={"path": "/nonexistent/mnist"}), "mnist: no data found; looked at ['/nonexistent/mnist/mnist_train.csv'"),
-    (with_(system__profiles_file="/nonexistent/p.yaml"), "profile file not found: /nonexistent/p.yaml"),
-    (with_(data__partition__min_size=5000), "dirichlet: 6 clients x min_size 5000 = 30000 > 4000 samples"),
-    (with_(method_options={"foo": 1}), "method_options.foo: unknown key (not allowed here); method 'fedavg' = selector 'random'"),
-])
+@pytest.mark.parametrize(
+    "doc,message",
+    [
+        (with_(model__options={"hidden": "x"}), "model.options.hidden: Input should be a valid list"),
+        (
+            with_(faults__dropout_by_device={"iphone": 0.1}),
+            "faults.dropout_by_device: unknown profile name(s) ['iphone']; profiles in this fleet: [",
+        ),
+        (
+            with_(data__dataset="mnist", data__options={"path": "/nonexistent/mnist"}),
+            "mnist: no data found; looked at ['/nonexistent/mnist/mnist_train.csv'",
+        ),
+        (with_(system__profiles_file="/nonexistent/p.yaml"), "profile file not found: /nonexistent/p.yaml"),
+        (with_(data__partition__min_size=5000), "dirichlet: 6 clients x min_size 5000 = 30000 > 4000 samples"),
+        (
+            with_(method_options={"foo": 1}),
+            "method_options.foo: unknown key (not allowed here); method 'fedavg' = selector 'random'",
+        ),
+    ],
+)
 def test_cli_bad_input_fails_before_anything_is_written(tmp_path, doc, message):
     out = tmp_path / "run"
     code, text = invoke("run", write(tmp_path, doc), "-o", out, "-q")
@@ -152,7 +205,10 @@ def test_existing_run_is_never_clobbered_without_overwrite(tmp_path):
     before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()}
     code, text = invoke("run", cfg, "-o", out, "-q", "--seed", "9")
     assert code == 2
-    assert f"run directory {out} already holds a run (config.yaml, metrics.csv, summary.json, checkpoint.pt, checkpoint.prev.pt); nothing was changed." in text
+    assert (
+        f"run directory {out} already holds a run (config.yaml, metrics.csv, summary.json, checkpoint.pt, checkpoint.prev.pt); nothing was changed."
+        in text
+    )
     assert f"Continue it with `fedselect run --resume {out}`, replace it with --overwrite" in text
     assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()} == before
     with pytest.raises(FileExistsError, match="already holds a run"):
@@ -191,7 +247,9 @@ def test_bad_resume_requests_change_nothing(tmp_path):
     code, text = invoke("run", cfg, "--resume", out, "--seed", "3", "-q")
     assert code == 2 and "it cannot be combined with CONFIG, --seed (only --rounds, to extend the budget)" in text
     code, text = invoke("run", "--resume", out, "--rounds", "2", "-q")
-    assert code == 2 and "cannot resume" in text and "rounds=2: the checkpoint already holds 3 rounds; rounds must be >= 3" in text
+    assert (
+        code == 2 and "cannot resume" in text and "rounds=2: the checkpoint already holds 3 rounds; rounds must be >= 3" in text
+    )
     code, text = invoke("run", "--resume", out, "--rounds", "0", "-q")
     assert code == 2 and "(with rounds=0)" in text and "rounds: Input should be greater than or equal to 1" in text
     assert snapshot() == before

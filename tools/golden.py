@@ -31,8 +31,19 @@ from pathlib import Path
 
 import yaml
 
-METHODS = ["fedavg", "full", "regular_fl", "flashrl", "favor", "cefl", "fedper", "individual",
-           "budgeted_online", "online_random", "offline_best"]
+METHODS = [
+    "fedavg",
+    "full",
+    "regular_fl",
+    "flashrl",
+    "favor",
+    "cefl",
+    "fedper",
+    "individual",
+    "budgeted_online",
+    "online_random",
+    "offline_best",
+]
 
 #: options that make each method exercise its state on the tiny configs
 OPTIONS = {
@@ -48,8 +59,16 @@ OPTIONS = {
 
 def configs(method: str) -> dict[str, dict]:
     mlp = {
-        "name": "golden-mlp", "seed": 5, "method": method, "rounds": 5, "clients_per_round": 2,
-        "data": {"dataset": "mnist-embedded", "num_clients": 6, "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10}},
+        "name": "golden-mlp",
+        "seed": 5,
+        "method": method,
+        "rounds": 5,
+        "clients_per_round": 2,
+        "data": {
+            "dataset": "mnist-embedded",
+            "num_clients": 6,
+            "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10},
+        },
         "model": {"name": "mlp", "options": {"hidden": [16]}},
         "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
         "method_options": copy.deepcopy(OPTIONS.get(method, {})),
@@ -57,12 +76,26 @@ def configs(method: str) -> dict[str, dict]:
     if method in ("cefl", "fedper"):
         mlp["method_options"]["base_layers"] = 1
     cnn = {
-        "name": "golden-cnn", "seed": 11, "method": method, "rounds": 4, "clients_per_round": 3, "eval_every": 2,
-        "data": {"dataset": "mnist-embedded", "num_clients": 8, "partition": {"scheme": "dirichlet", "alpha": 0.3, "min_size": 10}},
+        "name": "golden-cnn",
+        "seed": 11,
+        "method": method,
+        "rounds": 4,
+        "clients_per_round": 3,
+        "eval_every": 2,
+        "data": {
+            "dataset": "mnist-embedded",
+            "num_clients": 8,
+            "partition": {"scheme": "dirichlet", "alpha": 0.3, "min_size": 10},
+        },
         "model": {"name": "mnist_cnn"},
         "train": {"local_epochs": 1, "batch_size": 50, "lr": 0.05},
-        "faults": {"dropout": 0.15, "inject": [{"kind": "nan", "rounds": [2], "clients": [0, 1, 2, 3]},
-                                               {"kind": "raise", "rounds": [3], "clients": [4, 5]}]},
+        "faults": {
+            "dropout": 0.15,
+            "inject": [
+                {"kind": "nan", "rounds": [2], "clients": [0, 1, 2, 3]},
+                {"kind": "raise", "rounds": [3], "clients": [4, 5]},
+            ],
+        },
         "metrics": {"target": 0.5},
         "method_options": copy.deepcopy(OPTIONS.get(method, {})),
     }
@@ -83,8 +116,11 @@ def run_all(out: Path, work: Path, only: list[str] | None) -> dict:
             cfg = work / f"{cname}-{method}.yaml"
             cfg.write_text(yaml.safe_dump(doc))
             run_dir = work / f"{cname}-{method}"
-            r = subprocess.run([str(exe), "run", str(cfg), "-o", str(run_dir), "--threads", "1", "-q", "--overwrite"],
-                               capture_output=True, text=True)
+            r = subprocess.run(
+                [str(exe), "run", str(cfg), "-o", str(run_dir), "--threads", "1", "-q", "--overwrite"],
+                capture_output=True,
+                text=True,
+            )
             key = f"{cname}/{method}"
             if r.returncode != 0:
                 result[key] = {"error": (r.stdout + r.stderr)[-2000:]}

@@ -16,10 +16,16 @@ Layers (arrows point down only; docs/architecture.md)::
 __version__ = "0.1.0"
 
 _LAZY = {
-    "run": "fedselect.api", "resume": "fedselect.api", "load_run": "fedselect.api", "experiment_config": "fedselect.api",
+    "run": "fedselect.api",
+    "resume": "fedselect.api",
+    "load_run": "fedselect.api",
+    "experiment_config": "fedselect.api",
     "RunResult": "fedselect.api",
-    "Selector": "fedselect.selectors.base", "Selection": "fedselect.selectors.base", "register_selector": "fedselect.selectors",
-    "Algorithm": "fedselect.algorithms.base", "register_algorithm": "fedselect.algorithms",
+    "Selector": "fedselect.selectors.base",
+    "Selection": "fedselect.selectors.base",
+    "register_selector": "fedselect.selectors",
+    "Algorithm": "fedselect.algorithms.base",
+    "register_algorithm": "fedselect.algorithms",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -73,9 +73,15 @@ def experiment_config(config: ExperimentConfig | dict | str | Path | None = None
     return resolve(cfg, source).config
 
 
-def run(config: ExperimentConfig | dict | str | Path | None = None, out: str | Path | None = None, *,
-        federation: Federation | None = None, overwrite: bool = False, on_round: Callable[[RoundEvent], None] | None = None,
-        **overrides: Any) -> RunResult:
+def run(
+    config: ExperimentConfig | dict | str | Path | None = None,
+    out: str | Path | None = None,
+    *,
+    federation: Federation | None = None,
+    overwrite: bool = False,
+    on_round: Callable[[RoundEvent], None] | None = None,
+    **overrides: Any,
+) -> RunResult:
     """Run one experiment and return its result (the files are in ``out``).
 
     Args:

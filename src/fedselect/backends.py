@@ -38,8 +38,17 @@ from fedselect.config import ExperimentConfig
 from fedselect.experiment import RoundEvent, existing_run_files, run_experiment
 from fedselect.federation import Federation, build_federation, federation_key
 
-__all__ = ["RunSpec", "RunCallbacks", "run_one", "is_finished", "federation_key", "LocalBackend", "RayBackend",
-           "make_backend", "BACKENDS"]
+__all__ = [
+    "RunSpec",
+    "RunCallbacks",
+    "run_one",
+    "is_finished",
+    "federation_key",
+    "LocalBackend",
+    "RayBackend",
+    "make_backend",
+    "BACKENDS",
+]
 
 #: names accepted by ``--backend``
 BACKENDS = ("local", "ray")
@@ -97,8 +106,12 @@ def is_finished(run_dir: str | Path) -> bool:
 
 
 def run_one(
-    cfg: ExperimentConfig, run_dir: str | Path, federation: Federation | None = None,
-    on_round: Callable[[RoundEvent], None] | None = None, resume: bool = True, workers: int | None = None,
+    cfg: ExperimentConfig,
+    run_dir: str | Path,
+    federation: Federation | None = None,
+    on_round: Callable[[RoundEvent], None] | None = None,
+    resume: bool = True,
+    workers: int | None = None,
 ) -> dict[str, Any]:
     """Run ``cfg`` into ``run_dir``, continuing what is there; the step both backends run.
 
@@ -141,8 +154,14 @@ class LocalBackend:
     workers: int | None = None
     name: str = field(default="local", init=False)
 
-    def run(self, specs: Sequence[RunSpec], callbacks: RunCallbacks | None = None, resume: bool = True,
-            out_dir: str | Path | None = None, marker: str | None = None) -> dict[Path, dict[str, Any]]:
+    def run(
+        self,
+        specs: Sequence[RunSpec],
+        callbacks: RunCallbacks | None = None,
+        resume: bool = True,
+        out_dir: str | Path | None = None,
+        marker: str | None = None,
+    ) -> dict[Path, dict[str, Any]]:
         """Run every spec not finished yet (see :func:`run_one`); returns run_dir -> summary
         for the runs done here. ``out_dir`` and ``marker`` are unused here (the Ray backend
         checks that its tasks see them).
@@ -180,7 +199,9 @@ class LocalBackend:
 _WORKER_FED: dict[str, Any] = {}
 
 
-def _ray_run(cfg_doc: dict[str, Any], run_dir: str, resume: bool, workers: int, out_dir: str, marker: str | None) -> dict[str, Any]:
+def _ray_run(
+    cfg_doc: dict[str, Any], run_dir: str, resume: bool, workers: int, out_dir: str, marker: str | None
+) -> dict[str, Any]:
     """The body of a Ray task: :func:`run_one` with ``workers`` worker processes (0: in the
     task's process)."""
     host = socket.gethostname()
@@ -189,7 +210,8 @@ def _ray_run(cfg_doc: dict[str, Any], run_dir: str, resume: bool, workers: int, 
         raise RuntimeError(
             f"the output directory {out_dir} is not visible on Ray node {host}: Ray tasks write their run directories "
             f"there directly, so on a cluster of several machines it must be on a filesystem every node mounts at the "
-            f"same path (e.g. NFS)")
+            f"same path (e.g. NFS)"
+        )
     from fedselect.resolve import parse_experiment
 
     cfg = parse_experiment(cfg_doc, f"{run_dir}/config (Ray task)")
@@ -206,8 +228,10 @@ def _import_ray():
     try:
         import ray
     except ImportError:
-        raise RuntimeError("--backend ray needs Ray: install the optional extra with `pip install fedselect[flower]` "
-                           "(or `pip install -r requirements-flower.txt`)") from None
+        raise RuntimeError(
+            "--backend ray needs Ray: install the optional extra with `pip install fedselect[flower]` "
+            "(or `pip install -r requirements-flower.txt`)"
+        ) from None
     return ray
 
 
@@ -248,8 +272,14 @@ class RayBackend:
         if self.address is not None and not (self.address == "auto" or _valid_address(self.address)):
             raise ValueError(f"--address {self.address!r}: expected HOST:PORT of a Ray cluster (e.g. 10.0.0.5:6379) or 'auto'")
 
-    def run(self, specs: Sequence[RunSpec], callbacks: RunCallbacks | None = None, resume: bool = True,
-            out_dir: str | Path | None = None, marker: str | None = None) -> dict[Path, dict[str, Any]]:
+    def run(
+        self,
+        specs: Sequence[RunSpec],
+        callbacks: RunCallbacks | None = None,
+        resume: bool = True,
+        out_dir: str | Path | None = None,
+        marker: str | None = None,
+    ) -> dict[Path, dict[str, Any]]:
         """Submit every spec not finished yet as a Ray task and wait for all of them.
 
         Args:
@@ -286,8 +316,13 @@ class RayBackend:
                     warnings.filterwarnings("ignore", message=".*accelerator visible devices", category=FutureWarning)
                     if self.address is None:
                         # "local": always a new instance, never one found through RAY_ADDRESS or `ray start`
-                        ray.init(address="local", num_cpus=self.num_cpus or os.cpu_count(), include_dashboard=False,
-                                 log_to_driver=False, configure_logging=False)
+                        ray.init(
+                            address="local",
+                            num_cpus=self.num_cpus or os.cpu_count(),
+                            include_dashboard=False,
+                            log_to_driver=False,
+                            configure_logging=False,
+                        )
                     else:
                         ray.init(address=self.address, log_to_driver=False, configure_logging=False)
             self.startup_s = time.perf_counter() - t0
@@ -295,8 +330,9 @@ class RayBackend:
             with _sigterm_as_interrupt():
                 task = ray.remote(_ray_run).options(num_cpus=self.cpus_per_run, max_retries=0)
                 for i, s in todo:
-                    ref = task.remote(s.cfg.model_dump(mode="json"), str(s.run_dir.resolve()), resume, workers,
-                                      str(out.resolve()), marker)
+                    ref = task.remote(
+                        s.cfg.model_dump(mode="json"), str(s.run_dir.resolve()), resume, workers, str(out.resolve()), marker
+                    )
                     pending[ref] = (i, s)
                     if cb.on_start:
                         cb.on_start(s, i, total)
@@ -330,7 +366,9 @@ class RayBackend:
             if started_here and ray.is_initialized():
                 ray.shutdown()
         if errors:
-            raise RuntimeError(f"{len(errors)} of {len(todo)} runs failed on Ray (the others finished):\n  " + "\n  ".join(errors))
+            raise RuntimeError(
+                f"{len(errors)} of {len(todo)} runs failed on Ray (the others finished):\n  " + "\n  ".join(errors)
+            )
         return done
 
 
@@ -360,6 +398,7 @@ class _sigterm_as_interrupt:
 
         self._installed = False
         if threading.current_thread() is threading.main_thread():
+
             def handler(signum, frame):
                 raise KeyboardInterrupt(f"signal {signum}")
 
@@ -375,8 +414,13 @@ class _sigterm_as_interrupt:
         return False
 
 
-def make_backend(name: str = "local", address: str | None = None, cpus_per_run: float = 1,
-                 workers: int | None = None, num_cpus: int | None = None) -> LocalBackend | RayBackend:
+def make_backend(
+    name: str = "local",
+    address: str | None = None,
+    cpus_per_run: float = 1,
+    workers: int | None = None,
+    num_cpus: int | None = None,
+) -> LocalBackend | RayBackend:
     """The backend called ``name`` (``--backend``).
 
     Raises:

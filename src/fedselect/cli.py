@@ -28,7 +28,9 @@ except ImportError:  # typer without rich
     pass
 
 app = typer.Typer(
-    add_completion=False, no_args_is_help=False, rich_markup_mode=None,
+    add_completion=False,
+    no_args_is_help=False,
+    rich_markup_mode=None,
     help="fedselect: client selection for federated learning over heterogeneous fleets "
     "(FLASH-RL, CEFL, budgeted online selection and their baselines).",
 )
@@ -74,9 +76,11 @@ def _parse_seeds(text: str) -> list[int]:
 def _threads(n: int | None) -> None:
     """--threads is gone (hidden, ignored): results no longer depend on thread counts."""
     if n is not None:
-        console.print("note: --threads is no longer needed and is ignored: every client trains on one thread in a worker "
-                      "process and results are the same for any thread count; use --workers N for the number of workers",
-                      highlight=False)
+        console.print(
+            "note: --threads is no longer needed and is ignored: every client trains on one thread in a worker "
+            "process and results are the same for any thread count; use --workers N for the number of workers",
+            highlight=False,
+        )
 
 
 def _workers(n: int | None) -> int | None:
@@ -94,13 +98,20 @@ RAY_CPUS_HELP = "with --backend ray and no --address: CPUs of the local Ray inst
 def _backend(backend: str, address, cpus_per_run, ray_cpus, workers):
     from fedselect.backends import make_backend
 
-    return make_backend(backend, address=address, cpus_per_run=cpus_per_run if cpus_per_run is not None else 1,
-                        workers=_workers(workers), num_cpus=ray_cpus)
+    return make_backend(
+        backend,
+        address=address,
+        cpus_per_run=cpus_per_run if cpus_per_run is not None else 1,
+        workers=_workers(workers),
+        num_cpus=ray_cpus,
+    )
 
 
 SET_HELP = "override a config key, e.g. --set train.lr=0.1 --set data.options.path=/data/MobiAct (repeatable; values are YAML)"
-WORKERS_HELP = ("worker processes training the clients of a round side by side, one torch thread each (default: train.workers, "
-                "else FEDSELECT_WORKERS, else the usable cores; 0 = in this process); results are identical for any value")
+WORKERS_HELP = (
+    "worker processes training the clients of a round side by side, one torch thread each (default: train.workers, "
+    "else FEDSELECT_WORKERS, else the usable cores; 0 = in this process); results are identical for any value"
+)
 DEVICE_HELP = "where clients train: auto (a GPU when one is available; default), cpu, cuda or cuda:N (sets train.device)"
 
 
@@ -141,8 +152,13 @@ def _load(config: Optional[Path], overrides: dict):
 
 def _progress() -> Progress:
     return Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=console, transient=False,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
     )
 
 
@@ -159,13 +175,15 @@ def print_summary(summary: dict, run_dir: Path) -> None:
     table.add_column("metric")
     table.add_column("value", justify="right")
     rows = [
-        ("final accuracy", _fmt(summary.get("final_accuracy"))), ("best accuracy", _fmt(summary.get("best_accuracy"))),
+        ("final accuracy", _fmt(summary.get("final_accuracy"))),
+        ("best accuracy", _fmt(summary.get("best_accuracy"))),
         ("final macro-F1", _fmt(summary.get("final_f1_macro"))),
         ("end-to-end latency (s)", _fmt(summary.get("e2e_latency_s"), 1)),
         ("rounds to target", _fmt(summary.get("rounds_to_target"))),
         ("latency to target (s)", _fmt(summary.get("latency_to_target_s"), 1)),
         ("communication (MB)", _fmt(summary.get("communication_mb"), 2)),
-        ("rounds", _fmt(summary.get("rounds"))), ("wall time (s)", _fmt(summary.get("wall_s"), 1)),
+        ("rounds", _fmt(summary.get("rounds"))),
+        ("wall time (s)", _fmt(summary.get("wall_s"), 1)),
     ]
     for k, v in rows:
         table.add_row(k, v)
@@ -181,21 +199,40 @@ def _fail(e: Exception) -> None:
 
 
 def _interrupted(where: Path | None, how: str) -> None:
-    console.print(f"interrupted: results written so far are kept in {where}; {how}" if where else "interrupted before anything was written")
+    console.print(
+        f"interrupted: results written so far are kept in {where}; {how}" if where else "interrupted before anything was written"
+    )
     raise SystemExit(130)
 
 
 @app.command()
 def run(
-    config: Optional[Path] = typer.Argument(None, help="experiment YAML; omitted: the embedded default (FedAvg on embedded MNIST, 20 clients, Dirichlet 0.5)"),
+    config: Optional[Path] = typer.Argument(
+        None, help="experiment YAML; omitted: the embedded default (FedAvg on embedded MNIST, 20 clients, Dirichlet 0.5)"
+    ),
     rounds: Optional[int] = typer.Option(None, "--rounds", "-r", help="override the number of communication rounds T"),
     seed: Optional[int] = typer.Option(None, "--seed", "-s", help="override the experiment seed"),
-    method: Optional[str] = typer.Option(None, "--method", "-m", help="override the method preset (fedavg, full, flashrl, favor, cefl, oort, ...; see `fedselect list`)"),
-    selector: Optional[str] = typer.Option(None, "--selector", help="override the selector (random, flashrl, oort, power_of_choice, ... or package.module:Class)"),
-    algorithm: Optional[str] = typer.Option(None, "--algorithm", help="override the algorithm (fedavg, fedper, cefl, individual, or package.module:Class)"),
+    method: Optional[str] = typer.Option(
+        None,
+        "--method",
+        "-m",
+        help="override the method preset (fedavg, full, flashrl, favor, cefl, oort, ...; see `fedselect list`)",
+    ),
+    selector: Optional[str] = typer.Option(
+        None, "--selector", help="override the selector (random, flashrl, oort, power_of_choice, ... or package.module:Class)"
+    ),
+    algorithm: Optional[str] = typer.Option(
+        None, "--algorithm", help="override the algorithm (fedavg, fedper, cefl, individual, or package.module:Class)"
+    ),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="run directory (default runs/<name>-<method>-s<seed>-<time>)"),
-    resume: Optional[Path] = typer.Option(None, "--resume", help="continue the run in this directory from its last checkpoint (with its saved config; only --rounds may extend the budget)"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="replace a run already in --out (its config, metrics, checkpoints and summary are deleted)"),
+    resume: Optional[Path] = typer.Option(
+        None,
+        "--resume",
+        help="continue the run in this directory from its last checkpoint (with its saved config; only --rounds may extend the budget)",
+    ),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="replace a run already in --out (its config, metrics, checkpoints and summary are deleted)"
+    ),
     sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", help=WORKERS_HELP),
     device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
@@ -211,29 +248,49 @@ def run(
     try:
         _threads(threads)
         if resume is not None:
-            given = [n for n, v in (("CONFIG", config), ("--seed", seed), ("--method", method), ("--selector", selector),
-                                    ("--algorithm", algorithm), ("--out", out), ("--set", sets), ("--device", device)) if v]
+            given = [
+                n
+                for n, v in (
+                    ("CONFIG", config),
+                    ("--seed", seed),
+                    ("--method", method),
+                    ("--selector", selector),
+                    ("--algorithm", algorithm),
+                    ("--out", out),
+                    ("--set", sets),
+                    ("--device", device),
+                )
+                if v
+            ]
             if overwrite:
                 given.append("--overwrite")
             if given:
-                raise ValueError(f"--resume continues the run with the config saved in {resume}; it cannot be combined with "
-                                 f"{', '.join(given)} (only --rounds, to extend the budget)")
+                raise ValueError(
+                    f"--resume continues the run with the config saved in {resume}; it cannot be combined with "
+                    f"{', '.join(given)} (only --rounds, to extend the budget)"
+                )
             run_dir, summary = resume, None
             with _progress() as prog:
                 task = prog.add_task("resume", total=None, status="")
-                summary = resume_experiment(resume, on_round=_advance(prog, task, quiet), rounds=rounds, workers=_workers(workers))
+                summary = resume_experiment(
+                    resume, on_round=_advance(prog, task, quiet), rounds=rounds, workers=_workers(workers)
+                )
         else:
             r = _load(config, _overrides(rounds, seed, method, sets, selector, algorithm, device))
             cfg = r.config
             slug = r.method.replace(":", "_").replace("/", "_")
             run_dir = out or Path("runs") / f"{cfg.name}-{slug}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
             check_run_dir(run_dir, overwrite)
-            console.print(f"[bold]{cfg.name}[/bold]: {r.method} (selector {cfg.selector.name}, algorithm {cfg.algorithm.name}) on "
-                          f"{cfg.data.dataset}, N={cfg.data.num_clients}, U={cfg.clients_per_round}, T={cfg.rounds}, seed {cfg.seed}",
-                          highlight=False)
+            console.print(
+                f"[bold]{cfg.name}[/bold]: {r.method} (selector {cfg.selector.name}, algorithm {cfg.algorithm.name}) on "
+                f"{cfg.data.dataset}, N={cfg.data.num_clients}, U={cfg.clients_per_round}, T={cfg.rounds}, seed {cfg.seed}",
+                highlight=False,
+            )
             with _progress() as prog:
                 task = prog.add_task(r.method, total=cfg.rounds, status="preparing")
-                summary = run_experiment(cfg, run_dir, on_round=_advance(prog, task, quiet), overwrite=overwrite, workers=_workers(workers))
+                summary = run_experiment(
+                    cfg, run_dir, on_round=_advance(prog, task, quiet), overwrite=overwrite, workers=_workers(workers)
+                )
     except KeyboardInterrupt:
         d = resume if resume is not None else locals().get("run_dir")
         _interrupted(d, f"continue with: fedselect run --resume {d}")
@@ -245,19 +302,34 @@ def run(
 def _advance(prog: Progress, task, quiet: bool):
     def cb(ev):
         acc, e2e = ev.row.get("accuracy"), ev.row.get("e2e_latency_s")
-        prog.update(task, completed=ev.round, total=ev.rounds, status=f"round {ev.round}  acc {acc:.4f}  e2e {e2e:.1f} s", visible=not quiet)
+        prog.update(
+            task,
+            completed=ev.round,
+            total=ev.rounds,
+            status=f"round {ev.round}  acc {acc:.4f}  e2e {e2e:.1f} s",
+            visible=not quiet,
+        )
 
     return cb
 
 
 @app.command()
 def compare(
-    config: Optional[Path] = typer.Argument(None, help="comparison YAML (base experiment + methods + seeds), or a plain experiment YAML; omitted: FedAvg vs FLASH-RL vs FAVOR on embedded MNIST"),
+    config: Optional[Path] = typer.Argument(
+        None,
+        help="comparison YAML (base experiment + methods + seeds), or a plain experiment YAML; omitted: FedAvg vs FLASH-RL vs FAVOR on embedded MNIST",
+    ),
     rounds: Optional[int] = typer.Option(None, "--rounds", "-r", help="override the rounds of every run"),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="comma-separated seeds, e.g. 0,1,2 (overrides the config)"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="comparison directory (default runs/<name>-<time>)"),
-    sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP + "; applies to the base experiment"),
-    resume: Optional[Path] = typer.Option(None, "--resume", help="finish an interrupted comparison in this directory: finished runs are kept, interrupted ones continue from their checkpoints, missing ones run"),
+    sets: Optional[list[str]] = typer.Option(
+        None, "--set", metavar="KEY=VALUE", help=SET_HELP + "; applies to the base experiment"
+    ),
+    resume: Optional[Path] = typer.Option(
+        None,
+        "--resume",
+        help="finish an interrupted comparison in this directory: finished runs are kept, interrupted ones continue from their checkpoints, missing ones run",
+    ),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", help=WORKERS_HELP),
     device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
     threads: Optional[int] = typer.Option(None, "--threads", hidden=True, help="ignored (results no longer depend on threads)"),
@@ -284,10 +356,22 @@ def compare(
         runner_backend = _backend(backend, address, cpus_per_run, ray_cpus, workers)
         over = _overrides(rounds, None, None, sets, device=device) or None
         if resume is not None:
-            given = [n for n, v in (("CONFIG", config), ("--rounds", rounds), ("--seeds", seeds), ("--out", out), ("--set", sets),
-                                    ("--device", device)) if v]
+            given = [
+                n
+                for n, v in (
+                    ("CONFIG", config),
+                    ("--rounds", rounds),
+                    ("--seeds", seeds),
+                    ("--out", out),
+                    ("--set", sets),
+                    ("--device", device),
+                )
+                if v
+            ]
             if given:
-                raise ValueError(f"--resume finishes the comparison saved in {resume}; it cannot be combined with {', '.join(given)}")
+                raise ValueError(
+                    f"--resume finishes the comparison saved in {resume}; it cannot be combined with {', '.join(given)}"
+                )
             if not (resume / "compare.json").is_file():
                 raise FileNotFoundError(f"--resume {resume}: no compare.json there (not a comparison directory)")
             import json
@@ -305,7 +389,9 @@ def compare(
             cc.seeds = _parse_seeds(seeds)
         out_dir = resume or out or Path("runs") / f"{cc.name}-{time.strftime('%Y%m%d-%H%M%S')}"
         if resume is None and (out_dir / "compare.json").exists():
-            raise FileExistsError(f"{out_dir} already holds a comparison; finish it with --resume {out_dir} or choose another --out (results there are kept)")
+            raise FileExistsError(
+                f"{out_dir} already holds a comparison; finish it with --resume {out_dir} or choose another --out (results there are kept)"
+            )
         console.print(f"[bold]{cc.name}[/bold]: {', '.join(m.label for m in cc.methods)}; seeds {cc.seeds}; output {out_dir}")
         with _progress() as prog:
             tasks = {}
@@ -319,13 +405,21 @@ def compare(
 
             def on_done(label, seed, summary):
                 acc, e2e = summary.get("final_accuracy"), summary.get("e2e_latency_s")
-                prog.update(tasks[(label, seed)], completed=summary.get("rounds"),
-                            status=f"done  acc {_fmt(acc)}  e2e {_fmt(e2e, 1)} s")
+                prog.update(
+                    tasks[(label, seed)], completed=summary.get("rounds"), status=f"done  acc {_fmt(acc)}  e2e {_fmt(e2e, 1)} s"
+                )
 
             if runner_backend.name == "ray":
                 console.print(f"backend: Ray ({address or 'local instance'}), one task per run", highlight=False)
-            run_comparison(cc, out_dir, on_start=on_start, on_round=on_round, on_done=on_done, resume=resume is not None,
-                           backend=runner_backend)
+            run_comparison(
+                cc,
+                out_dir,
+                on_start=on_start,
+                on_round=on_round,
+                on_done=on_done,
+                resume=resume is not None,
+                backend=runner_backend,
+            )
         rep = build_report(out_dir, plots=False)
     except KeyboardInterrupt:
         d = locals().get("out_dir")
@@ -338,9 +432,13 @@ def compare(
 
 @app.command()
 def report(
-    directory: Path = typer.Argument(..., help="a comparison directory (compare.json), a sweep directory (sweep.json) or a run directory (metrics.csv)"),
+    directory: Path = typer.Argument(
+        ..., help="a comparison directory (compare.json), a sweep directory (sweep.json) or a run directory (metrics.csv)"
+    ),
     no_plots: bool = typer.Option(False, "--no-plots", help="do not redraw plots/ (report.html embeds the plots already there)"),
-    window: Optional[int] = typer.Option(None, "--window", min=1, help="k of the 'mean last k' column (default: each run's metrics.summary_window, 10)"),
+    window: Optional[int] = typer.Option(
+        None, "--window", min=1, help="k of the 'mean last k' column (default: each run's metrics.summary_window, 10)"
+    ),
 ) -> None:
     """Rebuild table.md, table.csv, paired.csv, plots/ and report.html from saved metrics,
     without re-running anything.
@@ -365,8 +463,11 @@ def report(
         console.print(f"wrote {directory / 'table.md'}, {directory / 'table.csv'} and {directory / 'report.html'}")
         return
     print_table(rep)
-    console.print(f"wrote {directory / 'table.md'}, {directory / 'table.csv'}" + (f", {len(rep['plots'])} plots in {directory / 'plots'}" if rep["plots"] else "")
-                  + f" and {directory / 'report.html'}")
+    console.print(
+        f"wrote {directory / 'table.md'}, {directory / 'table.csv'}"
+        + (f", {len(rep['plots'])} plots in {directory / 'plots'}" if rep["plots"] else "")
+        + f" and {directory / 'report.html'}"
+    )
 
 
 def print_table(rep: dict) -> None:
@@ -385,12 +486,19 @@ def print_table(rep: dict) -> None:
         console.print(f"Relative to {name}:", markup=False, highlight=False)
         for e in rep["table"]:
             if e["label"] != name:
-                console.print(f"  {e['label']}: " + (", ".join(relative_phrases(e, name, rep.get("window"))) or "no comparable figures"), markup=False, highlight=False)
+                console.print(
+                    f"  {e['label']}: " + (", ".join(relative_phrases(e, name, rep.get("window"))) or "no comparable figures"),
+                    markup=False,
+                    highlight=False,
+                )
     if rep.get("paired"):
         from fedselect.tables import paired_cell, paired_intro
 
         nseeds = max(len(p["seeds"]) for p in rep["paired"])
-        pt = Table(title=f"paired differences vs {name}" + (f" over {nseeds} seeds: mean [95% CI], * = excludes 0" if nseeds > 1 else " (1 seed: no interval possible)"))
+        pt = Table(
+            title=f"paired differences vs {name}"
+            + (f" over {nseeds} seeds: mean [95% CI], * = excludes 0" if nseeds > 1 else " (1 seed: no interval possible)")
+        )
         pt.add_column("method")
         for _, head, unit in rep["quantities"]:
             pt.add_column(f"{head} ({unit})", justify="right")
@@ -406,8 +514,15 @@ def print_table(rep: dict) -> None:
 
 @app.command()
 def sweep(
-    config: Path = typer.Argument(..., help="sweep YAML: base experiment, methods, grid of dotted keys, seeds (e.g. configs/budgeted-sweep.yaml)"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="sweep directory (default runs/<name>-<time>); an existing one is continued, finished runs are kept"),
+    config: Path = typer.Argument(
+        ..., help="sweep YAML: base experiment, methods, grid of dotted keys, seeds (e.g. configs/budgeted-sweep.yaml)"
+    ),
+    out: Optional[Path] = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="sweep directory (default runs/<name>-<time>); an existing one is continued, finished runs are kept",
+    ),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="comma-separated seeds, e.g. 0,1,2 (overrides the config)"),
     table_only: bool = typer.Option(False, "--table-only", help="only rebuild table.md / table.csv from the runs in --out"),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", help=WORKERS_HELP),
@@ -439,11 +554,17 @@ def sweep(
         if table_only:
             rep = build_sweep_table(out_dir, sc)
         else:
-            console.print(f"[bold]{sc.name}[/bold]: {', '.join(m.label for m in sc.methods)}; grid {sc.grid or '-'}; seeds {sc.seeds}; output {out_dir}")
+            console.print(
+                f"[bold]{sc.name}[/bold]: {', '.join(m.label for m in sc.methods)}; grid {sc.grid or '-'}; seeds {sc.seeds}; output {out_dir}"
+            )
             if runner_backend.name == "ray":
                 console.print(f"backend: Ray ({address or 'local instance'}), one task per run", highlight=False)
-            rep = run_sweep(sc, out_dir, on_run=lambda i, n, d: console.print(f"[{i}/{n}] {d}", highlight=False, markup=False),
-                            backend=runner_backend)
+            rep = run_sweep(
+                sc,
+                out_dir,
+                on_run=lambda i, n, d: console.print(f"[{i}/{n}] {d}", highlight=False, markup=False),
+                backend=runner_backend,
+            )
     except KeyboardInterrupt:
         d = locals().get("out_dir")
         _interrupted(d, f"continue with: fedselect sweep {config} --out {d}" + (" --backend ray" if backend == "ray" else ""))
@@ -473,7 +594,10 @@ def list_components() -> None:
         extra = f" ({', '.join(f'{k}: {v}' for k, v in p.algorithm_options.items())})" if p.algorithm_options else ""
         t.add_row(p.name, p.selector, p.algorithm + extra, p.description)
     wide.print(t)
-    for title, reg in (("selectors (selector: {name, options})", SELECTORS), ("algorithms (algorithm: {name, options})", ALGORITHMS)):
+    for title, reg in (
+        ("selectors (selector: {name, options})", SELECTORS),
+        ("algorithms (algorithm: {name, options})", ALGORITHMS),
+    ):
         t = Table(title=title)
         t.add_column("name")
         t.add_column("options (default)")

@@ -13,7 +13,6 @@ run), ``federation-s<seed>.json`` (clients' sizes, labels, profiles, expected la
 from __future__ import annotations
 
 import copy
-import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -155,8 +154,10 @@ def federation_info(fed: Federation, local_epochs: int) -> dict[str, Any]:
     model = fed.new_model()
     model_bits = sum(v.numel() for v in model.state_dict().values()) * BITS_PER_FLOAT
     fl = fed.fleet
-    compute = [compute_time(local_epochs, fed.client_bits(k), fed.system.cycles_per_bit, fl.cores[k], fl.mean_mhz[k])
-               for k in range(fed.num_clients)]
+    compute = [
+        compute_time(local_epochs, fed.client_bits(k), fed.system.cycles_per_bit, fl.cores[k], fl.mean_mhz[k])
+        for k in range(fed.num_clients)
+    ]
     upload = [transmit_time(model_bits, fl.mean_mbps[k]) for k in range(fed.num_clients)]
     expected = [c + u for c, u in zip(compute, upload)]
     return {
@@ -172,7 +173,9 @@ def federation_info(fed: Federation, local_epochs: int) -> dict[str, Any]:
         "expected_latency_s": [float(x) for x in expected],
         "expected_compute_s": [float(x) for x in compute],
         "expected_upload_s": [float(x) for x in upload],
-        "train_indices_hash": [int(np.bitwise_xor.reduce(c.train_indices * 2654435761 % (2**31))) if len(c.train_indices) else 0 for c in fed.clients],
+        "train_indices_hash": [
+            int(np.bitwise_xor.reduce(c.train_indices * 2654435761 % (2**31))) if len(c.train_indices) else 0 for c in fed.clients
+        ],
     }
 
 
@@ -190,8 +193,11 @@ def check_comparison_runs(directory: str | Path) -> None:
         return
     spec = json.loads((d / "compare.json").read_text())
     cc = parse_compare({k: v for k, v in spec.items() if k != "runs"}, str(d / "compare.json"))
-    check_saved_runs([(d / run_dir_name(e.label, s), cc.experiment(e, s)) for s in cc.seeds for e in cc.methods],
-                     f"comparison {d}", "The table would mix results of different configs: re-run the comparison into another --out")
+    check_saved_runs(
+        [(d / run_dir_name(e.label, s), cc.experiment(e, s)) for s in cc.seeds for e in cc.methods],
+        f"comparison {d}",
+        "The table would mix results of different configs: re-run the comparison into another --out",
+    )
 
 
 def run_dir_name(label: str, seed: int) -> str:
@@ -200,9 +206,13 @@ def run_dir_name(label: str, seed: int) -> str:
 
 
 def run_comparison(
-    cc: CompareConfig, out_dir: str | Path, on_start: Callable[[str, int, int], None] | None = None,
-    on_round: Callable[[str, int, RoundEvent], None] | None = None, resume: bool = False,
-    backend: Any = None, on_done: Callable[[str, int, dict[str, Any]], None] | None = None,
+    cc: CompareConfig,
+    out_dir: str | Path,
+    on_start: Callable[[str, int, int], None] | None = None,
+    on_round: Callable[[str, int, RoundEvent], None] | None = None,
+    resume: bool = False,
+    backend: Any = None,
+    on_done: Callable[[str, int, dict[str, Any]], None] | None = None,
 ) -> Path:
     """Run every method for every seed on the shared federation; then write the report.
 
@@ -220,20 +230,38 @@ def run_comparison(
 
     out = Path(out_dir)
     if resume:  # every kept or continued run must come from the config that would run now
-        check_saved_runs([(out / run_dir_name(e.label, s), cc.experiment(e, s)) for s in cc.seeds for e in cc.methods],
-                         f"comparison {out}", "Restore its config (compare.json and the runs' config.yaml) or run the comparison "
-                         "into another --out")
+        check_saved_runs(
+            [(out / run_dir_name(e.label, s), cc.experiment(e, s)) for s in cc.seeds for e in cc.methods],
+            f"comparison {out}",
+            "Restore its config (compare.json and the runs' config.yaml) or run the comparison into another --out",
+        )
     out.mkdir(parents=True, exist_ok=True)
-    runs = [{"label": e.label, "method": e.method, "selector": None if e.selector is None else e.selector.name,
-             "algorithm": None if e.algorithm is None else e.algorithm.name, "seed": s, "dir": run_dir_name(e.label, s)}
-            for s in cc.seeds for e in cc.methods]
+    runs = [
+        {
+            "label": e.label,
+            "method": e.method,
+            "selector": None if e.selector is None else e.selector.name,
+            "algorithm": None if e.algorithm is None else e.algorithm.name,
+            "seed": s,
+            "dir": run_dir_name(e.label, s),
+        }
+        for s in cc.seeds
+        for e in cc.methods
+    ]
     write_json_atomic(out / "compare.json", {**cc.model_dump(mode="json"), "runs": runs})
     specs = []
     for seed in cc.seeds:
         group = f"seed={seed}"  # every method of a seed shares the federation (FEDERATION_KEYS are fixed)
         for entry in cc.methods:
-            specs.append(RunSpec(cc.experiment(entry, seed), out / run_dir_name(entry.label, seed),
-                                 f"{entry.label} seed {seed}", group, tag=(entry.label, seed)))
+            specs.append(
+                RunSpec(
+                    cc.experiment(entry, seed),
+                    out / run_dir_name(entry.label, seed),
+                    f"{entry.label} seed {seed}",
+                    group,
+                    tag=(entry.label, seed),
+                )
+            )
 
     def write_info(group: str, fed: Federation) -> None:
         first = cc.experiment(cc.methods[0], fed.seed)

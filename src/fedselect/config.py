@@ -40,8 +40,16 @@ class _Strict(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _no_bool_as_number(cls, v: Any, info) -> Any:
-        if isinstance(v, bool) and info.field_name in cls.model_fields and not _accepts_bool(cls.model_fields[info.field_name].annotation):
-            raise ValueError(f"expected {cls.model_fields[info.field_name].annotation!s}, got the boolean {v}".replace("<class '", "").replace("'>", ""))
+        if (
+            isinstance(v, bool)
+            and info.field_name in cls.model_fields
+            and not _accepts_bool(cls.model_fields[info.field_name].annotation)
+        ):
+            raise ValueError(
+                f"expected {cls.model_fields[info.field_name].annotation!s}, got the boolean {v}".replace("<class '", "").replace(
+                    "'>", ""
+                )
+            )
         return v
 
 
@@ -62,7 +70,9 @@ class DataConfig(_Strict):
     options: dict[str, Any] = Field(default_factory=dict, description="loader options, e.g. path")
     num_clients: int = Field(20, ge=1, description="N, the number of clients")
     partition: PartitionConfig = Field(default_factory=PartitionConfig)
-    holdout_fraction: float = Field(0.2, ge=0.0, lt=1.0, description="share of each client's data held out for per-client evaluation")
+    holdout_fraction: float = Field(
+        0.2, ge=0.0, lt=1.0, description="share of each client's data held out for per-client evaluation"
+    )
 
 
 class ModelConfig(_Strict):
@@ -85,9 +95,13 @@ class TrainSection(_Strict):
     momentum: float = Field(0.9, ge=0, lt=1)
     optimizer: Literal["sgd", "adam"] = "sgd"
     weight_decay: float = Field(0.0, ge=0)
-    workers: int | None = Field(None, ge=0, description="worker processes training the clients of a round in parallel (one torch "
-                                "thread each); null = the FEDSELECT_WORKERS environment variable, else the usable cores; 0 = in "
-                                "this process. Results are identical for any value")
+    workers: int | None = Field(
+        None,
+        ge=0,
+        description="worker processes training the clients of a round in parallel (one torch "
+        "thread each); null = the FEDSELECT_WORKERS environment variable, else the usable cores; 0 = in "
+        "this process. Results are identical for any value",
+    )
     device: str = Field("auto", description="where clients train: auto (a GPU when one is available), cpu, cuda or cuda:N")
 
     @field_validator("device")
@@ -116,8 +130,11 @@ class SystemConfig(_Strict):
     device_mix: dict[str, float] | None = None
     network_mix: dict[str, float] | None = None
     round_deadline_s: float | None = Field(
-        None, gt=0, description="round deadline in seconds of simulated latency: later updates are discarded (code timeout) "
-        "and the round lasts the deadline; null = wait for every participant")
+        None,
+        gt=0,
+        description="round deadline in seconds of simulated latency: later updates are discarded (code timeout) "
+        "and the round lasts the deadline; null = wait for every participant",
+    )
 
     @model_validator(mode="after")
     def _complete_rows(self) -> "SystemConfig":
@@ -129,9 +146,13 @@ class SystemConfig(_Strict):
                 wrong = [f for f in other if getattr(row, f) is not None]
                 if missing or wrong:
                     raise ValueError(
-                        f"system.{table}[{i}] ({row.name!r}): " + "; ".join(
-                            ([f"missing {missing}"] if missing else []) + ([f"{wrong} do not belong in a {table[:-1]} row"] if wrong else []))
-                        + f"; a {table[:-1]} row has exactly name, {', '.join(fields)}")
+                        f"system.{table}[{i}] ({row.name!r}): "
+                        + "; ".join(
+                            ([f"missing {missing}"] if missing else [])
+                            + ([f"{wrong} do not belong in a {table[:-1]} row"] if wrong else [])
+                        )
+                        + f"; a {table[:-1]} row has exactly name, {', '.join(fields)}"
+                    )
         return self
 
 
@@ -155,8 +176,12 @@ class FaultsConfig(_Strict):
     reachable in a round with probability (1 - dropout)(1 - dropout_by_device[d])(1 - dropout_by_network[n])."""
 
     dropout: float = Field(0.0, ge=0, le=1, description="per-round probability that any client is unreachable")
-    dropout_by_device: dict[str, float] = Field(default_factory=dict, description="per-round dropout probability by device profile name")
-    dropout_by_network: dict[str, float] = Field(default_factory=dict, description="per-round dropout probability by network profile name")
+    dropout_by_device: dict[str, float] = Field(
+        default_factory=dict, description="per-round dropout probability by device profile name"
+    )
+    dropout_by_network: dict[str, float] = Field(
+        default_factory=dict, description="per-round dropout probability by network profile name"
+    )
     inject: list[FaultInjection] = Field(default_factory=list, description="explicit failures at given rounds/clients")
 
     @field_validator("dropout_by_device", "dropout_by_network")
@@ -172,8 +197,11 @@ class MetricsConfig(_Strict):
     target: float | None = Field(None, description="target value of `metric` for rounds-to-target")
     metric: Literal["accuracy", "f1_macro"] = "accuracy"
     summary_window: int = Field(
-        10, ge=1, description="k: tables also give the mean of `metric` over the last k evaluated rounds (all of them if fewer), "
-        "a figure that one noisy round does not move; the 'vs baseline' lines and paired intervals use it")
+        10,
+        ge=1,
+        description="k: tables also give the mean of `metric` over the last k evaluated rounds (all of them if fewer), "
+        "a figure that one noisy round does not move; the 'vs baseline' lines and paired intervals use it",
+    )
 
 
 class ExperimentConfig(_Strict):
@@ -187,19 +215,26 @@ class ExperimentConfig(_Strict):
 
     name: str = "experiment"
     seed: int = Field(0, ge=0)
-    method: str | None = Field(None, description="a preset: fedavg, full, regular_fl, flashrl, favor, cefl, fedper, individual, budgeted_online, online_random, offline_best, oort, power_of_choice, fastest")
+    method: str | None = Field(
+        None,
+        description="a preset: fedavg, full, regular_fl, flashrl, favor, cefl, fedper, individual, budgeted_online, online_random, offline_best, oort, power_of_choice, fastest",
+    )
     selector: ComponentConfig | None = Field(None, description="whom to train: {name, options}")
     algorithm: ComponentConfig | None = Field(None, description="what happens to their updates: {name, options}")
     rounds: int = Field(30, ge=1, description="T, communication rounds")
     clients_per_round: int = Field(5, ge=1, description="U, clients selected per round")
-    participation: float | None = Field(None, gt=0, le=1, description="U as a fraction f of N: U = max(1, ceil(f N)); exclusive with clients_per_round")
+    participation: float | None = Field(
+        None, gt=0, le=1, description="U as a fraction f of N: U = max(1, ceil(f N)); exclusive with clients_per_round"
+    )
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainSection = Field(default_factory=TrainSection)
     system: SystemConfig = Field(default_factory=SystemConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     faults: FaultsConfig = Field(default_factory=FaultsConfig)
-    method_options: dict[str, Any] = Field(default_factory=dict, description="options of the method preset's selector and algorithm")
+    method_options: dict[str, Any] = Field(
+        default_factory=dict, description="options of the method preset's selector and algorithm"
+    )
     eval_every: int = Field(1, ge=1, description="evaluate the global model every k rounds (and at the last)")
     checkpoint_every: int = Field(1, ge=0, description="checkpoint every k rounds; 0 = never")
     comment: str | None = None
@@ -211,7 +246,8 @@ class ExperimentConfig(_Strict):
             if "clients_per_round" in self.model_fields_set and self.clients_per_round != u:
                 raise ValueError(
                     f"participation and clients_per_round are exclusive: participation {self.participation} of N = "
-                    f"{self.data.num_clients} gives U = {u}, clients_per_round says {self.clients_per_round}; give one of them")
+                    f"{self.data.num_clients} gives U = {u}, clients_per_round says {self.clients_per_round}; give one of them"
+                )
             if self.clients_per_round != u:
                 object.__setattr__(self, "clients_per_round", u)  # U from the fraction (written out in config.yaml)
         if self.clients_per_round > self.data.num_clients:
@@ -226,8 +262,10 @@ class ExperimentConfig(_Strict):
             if bad_clients:
                 raise ValueError(f"faults.inject[{i}].clients: {bad_clients} are not client ids 0..{self.data.num_clients - 1}")
             if inj.kind == "timeout" and self.system.round_deadline_s is None:
-                raise ValueError(f"faults.inject[{i}].kind 'timeout' needs system.round_deadline_s (a deadline in seconds); "
-                                 f"without one the server waits for every client")
+                raise ValueError(
+                    f"faults.inject[{i}].kind 'timeout' needs system.round_deadline_s (a deadline in seconds); "
+                    f"without one the server waits for every client"
+                )
         return self
 
 
@@ -343,8 +381,10 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ex
     p = Path(path)
     doc = read_yaml_file(p)
     if doc is None:
-        raise ConfigError(f"config file {p} is empty (no settings); write at least one key (e.g. `name: my-run`), "
-                          f"or omit CONFIG to run the embedded default")
+        raise ConfigError(
+            f"config file {p} is empty (no settings); write at least one key (e.g. `name: my-run`), "
+            f"or omit CONFIG to run the embedded default"
+        )
     if not isinstance(doc, dict):
         raise ConfigError(f"invalid config {p}: the top level must be a mapping of keys to values, got {type(doc).__name__}")
     if overrides:

@@ -32,7 +32,15 @@ from fedselect.simulation import Simulation
 
 log = logging.getLogger("fedselect")
 
-__all__ = ["RoundEvent", "make_simulation", "run_experiment", "resume_experiment", "check_run_dir", "existing_run_files", "RUN_FILES"]
+__all__ = [
+    "RoundEvent",
+    "make_simulation",
+    "run_experiment",
+    "resume_experiment",
+    "check_run_dir",
+    "existing_run_files",
+    "RUN_FILES",
+]
 
 #: files whose presence means a directory already holds a run
 _RUN_MARKERS = ("config.yaml", "metrics.csv", "summary.json", "checkpoint.pt", "checkpoint.prev.pt")
@@ -101,9 +109,14 @@ def make_simulation(cfg: ExperimentConfig, federation: Federation | None = None,
 
 
 def run_experiment(
-    cfg: ExperimentConfig, run_dir: str | Path, on_round: Callable[[RoundEvent], None] | None = None,
-    resume: bool = False, federation: Federation | None = None, stop_after: int | None = None,
-    overwrite: bool = False, workers: int | None = None,
+    cfg: ExperimentConfig,
+    run_dir: str | Path,
+    on_round: Callable[[RoundEvent], None] | None = None,
+    resume: bool = False,
+    federation: Federation | None = None,
+    stop_after: int | None = None,
+    overwrite: bool = False,
+    workers: int | None = None,
 ) -> dict[str, Any]:
     """Run ``cfg`` into ``run_dir`` and return the summary (also in ``summary.json``).
 
@@ -147,8 +160,16 @@ def run_experiment(
             sim.close()
 
 
-def _run(sim: Simulation, r: Resolved, cfg: ExperimentConfig, run_dir: Path, on_round, resume: bool, stop_after: int | None,
-         overwrite: bool) -> dict[str, Any]:
+def _run(
+    sim: Simulation,
+    r: Resolved,
+    cfg: ExperimentConfig,
+    run_dir: Path,
+    on_round,
+    resume: bool,
+    stop_after: int | None,
+    overwrite: bool,
+) -> dict[str, Any]:
     fed = sim.fed
     ck = _load_resume_point(run_dir, r, sim) if resume else None
     # ---- validation done: from here on files are written
@@ -166,11 +187,24 @@ def _run(sim: Simulation, r: Resolved, cfg: ExperimentConfig, run_dir: Path, on_
             state = sim.restore(ck["snapshot"])
             finished = run_rounds(sim, files, state, Evaluation.from_dict(ck["before"]), ck["round"])
         else:
-            log.info("run %s: %s (selector %s, algorithm %s), N=%d, U=%d, T=%d, seed %d", cfg.name, r.method, r.config.selector.name,
-                     r.config.algorithm.name, fed.num_clients, cfg.clients_per_round, cfg.rounds, cfg.seed)
+            log.info(
+                "run %s: %s (selector %s, algorithm %s), N=%d, U=%d, T=%d, seed %d",
+                cfg.name,
+                r.method,
+                r.config.selector.name,
+                r.config.algorithm.name,
+                fed.num_clients,
+                cfg.clients_per_round,
+                cfg.rounds,
+                cfg.seed,
+            )
             if sim.faults.active:
-                log.info("faults: mean dropout %.3g, %d injection(s), round deadline %s s", float(sim.faults.dropout.mean()),
-                         len(sim.faults.injections), sim.faults.deadline_s)
+                log.info(
+                    "faults: mean dropout %.3g, %d injection(s), round deadline %s s",
+                    float(sim.faults.dropout.mean()),
+                    len(sim.faults.injections),
+                    sim.faults.deadline_s,
+                )
             finished = run_rounds(sim, files, start=0)
         if finished is None:
             return {"stopped_after": stop_after}
@@ -221,7 +255,9 @@ def saved_run_differences(run_dir: str | Path, cfg: ExperimentConfig, finished: 
     if not p.is_file():
         return []
     saved = yaml.safe_load(p.read_text()) or {}
-    return config_differences(saved, cfg.model_dump(mode="json"), ignore=EXECUTION_KEYS if finished else ("rounds", *EXECUTION_KEYS))
+    return config_differences(
+        saved, cfg.model_dump(mode="json"), ignore=EXECUTION_KEYS if finished else ("rounds", *EXECUTION_KEYS)
+    )
 
 
 def check_saved_runs(items: list[tuple[Path, ExperimentConfig]], where: str, how: str) -> None:
@@ -240,8 +276,10 @@ def check_saved_runs(items: list[tuple[Path, ExperimentConfig]], where: str, how
         if diff:
             bad.append(f"{run_dir}: " + "; ".join(diff))
     if bad:
-        raise ValueError(f"{where} holds runs made with another config than the one it would run now, which would mix old and new "
-                         f"results: " + " | ".join(bad) + f". {how}")
+        raise ValueError(
+            f"{where} holds runs made with another config than the one it would run now, which would mix old and new "
+            f"results: " + " | ".join(bad) + f". {how}"
+        )
 
 
 def budget_problems(sim: Simulation, old_rounds: int, new_rounds: int, done: int) -> list[str]:
@@ -250,8 +288,10 @@ def budget_problems(sim: Simulation, old_rounds: int, new_rounds: int, done: int
     out = []
     every = sim.settings.eval_every
     if done >= old_rounds and old_rounds % every:
-        out.append(f"round {old_rounds} was evaluated because it was the last, while a {new_rounds}-round run evaluates every "
-                   f"{every} rounds only (eval_every)")
+        out.append(
+            f"round {old_rounds} was evaluated because it was the last, while a {new_rounds}-round run evaluates every "
+            f"{every} rounds only (eval_every)"
+        )
     out += [f"selector {sim.selector.name!r}: {p}" for p in sim.selector.budget_problems(old_rounds, new_rounds, done)]
     out += [f"algorithm {sim.algorithm.name!r}: {p}" for p in sim.algorithm.budget_problems(old_rounds, new_rounds, done)]
     return out
@@ -266,8 +306,10 @@ def _load_resume_point(run_dir: Path, r: Resolved, sim: Simulation) -> dict[str,
         log.warning("%s holds no checkpoint yet (stopped before its first one): starting again from round 0", run_dir)
         return None
     if ck.get("format_version", 1) < FORMAT_VERSION or "snapshot" not in ck:
-        raise ValueError(f"cannot resume {run_dir}: its checkpoint was written by an older fedselect (checkpoint format "
-                         f"{ck.get('format_version', 1)}; this one needs {FORMAT_VERSION}); start the run again with --overwrite")
+        raise ValueError(
+            f"cannot resume {run_dir}: its checkpoint was written by an older fedselect (checkpoint format "
+            f"{ck.get('format_version', 1)}; this one needs {FORMAT_VERSION}); start the run again with --overwrite"
+        )
     cfg = r.config
     diff = config_differences(ck.get("config") or {}, cfg.model_dump(mode="json"), ignore=("rounds", *EXECUTION_KEYS))
     if diff:
@@ -276,25 +318,36 @@ def _load_resume_point(run_dir: Path, r: Resolved, sim: Simulation) -> dict[str,
             f"{'; '.join(diff)}; only `rounds` may change on resume. Restore config.yaml or start a new run"
         )
     if cfg.rounds < ck["round"]:
-        raise ValueError(f"cannot resume {run_dir} with rounds={cfg.rounds}: the checkpoint already holds {ck['round']} rounds; "
-                         f"rounds must be >= {ck['round']}")
+        raise ValueError(
+            f"cannot resume {run_dir} with rounds={cfg.rounds}: the checkpoint already holds {ck['round']} rounds; "
+            f"rounds must be >= {ck['round']}"
+        )
     saved_rounds = int((ck.get("config") or {}).get("rounds", cfg.rounds))
     if cfg.rounds != saved_rounds:
         problems = budget_problems(sim, saved_rounds, cfg.rounds, ck["round"])
         if problems:
-            raise ValueError(f"cannot resume {run_dir} with rounds={cfg.rounds} (it was planned for {saved_rounds}): the result would "
-                             f"differ from a fresh {cfg.rounds}-round run because " + "; ".join(problems)
-                             + ". Start a new run with the longer budget (docs/reliability.md)")
+            raise ValueError(
+                f"cannot resume {run_dir} with rounds={cfg.rounds} (it was planned for {saved_rounds}): the result would "
+                f"differ from a fresh {cfg.rounds}-round run because "
+                + "; ".join(problems)
+                + ". Start a new run with the longer budget (docs/reliability.md)"
+            )
     if "metrics_rows" not in ck:
-        raise ValueError(f"cannot resume {run_dir}: its checkpoint was written by an older fedselect without the metrics rows; "
-                         f"start the run again with --overwrite")
+        raise ValueError(
+            f"cannot resume {run_dir}: its checkpoint was written by an older fedselect without the metrics rows; "
+            f"start the run again with --overwrite"
+        )
     if ck.get("columns") != sim.columns:
-        raise ValueError(f"cannot resume {run_dir}: metrics.csv columns {ck.get('columns')} differ from the run's current "
-                         f"columns {sim.columns} (the selector's or algorithm's code changed); start the run again with --overwrite")
+        raise ValueError(
+            f"cannot resume {run_dir}: metrics.csv columns {ck.get('columns')} differ from the run's current "
+            f"columns {sim.columns} (the selector's or algorithm's code changed); start the run again with --overwrite"
+        )
     return ck
 
 
-def resume_experiment(run_dir: str | Path, on_round=None, rounds: int | None = None, workers: int | None = None) -> dict[str, Any]:
+def resume_experiment(
+    run_dir: str | Path, on_round=None, rounds: int | None = None, workers: int | None = None
+) -> dict[str, Any]:
     """Continue the run in ``run_dir`` from its last complete checkpoint, using the config
     saved there (``rounds`` may extend the budget; config.yaml is rewritten only once the new
     value has been validated).
@@ -316,4 +369,3 @@ def resume_experiment(run_dir: str | Path, on_round=None, rounds: int | None = N
     source = str(cfg_path) + (f" (with rounds={rounds})" if rounds is not None else "")
     cfg = resolve(parse_config(doc, source), source).config
     return run_experiment(cfg, run_dir, on_round=on_round, resume=True, workers=workers)
-

@@ -51,8 +51,17 @@ class Federation:
         fleet: the clients' device/network profiles and per-round draws.
     """
 
-    def __init__(self, data: DataConfig, model: ModelConfig, system: SystemConfig, seed: int, train_set: ArrayDataset,
-                 test_set: ArrayDataset, clients: list[Client], fleet: Fleet):
+    def __init__(
+        self,
+        data: DataConfig,
+        model: ModelConfig,
+        system: SystemConfig,
+        seed: int,
+        train_set: ArrayDataset,
+        test_set: ArrayDataset,
+        clients: list[Client],
+        fleet: Fleet,
+    ):
         self.data, self.model, self.system, self.seed = data, model, system, int(seed)
         self.train_set, self.test_set, self.clients, self.fleet = train_set, test_set, clients, fleet
         self.input_shape = train_set.input_shape
@@ -130,7 +139,15 @@ def make_federation(d: DataConfig, model: ModelConfig, system: SystemConfig, see
     clients = []
     for k, idx in enumerate(parts):
         tr, ho = local_holdout(idx, d.holdout_fraction, hold_rng)
-        clients.append(Client(k, train_set.subset(tr, f"{train_set.name}/client{k}"), train_set.subset(ho, f"{train_set.name}/client{k}/holdout"), tr, ho))
+        clients.append(
+            Client(
+                k,
+                train_set.subset(tr, f"{train_set.name}/client{k}"),
+                train_set.subset(ho, f"{train_set.name}/client{k}/holdout"),
+                tr,
+                ho,
+            )
+        )
     devices, networks = _profile_tables(system)
     fleet = Fleet.create(d.num_clients, seed, devices, networks, system.device_mix, system.network_mix)
     return Federation(d, model, system, seed, train_set, test_set, clients, fleet)

@@ -66,12 +66,17 @@ def esc(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
-def table_html(heads: list[str], rows: Iterable[list[Any]], num_from: int = 1, classes: Iterable[list[str]] | None = None, cls: str = "") -> str:
+def table_html(
+    heads: list[str], rows: Iterable[list[Any]], num_from: int = 1, classes: Iterable[list[str]] | None = None, cls: str = ""
+) -> str:
     """An HTML table; cells from column ``num_from`` on are right-aligned; ``classes`` gives an
     extra CSS class per cell (e.g. ``sig``, ``diff``)."""
     rows = list(rows)
     classes = list(classes) if classes is not None else [[""] * len(r) for r in rows]
-    out = [f'<table class="{esc(cls)}">' if cls else "<table>", "<thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in heads) + "</tr></thead><tbody>"]
+    out = [
+        f'<table class="{esc(cls)}">' if cls else "<table>",
+        "<thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in heads) + "</tr></thead><tbody>",
+    ]
     for r, cs in zip(rows, classes):
         cells = []
         for j, (v, c) in enumerate(zip(r, cs)):
@@ -85,15 +90,22 @@ def table_html(heads: list[str], rows: Iterable[list[Any]], num_from: int = 1, c
 def img_html(path: Path, alt: str, caption: str | None = None) -> str:
     """A ``<figure>`` with the PNG embedded as a base64 data URI."""
     data = base64.b64encode(path.read_bytes()).decode("ascii")
-    cap = f"<figcaption><code>{esc(path.name)}</code>: {esc(caption)}</figcaption>" if caption else f"<figcaption><code>{esc(path.name)}</code></figcaption>"
+    cap = (
+        f"<figcaption><code>{esc(path.name)}</code>: {esc(caption)}</figcaption>"
+        if caption
+        else f"<figcaption><code>{esc(path.name)}</code></figcaption>"
+    )
     return f'<figure><img src="data:image/png;base64,{data}" alt="{esc(alt)}">{cap}</figure>'
 
 
 def plots_html(plot_dir: Path) -> tuple[str, int]:
     """Every PNG of ``plot_dir`` (known plots first, in reading order); returns (html, count)."""
     if not plot_dir.is_dir():
-        return "<p class=\"note\">No plots (run <code>fedselect report DIR</code> without --no-plots).</p>", 0
-    files = sorted(plot_dir.glob("*.png"), key=lambda p: (list(PLOT_CAPTIONS).index(p.name) if p.name in PLOT_CAPTIONS else len(PLOT_CAPTIONS), p.name))
+        return '<p class="note">No plots (run <code>fedselect report DIR</code> without --no-plots).</p>', 0
+    files = sorted(
+        plot_dir.glob("*.png"),
+        key=lambda p: (list(PLOT_CAPTIONS).index(p.name) if p.name in PLOT_CAPTIONS else len(PLOT_CAPTIONS), p.name),
+    )
     parts = [img_html(p, p.stem.replace("_", " "), PLOT_CAPTIONS.get(p.name, _caption_guess(p.name))) for p in files]
     return "\n".join(parts) or '<p class="note">No plots in plots/.</p>', len(files)
 
@@ -108,13 +120,16 @@ def page(title: str, sections: list[tuple[str, str, str]], meta: str) -> str:
     """The whole document: ``sections`` = (id, heading, inner html)."""
     nav = "".join(f'<a href="#{esc(i)}">{esc(h)}</a>' for i, h, _ in sections)
     body = "\n".join(f'<section id="{esc(i)}"><h2>{esc(h)}</h2>\n{inner}\n</section>' for i, h, inner in sections)
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body><main>\n"
-            f"<h1>{esc(title)}</h1>\n{meta}\n<nav>{nav}</nav>\n{body}\n</main></body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body><main>\n"
+        f"<h1>{esc(title)}</h1>\n{meta}\n<nav>{nav}</nav>\n{body}\n</main></body></html>\n"
+    )
 
 
 # -- resolved configs ---------------------------------------------------------------------
+
 
 def flatten(doc: Any, prefix: str = "") -> dict[str, str]:
     """Nested mappings -> ``{"train.lr": "0.05", ...}``; lists and scalars as compact JSON."""
@@ -148,20 +163,35 @@ def config_html(configs: dict[str, dict[str, Any]], baseline: str | None) -> str
         for k in ks:
             vals = [flat[lab].get(k, "(not set)") for lab in labels]
             rows.append([k] + vals)
-            cls.append([""] + ["diff" if k not in _NOT_DIFF and flat[lab].get(k, "(not set)") != flat[base].get(k, "(not set)") else "" for lab in labels])
+            cls.append(
+                [""]
+                + [
+                    "diff" if k not in _NOT_DIFF and flat[lab].get(k, "(not set)") != flat[base].get(k, "(not set)") else ""
+                    for lab in labels
+                ]
+            )
         return rows, cls
 
     differing = [k for k in keys if k not in _NOT_DIFF and any(flat[lab].get(k) != flat[base].get(k) for lab in labels)]
     heads = ["key"] + [f"{lab} (baseline)" if lab == base else lab for lab in labels]
-    out = [f'<p class="note">Resolved configs from each run\'s <code>config.yaml</code> (first seed; every default written out, '
-           f'method options completed by the method\'s defaults). Highlighted: a value that differs from the baseline {esc(base)}.</p>']
+    out = [
+        f'<p class="note">Resolved configs from each run\'s <code>config.yaml</code> (first seed; every default written out, '
+        f"method options completed by the method's defaults). Highlighted: a value that differs from the baseline {esc(base)}.</p>"
+    ]
     if differing:
         r, c = rows_for(differing)
-        out += ["<h3>Keys that differ from the baseline</h3>", table_html(heads, r, num_from=len(heads), classes=c, cls="config-diff")]
+        out += [
+            "<h3>Keys that differ from the baseline</h3>",
+            table_html(heads, r, num_from=len(heads), classes=c, cls="config-diff"),
+        ]
     else:
         out.append('<p class="note">All methods share the same settings apart from their names.</p>')
     r, c = rows_for(keys)
-    out += [f"<details><summary>Full resolved config ({len(keys)} keys)</summary>", table_html(heads, r, num_from=len(heads), classes=c, cls="config-full"), "</details>"]
+    out += [
+        f"<details><summary>Full resolved config ({len(keys)} keys)</summary>",
+        table_html(heads, r, num_from=len(heads), classes=c, cls="config-full"),
+        "</details>",
+    ]
     return "\n".join(out)
 
 
@@ -191,6 +221,7 @@ def with_option_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
 
 # -- comparison page ------------------------------------------------------------------------
 
+
 def _fmt(v: Any, digits: int = 1) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
@@ -208,23 +239,46 @@ def federation_html(feds: list[dict[str, Any]]) -> str:
 
     out = []
     part = feds[0].get("partition", {})
-    out.append(f'<p>Data set <code>{esc(feds[0].get("dataset"))}</code>, {esc(feds[0].get("num_clients"))} clients, '
-               f'{esc(feds[0].get("num_classes"))} classes; partition <code>{esc(part.get("scheme"))}</code> '
-               + esc(", ".join(f"{k} = {v}" for k, v in part.items() if k != "scheme")) + ". Every method of a seed ran on that seed's federation.</p>")
+    out.append(
+        f"<p>Data set <code>{esc(feds[0].get('dataset'))}</code>, {esc(feds[0].get('num_clients'))} clients, "
+        f"{esc(feds[0].get('num_classes'))} classes; partition <code>{esc(part.get('scheme'))}</code> "
+        + esc(", ".join(f"{k} = {v}" for k, v in part.items() if k != "scheme"))
+        + ". Every method of a seed ran on that seed's federation.</p>"
+    )
     rows = []
     for f in feds:
         n = np.asarray(f.get("num_samples", []), dtype=float)
         lc = np.asarray(f.get("label_counts", []), dtype=float)
         labels_per = (lc > 0).sum(axis=1) if lc.size else np.zeros(0)
         lat = np.asarray(f.get("expected_latency_s", []), dtype=float)
-        rows.append([f.get("seed", "?"), len(n), int(n.sum()) if n.size else "-",
-                     f"{int(n.min())} / {np.median(n):.0f} / {int(n.max())}" if n.size else "-",
-                     f"{labels_per.min()} / {np.median(labels_per):.0f} / {labels_per.max()}" if labels_per.size else "-",
-                     f"{lat.min():.2f} / {np.median(lat):.2f} / {lat.max():.2f}" if lat.size else "-"])
-    out += ["<h3>Partition sizes</h3>", table_html(["seed", "clients", "training samples", "samples per client (min / median / max)",
-                                                      "labels per client (min / median / max)", "expected latency per round, s (min / median / max)"], rows)]
-    out.append('<p class="note">Expected latency: compute + upload of the whole model at the client\'s profiles\' mean frequency and bandwidth. '
-               "The label distribution of the first seed is plotted in <code>label_distribution.png</code>.</p>")
+        rows.append(
+            [
+                f.get("seed", "?"),
+                len(n),
+                int(n.sum()) if n.size else "-",
+                f"{int(n.min())} / {np.median(n):.0f} / {int(n.max())}" if n.size else "-",
+                f"{labels_per.min()} / {np.median(labels_per):.0f} / {labels_per.max()}" if labels_per.size else "-",
+                f"{lat.min():.2f} / {np.median(lat):.2f} / {lat.max():.2f}" if lat.size else "-",
+            ]
+        )
+    out += [
+        "<h3>Partition sizes</h3>",
+        table_html(
+            [
+                "seed",
+                "clients",
+                "training samples",
+                "samples per client (min / median / max)",
+                "labels per client (min / median / max)",
+                "expected latency per round, s (min / median / max)",
+            ],
+            rows,
+        ),
+    ]
+    out.append(
+        "<p class=\"note\">Expected latency: compute + upload of the whole model at the client's profiles' mean frequency and bandwidth. "
+        "The label distribution of the first seed is plotted in <code>label_distribution.png</code>.</p>"
+    )
     from fedselect.plots import class_order, class_speed
 
     for kind in ("device", "network"):
@@ -232,26 +286,46 @@ def federation_html(feds: list[dict[str, Any]]) -> str:
         if not classes:
             continue
         split = all(("expected_compute_s" if kind == "device" else "expected_upload_s") in f for f in feds)
-        scale, head = ((1e3, "compute per training sample, ms (median)") if kind == "device" else (1.0, "model upload, s (median)")) if split \
+        scale, head = (
+            ((1e3, "compute per training sample, ms (median)") if kind == "device" else (1.0, "model upload, s (median)"))
+            if split
             else (1.0, "expected latency, s (median)")
+        )
         rows = []
         for c in classes:
             speeds = [x for f in feds for name, x in zip(f.get(kind, []), class_speed(f, kind)) if name == c]
-            rows.append([c] + [sum(1 for name in f.get(kind, []) if name == c) for f in feds] + [f"{scale * np.median(speeds):.4g}" if speeds else "-"])
-        out += [f"<h3>{kind.capitalize()} mix (clients per class, fastest first)</h3>",
-                table_html([f"{kind} class"] + [f"seed {f.get('seed', '?')}" for f in feds] + [head], rows)]
+            rows.append(
+                [c]
+                + [sum(1 for name in f.get(kind, []) if name == c) for f in feds]
+                + [f"{scale * np.median(speeds):.4g}" if speeds else "-"]
+            )
+        out += [
+            f"<h3>{kind.capitalize()} mix (clients per class, fastest first)</h3>",
+            table_html([f"{kind} class"] + [f"seed {f.get('seed', '?')}" for f in feds] + [head], rows),
+        ]
     for f in feds:
         names = f.get("class_names") or [str(i) for i in range(int(f.get("num_classes", 0)))]
         lc = f.get("label_counts", [])
         rows = []
         for k in range(int(f.get("num_clients", 0))):
-            rows.append([k, f["num_samples"][k] if k < len(f.get("num_samples", [])) else "-",
-                         f.get("device", ["-"] * (k + 1))[k] if k < len(f.get("device", [])) else "-",
-                         f.get("network", [])[k] if k < len(f.get("network", [])) else "-",
-                         _fmt(f.get("expected_latency_s", [None] * (k + 1))[k] if k < len(f.get("expected_latency_s", [])) else None, 2)]
-                        + (list(lc[k]) if k < len(lc) else []))
+            rows.append(
+                [
+                    k,
+                    f["num_samples"][k] if k < len(f.get("num_samples", [])) else "-",
+                    f.get("device", ["-"] * (k + 1))[k] if k < len(f.get("device", [])) else "-",
+                    f.get("network", [])[k] if k < len(f.get("network", [])) else "-",
+                    _fmt(
+                        f.get("expected_latency_s", [None] * (k + 1))[k] if k < len(f.get("expected_latency_s", [])) else None, 2
+                    ),
+                ]
+                + (list(lc[k]) if k < len(lc) else [])
+            )
         heads = ["client", "samples", "device", "network", "expected latency (s)"] + [f"label {x}" for x in names]
-        out += [f"<details><summary>Every client, seed {esc(f.get('seed', '?'))}</summary>", table_html(heads, rows), "</details>"]
+        out += [
+            f"<details><summary>Every client, seed {esc(f.get('seed', '?'))}</summary>",
+            table_html(heads, rows),
+            "</details>",
+        ]
     return "\n".join(out)
 
 
@@ -269,8 +343,10 @@ def wall_html(results: list[Any], labels: list[str]) -> str:
         incomplete = [f"s{s}" for s in seeds if s in by and not by[s].complete]
         rows.append([lab] + [_fmt(v) for v in vals] + [_fmt(tot), "/".join(str(x) for x in rounds), ", ".join(incomplete) or "-"])
     heads = ["method"] + [f"seed {s} (s)" for s in seeds] + ["total (s)", "rounds run", "incomplete"]
-    return (table_html(heads, rows) + f'<p class="note">Total {total:.1f} s of wall-clock time over {len(results)} runs. '
-            "Wall times depend on the machine, its load and the torch thread count: compare them only within one comparison.</p>")
+    return (
+        table_html(heads, rows) + f'<p class="note">Total {total:.1f} s of wall-clock time over {len(results)} runs. '
+        "Wall times depend on the machine, its load and the torch thread count: compare them only within one comparison.</p>"
+    )
 
 
 def results_html(rep: dict[str, Any]) -> str:
@@ -285,16 +361,21 @@ def results_html(rep: dict[str, Any]) -> str:
     lastk = next((h for k, h, _, _ in cols if k.startswith("last_k_")), None)
     note = f"Mean over {seeds} seed(s)" + (" ± sample standard deviation." if seeds > 1 else ".")
     if lastk:
-        note += (f" <code>{esc(lastk)}</code>: the metric's mean over each run's last {esc(rep.get('window') or 'k')} evaluated rounds "
-                 "(metrics.summary_window; all of them when a run has fewer), steadier than the final round.")
+        note += (
+            f" <code>{esc(lastk)}</code>: the metric's mean over each run's last {esc(rep.get('window') or 'k')} evaluated rounds "
+            "(metrics.summary_window; all of them when a run has fewer), steadier than the final round."
+        )
     out.append(f'<p class="note">{note} Latency is simulated seconds; comm in MB (10<sup>6</sup> bytes).</p>')
     if rep.get("caveat"):
         out.append(f'<p class="warn">{esc(rep["caveat"])}</p>')
     base = rep.get("baseline")
     if base and len(rep["table"]) > 1:
-        items = [f"<li><b>{esc(e['label'])}</b>: {esc(', '.join(relative_phrases(e, base, rep.get('window'))) or 'no comparable figures')}</li>"
-                 for e in rep["table"] if e["label"] != base]
-        out.append(f"<p>Relative to {esc(base)} (change of the seed means):</p><ul class=\"rel\">{''.join(items)}</ul>")
+        items = [
+            f"<li><b>{esc(e['label'])}</b>: {esc(', '.join(relative_phrases(e, base, rep.get('window'))) or 'no comparable figures')}</li>"
+            for e in rep["table"]
+            if e["label"] != base
+        ]
+        out.append(f'<p>Relative to {esc(base)} (change of the seed means):</p><ul class="rel">{"".join(items)}</ul>')
     incomplete = [x for e in rep["table"] for x in e["incomplete"]]
     if incomplete:
         out.append(f'<p class="warn">Incomplete runs (their existing rounds are used): {esc(", ".join(incomplete))}</p>')
@@ -321,8 +402,13 @@ def paired_html(rep: dict[str, Any]) -> str:
             d = p["cells"][k]["diffs"]
             if d:
                 per_seed.append([p["label"], f"{h} ({u})"] + [", ".join(f"s{s}: {v:+.2f}" for s, v in d.items())])
-    return (f'<p class="note">{intro} Highlighted: the interval excludes 0.</p>' + table_html(heads, rows, classes=cls, cls="paired")
-            + "<details><summary>Per-seed differences</summary>" + table_html(["method", "quantity", "differences"], per_seed, num_from=3) + "</details>")
+    return (
+        f'<p class="note">{intro} Highlighted: the interval excludes 0.</p>'
+        + table_html(heads, rows, classes=cls, cls="paired")
+        + "<details><summary>Per-seed differences</summary>"
+        + table_html(["method", "quantity", "differences"], per_seed, num_from=3)
+        + "</details>"
+    )
 
 
 def paper_html(rep: dict[str, Any]) -> str:
@@ -334,9 +420,12 @@ def paper_html(rep: dict[str, Any]) -> str:
             o = ours.get(lab, {}).get(key)
             rows.append([lab, key, "-" if o is None else f"{o:.4g}", val])
     src = rep.get("paper_source")
-    return ((f'<p class="note">Source: {esc(src)}.</p>' if src else "") + table_html(["method", "figure", "ours", "paper"], rows, num_from=2)
-            + '<p class="note"><code>&lt;key&gt;_vs</code>: change against the baseline (points for accuracy/F1, percent otherwise); '
-              "accuracies as fractions. See docs/comparisons.md, 'Ours vs the paper'.</p>")
+    return (
+        (f'<p class="note">Source: {esc(src)}.</p>' if src else "")
+        + table_html(["method", "figure", "ours", "paper"], rows, num_from=2)
+        + '<p class="note"><code>&lt;key&gt;_vs</code>: change against the baseline (points for accuracy/F1, percent otherwise); '
+        "accuracies as fractions. See docs/comparisons.md, 'Ours vs the paper'.</p>"
+    )
 
 
 def write_compare_html(directory: Path, rep: dict[str, Any]) -> Path:
@@ -355,13 +444,21 @@ def write_compare_html(directory: Path, rep: dict[str, Any]) -> Path:
     first = {}
     for r in sorted(results, key=lambda r: r.seed):
         first.setdefault(r.label, r.dir)
-    sections.append(("config", "Configuration of each method", config_html(read_configs({lab: first[lab] for lab in labels if lab in first}), rep.get("baseline"))))
+    sections.append(
+        (
+            "config",
+            "Configuration of each method",
+            config_html(read_configs({lab: first[lab] for lab in labels if lab in first}), rep.get("baseline")),
+        )
+    )
     sections.append(("federation", "Federation", federation_html(rep.get("federations") or [])))
     sections.append(("wall", "Wall times", wall_html(results, labels)))
-    meta = (f'<p class="meta">{esc(len(labels))} method(s): {esc(", ".join(labels))}; seeds {esc(seeds)}'
-            + (f"; baseline {esc(rep['baseline'])}" if rep.get("baseline") else "")
-            + f'. Directory <code>{esc(directory.resolve().name)}</code>; rebuilt from the saved metrics by '
-              f'<code>fedselect report {esc(directory.resolve().name)}</code> (tables also in table.md, table.csv, paired.csv).</p>')
+    meta = (
+        f'<p class="meta">{esc(len(labels))} method(s): {esc(", ".join(labels))}; seeds {esc(seeds)}'
+        + (f"; baseline {esc(rep['baseline'])}" if rep.get("baseline") else "")
+        + f". Directory <code>{esc(directory.resolve().name)}</code>; rebuilt from the saved metrics by "
+        f"<code>fedselect report {esc(directory.resolve().name)}</code> (tables also in table.md, table.csv, paired.csv).</p>"
+    )
     doc = page(rep["title"], sections, meta)
     path = directory / "report.html"
     atomic_write(path, lambda fh: fh.write(doc))
@@ -370,32 +467,61 @@ def write_compare_html(directory: Path, rep: dict[str, Any]) -> Path:
 
 # -- sweep page ------------------------------------------------------------------------------
 
-def write_sweep_html(directory: Path, title: str, markdown_note: str, table: tuple[list[str], list[list[Any]]],
-                     paired: tuple[str, list[str], list[list[Any]], list[list[str]]] | None, paper: tuple[str | None, list[list[Any]]] | None,
-                     configs: dict[str, dict[str, Any]], baseline: str | None, wall: tuple[list[str], list[list[Any]]]) -> Path:
+
+def write_sweep_html(
+    directory: Path,
+    title: str,
+    markdown_note: str,
+    table: tuple[list[str], list[list[Any]]],
+    paired: tuple[str, list[str], list[list[Any]], list[list[str]]] | None,
+    paper: tuple[str | None, list[list[Any]]] | None,
+    configs: dict[str, dict[str, Any]],
+    baseline: str | None,
+    wall: tuple[list[str], list[list[Any]]],
+) -> Path:
     """Write ``directory/report.html`` for a sweep: its table, the paired differences per grid
     point (when the sweep has a baseline), the paper's figures, the methods' resolved configs
     (at the first grid point) and the wall times. Any PNG in ``directory/plots`` is embedded."""
     directory = Path(directory)
     heads, rows = table
     first_num = heads.index("method") + 1 if "method" in heads else 0
-    sections = [("results", "Results", f'<p class="note">{esc(markdown_note)}</p>' + table_html(heads, rows, num_from=first_num, cls="results"))]
+    sections = [
+        (
+            "results",
+            "Results",
+            f'<p class="note">{esc(markdown_note)}</p>' + table_html(heads, rows, num_from=first_num, cls="results"),
+        )
+    ]
     if paired is not None:
         intro, pheads, prows, pcls = paired
         pnum = pheads.index("method") + 1 if "method" in pheads else 0
-        sections.append(("paired", f"Paired differences vs {baseline}", f'<p class="note">{esc(intro).replace("`*`", "<code>*</code>")} Highlighted: the interval excludes 0.</p>'
-                         + table_html(pheads, prows, num_from=pnum, classes=pcls, cls="paired")))
+        sections.append(
+            (
+                "paired",
+                f"Paired differences vs {baseline}",
+                f'<p class="note">{esc(intro).replace("`*`", "<code>*</code>")} Highlighted: the interval excludes 0.</p>'
+                + table_html(pheads, prows, num_from=pnum, classes=pcls, cls="paired"),
+            )
+        )
     if paper is not None:
         src, prow = paper
-        sections.append(("paper", "Ours vs the paper", (f'<p class="note">Source: {esc(src)}.</p>' if src else "")
-                         + table_html(["method", "point", "figure", "ours", "paper"], prow, num_from=3)))
+        sections.append(
+            (
+                "paper",
+                "Ours vs the paper",
+                (f'<p class="note">Source: {esc(src)}.</p>' if src else "")
+                + table_html(["method", "point", "figure", "ours", "paper"], prow, num_from=3),
+            )
+        )
     if (directory / "plots").is_dir():
         plots, n = plots_html(directory / "plots")
         sections.append(("plots", f"Plots ({n})", plots))
     sections.append(("config", "Configuration of each method", config_html(configs, baseline)))
     sections.append(("wall", "Wall times", table_html(*wall)))
-    meta = (f'<p class="meta">Sweep directory <code>{esc(directory.resolve().name)}</code>; rebuilt from the runs\' summary.json by '
-            f'<code>fedselect report {esc(directory.resolve().name)}</code> (or <code>fedselect sweep CONFIG --out DIR --table-only</code>).</p>')
+    meta = (
+        f'<p class="meta">Sweep directory <code>{esc(directory.resolve().name)}</code>; rebuilt from the runs\' summary.json by '
+        f"<code>fedselect report {esc(directory.resolve().name)}</code> (or <code>fedselect sweep CONFIG --out DIR --table-only</code>).</p>"
+    )
     doc = page(title, sections, meta)
     path = directory / "report.html"
     atomic_write(path, lambda fh: fh.write(doc))

@@ -149,7 +149,9 @@ def _mlp(input_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, ...]
     return MLP(n, num_classes, tuple(hidden))
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, generator: torch.Generator | None = None, **kwargs) -> nn.Module:
+def build_model(
+    name: str, input_shape: tuple[int, ...], num_classes: int, generator: torch.Generator | None = None, **kwargs
+) -> nn.Module:
     """Build model ``name`` for inputs of ``input_shape`` (no batch dimension).
 
     Initial weights come from ``generator`` (a seeded ``torch.Generator``) so that no global

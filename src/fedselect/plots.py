@@ -68,7 +68,10 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
 
     # 1. metric vs round (whole run + a zoom on the second half, where methods differ),
     # 2. e2e latency vs round
-    for key, ylabel, name in ((metric, metric_name, "metric_vs_round.png"), ("e2e_latency_s", "end-to-end latency (s)", "latency_vs_round.png")):
+    for key, ylabel, name in (
+        (metric, metric_name, "metric_vs_round.png"),
+        ("e2e_latency_s", "end-to-end latency (s)", "latency_vs_round.png"),
+    ):
         zoom = key == metric
         fig, axes = plt.subplots(1, 2 if zoom else 1, figsize=(11 if zoom else 7, 4.2), squeeze=False)
         for ax in axes[0]:
@@ -151,7 +154,10 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
         ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
         ax.set_ylabel("training samples")
         part = fed.get("partition", {})
-        ax.set_title(f"label distribution: {fed.get('dataset')}, {part.get('scheme')} " + ", ".join(f"{k}={v}" for k, v in part.items() if k != "scheme"))
+        ax.set_title(
+            f"label distribution: {fed.get('dataset')}, {part.get('scheme')} "
+            + ", ".join(f"{k}={v}" for k, v in part.items() if k != "scheme")
+        )
         ax.legend(title="label", ncol=2 if c > 5 else 1, fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")
         save(fig, "label_distribution.png")
 
@@ -207,7 +213,9 @@ def class_order(feds: list[dict[str, Any]], kind: str) -> list[str]:
     return sorted(lat, key=lambda c: (float(np.median(lat[c])), c))
 
 
-def selection_profile_counts(rows: list[dict[str, str]], profiles: list[str], classes: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def selection_profile_counts(
+    rows: list[dict[str, str]], profiles: list[str], classes: list[str]
+) -> tuple[np.ndarray, np.ndarray]:
     """Rounds (>= 1) and a ``(rounds, len(classes))`` array: how many of each round's selected
     clients (``selected`` column, ids separated by ``;``) have each profile class.
 
@@ -262,12 +270,29 @@ def selection_profiles_plot(plt, out: Path, results, labels: list[str], feds: li
             ax.bar(ts, means[:, j], bottom=bottom, color=colors[j], width=0.9, label=c, linewidth=0)
             bottom += means[:, j]
         ax.set_ylabel("clients" if n <= 1 else "clients (mean)")
-        ax.set_title(f"{lab}" + (f" (mean of {n} seeds)" if n > 1 else f" (seed {min(r.seed for r in results if r.label == lab and r.seed in by_seed)})"), fontsize=9, loc="left")
+        ax.set_title(
+            f"{lab}"
+            + (
+                f" (mean of {n} seeds)"
+                if n > 1
+                else f" (seed {min(r.seed for r in results if r.label == lab and r.seed in by_seed)})"
+            ),
+            fontsize=9,
+            loc="left",
+        )
         ax.yaxis.set_major_locator(plt.MaxNLocator(integer=True))
     axes[-1, 0].set_xlabel("communication round")
     axes[-1, 0].xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     handles, names = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles[::-1], names[::-1], title=f"{kind} class\n(slowest on top)", loc="upper left", bbox_to_anchor=(0.77, 0.93), fontsize=8, title_fontsize=8)
+    fig.legend(
+        handles[::-1],
+        names[::-1],
+        title=f"{kind} class\n(slowest on top)",
+        loc="upper left",
+        bbox_to_anchor=(0.77, 0.93),
+        fontsize=8,
+        title_fontsize=8,
+    )
     fig.suptitle(f"{kind} class of the selected clients per round: a selector that avoids stragglers loses the red", fontsize=10)
     fig.tight_layout(rect=(0, 0, 0.76, 0.96))
     name = f"selection_{kind}_per_round.png"

@@ -23,20 +23,28 @@ class Preset:
     description: str = ""
 
 
-PRESETS: dict[str, Preset] = {p.name: p for p in [
-    Preset("fedavg", "random", "fedavg", description="FedAvg: U of N uniformly at random, whole-model averaging"),
-    Preset("full", "all", "fedavg", description="full participation: every client every round"),
-    Preset("regular_fl", "all", "fedavg", algorithm_options={"evaluation": "per_client"},
-           description="CEFL's Regular FL: full participation, each client scored on its own held-out split"),
-    Preset("flashrl", "flashrl", "fedavg", description="FLASH-RL: DDQN selection, reputation-based utility reward"),
-    Preset("favor", "favor", "fedavg", description="FAVOR: DDQN selection, accuracy-based reward"),
-    Preset("cefl", "cefl_leaders", "cefl", description="CEFL: cluster leaders, base-layer FL, transfer to members"),
-    Preset("fedper", "all", "fedper", description="FedPer: every client, base layers shared, heads personal"),
-    Preset("individual", "all", "individual", description="Individual: every client trains its own model, no communication"),
-    Preset("budgeted_online", "secretary", "fedavg", description="budgeted online selection: secretary rule, then FedAvg"),
-    Preset("online_random", "online_random", "fedavg", description="online random acceptance, then FedAvg"),
-    Preset("offline_best", "offline_best", "fedavg", description="offline best R candidates, then FedAvg"),
-    Preset("oort", "oort", "fedavg", description="Oort: statistical x system utility with exploration, then FedAvg"),
-    Preset("power_of_choice", "power_of_choice", "fedavg", description="Power-of-Choice: d candidates, the U highest losses"),
-    Preset("fastest", "fastest", "fedavg", description="oracle: the U clients with the lowest expected latency"),
-]}
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in [
+        Preset("fedavg", "random", "fedavg", description="FedAvg: U of N uniformly at random, whole-model averaging"),
+        Preset("full", "all", "fedavg", description="full participation: every client every round"),
+        Preset(
+            "regular_fl",
+            "all",
+            "fedavg",
+            algorithm_options={"evaluation": "per_client"},
+            description="CEFL's Regular FL: full participation, each client scored on its own held-out split",
+        ),
+        Preset("flashrl", "flashrl", "fedavg", description="FLASH-RL: DDQN selection, reputation-based utility reward"),
+        Preset("favor", "favor", "fedavg", description="FAVOR: DDQN selection, accuracy-based reward"),
+        Preset("cefl", "cefl_leaders", "cefl", description="CEFL: cluster leaders, base-layer FL, transfer to members"),
+        Preset("fedper", "all", "fedper", description="FedPer: every client, base layers shared, heads personal"),
+        Preset("individual", "all", "individual", description="Individual: every client trains its own model, no communication"),
+        Preset("budgeted_online", "secretary", "fedavg", description="budgeted online selection: secretary rule, then FedAvg"),
+        Preset("online_random", "online_random", "fedavg", description="online random acceptance, then FedAvg"),
+        Preset("offline_best", "offline_best", "fedavg", description="offline best R candidates, then FedAvg"),
+        Preset("oort", "oort", "fedavg", description="Oort: statistical x system utility with exploration, then FedAvg"),
+        Preset("power_of_choice", "power_of_choice", "fedavg", description="Power-of-Choice: d candidates, the U highest losses"),
+        Preset("fastest", "fastest", "fedavg", description="oracle: the U clients with the lowest expected latency"),
+    ]
+}

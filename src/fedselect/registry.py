@@ -46,9 +46,15 @@ class Registry:
         """
         name = getattr(cls, "name", None)
         if not isinstance(name, str) or not name or ":" in name:
-            raise ValueError(f"{self.kind} class {cls.__qualname__} needs a class attribute `name` (a non-empty string without ':')")
+            raise ValueError(
+                f"{self.kind} class {cls.__qualname__} needs a class attribute `name` (a non-empty string without ':')"
+            )
         other = self._classes.get(name)
-        if other is not None and other is not cls and (other.__module__, other.__qualname__) != (cls.__module__, cls.__qualname__):
+        if (
+            other is not None
+            and other is not cls
+            and (other.__module__, other.__qualname__) != (cls.__module__, cls.__qualname__)
+        ):
             raise ValueError(f"{self.kind} name {name!r} is already taken by {other.__module__}.{other.__qualname__}")
         self._classes[name] = cls
         return cls
@@ -94,12 +100,15 @@ class Registry:
         else:
             ep = self._entry_points().get(name)
             if ep is None:
-                raise ValueError(f"unknown {self.kind} {name!r}; allowed: {self.names()} "
-                                 f"(or 'package.module:ClassName' for your own)")
+                raise ValueError(
+                    f"unknown {self.kind} {name!r}; allowed: {self.names()} (or 'package.module:ClassName' for your own)"
+                )
             try:
                 cls = ep.load()
             except Exception as e:
-                raise ValueError(f"{self.kind} {name!r}: entry point {ep.value!r} cannot be loaded ({type(e).__name__}: {e})") from None
+                raise ValueError(
+                    f"{self.kind} {name!r}: entry point {ep.value!r} cannot be loaded ({type(e).__name__}: {e})"
+                ) from None
         self._check(name, cls)
         return cls
 

@@ -66,8 +66,10 @@ def build_report(directory: str | Path, plots: bool = True, window: int | None =
         from fedselect.sweep import build_sweep_table
 
         if window is not None:
-            raise ValueError(f"{directory} is a sweep directory: its table takes the runs' summary.json as they are, so a "
-                             f"summary window cannot be changed here (set metrics.summary_window in the sweep's base)")
+            raise ValueError(
+                f"{directory} is a sweep directory: its table takes the runs' summary.json as they are, so a "
+                f"summary window cannot be changed here (set metrics.summary_window in the sweep's base)"
+            )
         return {"kind": "sweep", **build_sweep_table(directory)}
     title, results, labels, baseline, paper, paper_source, feds = collect(directory, window)
     columns = columns_for(results)
@@ -86,9 +88,24 @@ def build_report(directory: str | Path, plots: bool = True, window: int | None =
         from fedselect.plots import make_plots
 
         files = make_plots(directory / "plots", results, labels, feds)
-    rep = {"kind": "compare", "title": title, "table": table, "markdown": md, "plots": files, "columns": columns, "baseline": baseline,
-           "paired": paired, "quantities": quantities, "window": window, "results": results, "labels": labels,
-           "paper": paper, "paper_source": paper_source, "federations": feds, "caveat": caveat}
+    rep = {
+        "kind": "compare",
+        "title": title,
+        "table": table,
+        "markdown": md,
+        "plots": files,
+        "columns": columns,
+        "baseline": baseline,
+        "paired": paired,
+        "quantities": quantities,
+        "window": window,
+        "results": results,
+        "labels": labels,
+        "paper": paper,
+        "paper_source": paper_source,
+        "federations": feds,
+        "caveat": caveat,
+    }
     from fedselect.html_report import write_compare_html
 
     rep["html"] = write_compare_html(directory, rep)

@@ -117,8 +117,11 @@ def _options(label: str, model: type[BaseModel], options: dict[str, Any], errors
     except ValidationError as e:
         for err in e.errors():
             loc = ".".join(str(p) for p in err["loc"])
-            msg = (f"unknown key (not allowed here); allowed: {sorted(model.model_fields)}" if err["type"] == "extra_forbidden"
-                   else err["msg"].removeprefix("Value error, "))
+            msg = (
+                f"unknown key (not allowed here); allowed: {sorted(model.model_fields)}"
+                if err["type"] == "extra_forbidden"
+                else err["msg"].removeprefix("Value error, ")
+            )
             errors.append(f"{label}.{loc}: {msg}" if loc else f"{label}: {msg}")
         return None
 
@@ -162,7 +165,9 @@ def resolve(cfg: ExperimentConfig, source: str = "<config>") -> Resolved:
     else:
         init = PARTITIONERS[scheme].__init__
         bad = _check_signature("data.partition", f"scheme {scheme!r}", init, params, ("self",))
-        if "alpha" in params and not (isinstance(params["alpha"], (int, float)) and not isinstance(params["alpha"], bool) and params["alpha"] > 0):
+        if "alpha" in params and not (
+            isinstance(params["alpha"], (int, float)) and not isinstance(params["alpha"], bool) and params["alpha"] > 0
+        ):
             bad.append(f"data.partition.alpha must be a number > 0, got {params['alpha']!r}")
         errors += bad
         if not bad:
@@ -204,7 +209,8 @@ def resolve(cfg: ExperimentConfig, source: str = "<config>") -> Resolved:
             if key not in s_fields and key not in a_fields:
                 errors.append(
                     f"method_options.{key}: unknown key (not allowed here); method {label!r} = selector {sel_spec.name!r} "
-                    f"(options {sorted(s_fields) or 'none'}) + algorithm {alg_spec.name!r} (options {sorted(a_fields) or 'none'})")
+                    f"(options {sorted(s_fields) or 'none'}) + algorithm {alg_spec.name!r} (options {sorted(a_fields) or 'none'})"
+                )
                 continue
             if key in s_fields:
                 s_raw[key] = value
@@ -221,9 +227,17 @@ def resolve(cfg: ExperimentConfig, source: str = "<config>") -> Resolved:
         alg_opts = _options("algorithm.options" if cfg.algorithm else "method_options", alg_cls.Options, a_raw, errors)
 
     settings = RunSettings(
-        seed=cfg.seed, rounds=cfg.rounds, num_clients=d.num_clients, clients_per_round=cfg.clients_per_round,
-        local_epochs=cfg.train.local_epochs, eval_every=cfg.eval_every, metric=cfg.metrics.metric, target=cfg.metrics.target,
-        dataset=d.dataset, count_download=cfg.system.count_download, cycles_per_bit=cfg.system.cycles_per_bit,
+        seed=cfg.seed,
+        rounds=cfg.rounds,
+        num_clients=d.num_clients,
+        clients_per_round=cfg.clients_per_round,
+        local_epochs=cfg.train.local_epochs,
+        eval_every=cfg.eval_every,
+        metric=cfg.metrics.metric,
+        target=cfg.metrics.target,
+        dataset=d.dataset,
+        count_download=cfg.system.count_download,
+        cycles_per_bit=cfg.system.cycles_per_bit,
     )
     if sel_opts is not None and alg_opts is not None:
         errors += _compatibility(sel_cls, sel_spec.name, alg_cls, alg_spec.name, settings)
@@ -243,8 +257,16 @@ def resolve(cfg: ExperimentConfig, source: str = "<config>") -> Resolved:
     else:
         method = f"{sel_spec.name}+{alg_spec.name}"
     tr = cfg.train
-    return Resolved(resolved_cfg, method, sel_cls, sel_opts, alg_cls, alg_opts, settings,
-                    TrainConfig(tr.local_epochs, tr.batch_size, tr.lr, tr.momentum, tr.optimizer, tr.weight_decay))
+    return Resolved(
+        resolved_cfg,
+        method,
+        sel_cls,
+        sel_opts,
+        alg_cls,
+        alg_opts,
+        settings,
+        TrainConfig(tr.local_epochs, tr.batch_size, tr.lr, tr.momentum, tr.optimizer, tr.weight_decay),
+    )
 
 
 def _compatibility(sel: type[Selector], sname: str, alg: type[Algorithm], aname: str, settings: RunSettings) -> list[str]:
@@ -252,14 +274,20 @@ def _compatibility(sel: type[Selector], sname: str, alg: type[Algorithm], aname:
     out = []
     if alg.needs_groups and not sel.provides_groups:
         have = [n for n in SELECTORS.builtin_names() if SELECTORS.get(n).provides_groups]
-        out.append(f"algorithm {aname!r} trains cluster leaders and transfers their models to the members: it needs a selector "
-                   f"that clusters the clients and names leaders ({', '.join(repr(n) for n in have)}), not {sname!r}")
+        out.append(
+            f"algorithm {aname!r} trains cluster leaders and transfers their models to the members: it needs a selector "
+            f"that clusters the clients and names leaders ({', '.join(repr(n) for n in have)}), not {sname!r}"
+        )
     if sel.needs_shared_model and not alg.shares_model:
-        out.append(f"selector {sname!r} scores clients against the shared global model, which algorithm {aname!r} does not have "
-                   f"(its clients exchange nothing); use an algorithm that shares a model (fedavg, fedper, cefl)")
+        out.append(
+            f"selector {sname!r} scores clients against the shared global model, which algorithm {aname!r} does not have "
+            f"(its clients exchange nothing); use an algorithm that shares a model (fedavg, fedper, cefl)"
+        )
     if sel.needs_every_round_evaluation and settings.eval_every != 1:
-        out.append(f"selector {sname!r} needs the global metric every round (rewards, FR-eq 8 / FAVOR); "
-                   f"set eval_every: 1 (got {settings.eval_every})")
+        out.append(
+            f"selector {sname!r} needs the global metric every round (rewards, FR-eq 8 / FAVOR); "
+            f"set eval_every: 1 (got {settings.eval_every})"
+        )
     return out
 
 
@@ -279,4 +307,3 @@ def load_experiment(path: str | Path, overrides: dict[str, Any] | None = None) -
         FileNotFoundError: no such file. ConfigError: bad YAML, wrong kind of config, invalid values.
     """
     return resolve(load_config(path, overrides), str(path)).config
-

@@ -32,8 +32,17 @@ from fedselect.selectors.base import Prepared
 from fedselect.simulation import Simulation
 
 #: files a run writes into its directory (``overwrite`` removes exactly these)
-RUN_FILES = ("config.yaml", "metrics.csv", "timing.csv", "summary.json", "model.pt", "run.log",
-             "checkpoint.pt", "checkpoint.prev.pt", ".checkpoint.new")
+RUN_FILES = (
+    "config.yaml",
+    "metrics.csv",
+    "timing.csv",
+    "summary.json",
+    "model.pt",
+    "run.log",
+    "checkpoint.pt",
+    "checkpoint.prev.pt",
+    ".checkpoint.new",
+)
 
 
 @dataclass
@@ -48,6 +57,7 @@ class RoundEvent:
 
 def write_csv(path: Path, columns: list[str], rows: list[dict[str, str]]) -> None:
     """Write a whole CSV atomically (header + already formatted rows)."""
+
     def write(fh):
         w = csv.writer(fh)
         w.writerow(columns)
@@ -68,8 +78,15 @@ class RunFiles:
         resume: a checkpoint to continue from, or None for a new run.
     """
 
-    def __init__(self, run_dir: Path, resolved: Resolved, sim: Simulation, on_round: Callable | None = None,
-                 stop_after: int | None = None, resume: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        resolved: Resolved,
+        sim: Simulation,
+        on_round: Callable | None = None,
+        stop_after: int | None = None,
+        resume: dict[str, Any] | None = None,
+    ):
         self.dir, self.r, self.sim, self.on_round, self.stop_after = Path(run_dir), resolved, sim, on_round, stop_after
         self.columns = sim.columns
         cfg = resolved.config
@@ -106,15 +123,30 @@ class RunFiles:
         """The round-0 row: the preparation's cost and the initial model's figures."""
         c = prepared.cost
         self.prep_info = dict(prepared.summary)
-        self.prep_cost = {"latency_s": float(c.latency_s), "upload_bytes": int(c.upload_bytes), "download_bytes": int(c.download_bytes)}
+        self.prep_cost = {
+            "latency_s": float(c.latency_s),
+            "upload_bytes": int(c.upload_bytes),
+            "download_bytes": int(c.download_bytes),
+        }
         self.cum["up"] += int(c.upload_bytes)
         self.cum["down"] += int(c.download_bytes)
         self.cum["e2e"] += float(c.latency_s)
         row = {
-            "round": 0, "selected": [], "accuracy": before.accuracy, "f1_macro": before.f1_macro, "test_loss": before.loss,
-            "train_loss": math.nan, "round_latency_s": float(c.latency_s), "e2e_latency_s": self.cum["e2e"],
-            "upload_bytes": int(c.upload_bytes), "download_bytes": int(c.download_bytes),
-            "cum_upload_bytes": self.cum["up"], "cum_download_bytes": self.cum["down"], "failed": [], "aggregated": 0, "round_failed": 0,
+            "round": 0,
+            "selected": [],
+            "accuracy": before.accuracy,
+            "f1_macro": before.f1_macro,
+            "test_loss": before.loss,
+            "train_loss": math.nan,
+            "round_latency_s": float(c.latency_s),
+            "e2e_latency_s": self.cum["e2e"],
+            "upload_bytes": int(c.upload_bytes),
+            "download_bytes": int(c.download_bytes),
+            "cum_upload_bytes": self.cum["up"],
+            "cum_download_bytes": self.cum["down"],
+            "failed": [],
+            "aggregated": 0,
+            "round_failed": 0,
         }
         self._append(row, 0)
 
@@ -127,18 +159,30 @@ class RunFiles:
         self.cum["e2e"] += lat
         nan = math.nan
         row = {
-            "round": t, "selected": list(result.selection.clients),
-            "accuracy": ev.accuracy if result.evaluated else nan, "f1_macro": ev.f1_macro if result.evaluated else nan,
-            "test_loss": ev.loss if result.evaluated else nan, "train_loss": result.train_loss,
-            "round_latency_s": lat, "e2e_latency_s": self.cum["e2e"], "upload_bytes": up, "download_bytes": down,
-            "cum_upload_bytes": self.cum["up"], "cum_download_bytes": self.cum["down"],
+            "round": t,
+            "selected": list(result.selection.clients),
+            "accuracy": ev.accuracy if result.evaluated else nan,
+            "f1_macro": ev.f1_macro if result.evaluated else nan,
+            "test_loss": ev.loss if result.evaluated else nan,
+            "train_loss": result.train_loss,
+            "round_latency_s": lat,
+            "e2e_latency_s": self.cum["e2e"],
+            "upload_bytes": up,
+            "download_bytes": down,
+            "cum_upload_bytes": self.cum["up"],
+            "cum_download_bytes": self.cum["down"],
             "failed": [f"{o.client_id}:{o.failed}" for o in result.outcomes if not o.ok],
-            "aggregated": result.aggregated, "round_failed": int(result.round_failed),
+            "aggregated": result.aggregated,
+            "round_failed": int(result.round_failed),
         }
         if self.sim.selector.probes:
             cost = result.selection.cost
-            row.update(probe_latency_s=cost.latency_s, probe_upload_bytes=cost.upload_bytes,
-                       probe_download_bytes=cost.download_bytes, candidates_probed=cost.candidates)
+            row.update(
+                probe_latency_s=cost.latency_s,
+                probe_upload_bytes=cost.upload_bytes,
+                probe_download_bytes=cost.download_bytes,
+                candidates_probed=cost.candidates,
+            )
         if result.evaluated and ev.per_client is not None:
             row["accuracy_std"] = ev.per_client["accuracy_std"]
             row["client_accuracy"] = [round(a, 6) for a in ev.per_client["client_accuracy"]]
@@ -157,11 +201,22 @@ class RunFiles:
         return RunTotals(self.cum["up"] - self.prep_cost["upload_bytes"], self.cum["down"] - self.prep_cost["download_bytes"])
 
     def checkpoint(self, t: int, state: ServerState, before: Evaluation) -> None:
-        save_checkpoint(self.dir, {
-            "round": t, "snapshot": self.sim.snapshot(state), "cum": dict(self.cum), "before": before.as_dict(),
-            "prep_info": self.prep_info, "prep_cost": self.prep_cost, "config": self.r.config.model_dump(mode="json"),
-            "columns": self.columns, "metrics_rows": self.mrows, "timing_rows": self.trows, "torch_threads": torch.get_num_threads(),
-        })
+        save_checkpoint(
+            self.dir,
+            {
+                "round": t,
+                "snapshot": self.sim.snapshot(state),
+                "cum": dict(self.cum),
+                "before": before.as_dict(),
+                "prep_info": self.prep_info,
+                "prep_cost": self.prep_cost,
+                "config": self.r.config.model_dump(mode="json"),
+                "columns": self.columns,
+                "metrics_rows": self.mrows,
+                "timing_rows": self.trows,
+                "torch_threads": torch.get_num_threads(),
+            },
+        )
 
     def close(self) -> None:
         self.metrics.close()
@@ -180,8 +235,11 @@ class RunFiles:
         final.update(selector_summary or {})
         phases = {
             "prepare": dict(self.prep_cost),
-            "finish": {"latency_s": float(finished.cost.latency_s), "upload_bytes": int(finished.cost.upload_bytes),
-                       "download_bytes": int(finished.cost.download_bytes)},
+            "finish": {
+                "latency_s": float(finished.cost.latency_s),
+                "upload_bytes": int(finished.cost.upload_bytes),
+                "download_bytes": int(finished.cost.download_bytes),
+            },
         }
         return write_summary(self.dir, self.r, self.sim, final, self.prep_info, self.cum["wall"], phases)
 
@@ -198,8 +256,15 @@ def failure_counts(rows: list[dict[str, str]]) -> dict[str, Any]:
     return {"client_failures": dict(sorted(kinds.items())), "failed_rounds": failed_rounds}
 
 
-def write_summary(run_dir: Path, r: Resolved, sim: Simulation, final: dict[str, Any], prep_info: dict[str, Any], wall: float,
-                  phases: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+def write_summary(
+    run_dir: Path,
+    r: Resolved,
+    sim: Simulation,
+    final: dict[str, Any],
+    prep_info: dict[str, Any],
+    wall: float,
+    phases: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """``summary.json`` from the saved metrics rows plus the final figures (atomic).
 
     The end-to-end latency and the traffic cover every phase the run had: the preparation
@@ -218,10 +283,21 @@ def write_summary(run_dir: Path, r: Resolved, sim: Simulation, final: dict[str, 
     summary["download_mb"] = (rows_down + fin["download_bytes"]) / 1e6
     summary["communication_mb"] = summary["upload_mb"] + summary["download_mb"]
     summary["phases"] = {
-        "prepare": {"latency_s": prep["latency_s"], "upload_mb": prep["upload_bytes"] / 1e6, "download_mb": prep["download_bytes"] / 1e6},
-        "rounds": {"latency_s": rows_e2e - prep["latency_s"], "upload_mb": (rows_up - prep["upload_bytes"]) / 1e6,
-                   "download_mb": (rows_down - prep["download_bytes"]) / 1e6},
-        "finish": {"latency_s": fin["latency_s"], "upload_mb": fin["upload_bytes"] / 1e6, "download_mb": fin["download_bytes"] / 1e6},
+        "prepare": {
+            "latency_s": prep["latency_s"],
+            "upload_mb": prep["upload_bytes"] / 1e6,
+            "download_mb": prep["download_bytes"] / 1e6,
+        },
+        "rounds": {
+            "latency_s": rows_e2e - prep["latency_s"],
+            "upload_mb": (rows_up - prep["upload_bytes"]) / 1e6,
+            "download_mb": (rows_down - prep["download_bytes"]) / 1e6,
+        },
+        "finish": {
+            "latency_s": fin["latency_s"],
+            "upload_mb": fin["upload_bytes"] / 1e6,
+            "download_mb": fin["download_bytes"] / 1e6,
+        },
     }
     if final:
         for key in ("accuracy", "f1_macro"):
@@ -230,12 +306,21 @@ def write_summary(run_dir: Path, r: Resolved, sim: Simulation, final: dict[str, 
                 best = summary.get(f"best_{key}")
                 summary[f"best_{key}"] = final[key] if best is None else max(best, final[key])
         summary.update({k: v for k, v in final.items() if k not in ("accuracy", "f1_macro", "loss")})
-    summary.update({
-        "name": cfg.name, "method": r.method, "selector": cfg.selector.name, "algorithm": cfg.algorithm.name, "seed": cfg.seed,
-        "dataset": cfg.data.dataset, "num_clients": sim.fed.num_clients, "clients_per_round": cfg.clients_per_round,
-        "wall_s": wall, "complete": True,
-        "data_dropped_rows": sim.fed.data_dropped_rows,  # rows dropped at load by a loader's drop_invalid
-    })
+    summary.update(
+        {
+            "name": cfg.name,
+            "method": r.method,
+            "selector": cfg.selector.name,
+            "algorithm": cfg.algorithm.name,
+            "seed": cfg.seed,
+            "dataset": cfg.data.dataset,
+            "num_clients": sim.fed.num_clients,
+            "clients_per_round": cfg.clients_per_round,
+            "wall_s": wall,
+            "complete": True,
+            "data_dropped_rows": sim.fed.data_dropped_rows,  # rows dropped at load by a loader's drop_invalid
+        }
+    )
     summary.update(failure_counts(rows))
     if prep_info:
         summary["prepare"] = {k: v for k, v in prep_info.items() if isinstance(v, (int, float, str, bool, list, dict))}

@@ -107,8 +107,9 @@ class Recorder(Protocol):
     def totals(self) -> RunTotals: ...
 
 
-def run_rounds(sim: Simulation, recorder: Recorder, state: ServerState | None = None, before: Evaluation | None = None,
-               start: int = 0) -> Finished | None:
+def run_rounds(
+    sim: Simulation, recorder: Recorder, state: ServerState | None = None, before: Evaluation | None = None, start: int = 0
+) -> Finished | None:
     """Play rounds ``start + 1 .. T`` (from round 0: prepare first), then finish.
 
     Returns what the algorithm's ``finish`` did, or None when the recorder stopped the run early.
@@ -135,5 +136,11 @@ def _log_failures(t: int, outcomes, survivors, failed: bool) -> None:
         log.warning("round %d failed: no update survived (%s); the global model is unchanged", t, listed)
     elif survivors:
         weights = survivor_weights({o.client_id: o.num_samples for o in survivors})
-        log.info("round %d: %d of %d clients failed (%s); aggregated the survivors with weights n_k/sum n %s", t,
-                 len(bad), len(outcomes), listed, {k: round(w, 6) for k, w in weights.items()})
+        log.info(
+            "round %d: %d of %d clients failed (%s); aggregated the survivors with weights n_k/sum n %s",
+            t,
+            len(bad),
+            len(outcomes),
+            listed,
+            {k: round(w, 6) for k, w in weights.items()},
+        )

@@ -22,9 +22,9 @@ from fedselect.algorithms.base import Algorithm, AlgorithmContext, ServerState
 from fedselect.config import ConfigError
 from fedselect.federation import Federation
 from fedselect.fl.clients import TrainJob
-from fedselect.fl.pool import ClientTrainer, usable_cores
 from fedselect.fl.faults import FaultModel, Injection, corrupt_state, non_finite_entries
 from fedselect.fl.metrics import CORE_COLUMNS
+from fedselect.fl.pool import ClientTrainer, usable_cores
 from fedselect.fl.services import FederationContext, SimulatedContext
 from fedselect.fl.types import ClientOutcome
 from fedselect.resolve import Resolved
@@ -49,11 +49,25 @@ def make_fault_model(r: Resolved, fed: Federation) -> FaultModel:
     """
     cfg = r.config
     f = cfg.faults
-    injections = [Injection(inj.kind, None if inj.round_set() is None else frozenset(inj.round_set()),
-                            None if inj.client_set() is None else frozenset(inj.client_set())) for inj in f.inject]
+    injections = [
+        Injection(
+            inj.kind,
+            None if inj.round_set() is None else frozenset(inj.round_set()),
+            None if inj.client_set() is None else frozenset(inj.client_set()),
+        )
+        for inj in f.inject
+    ]
     fleet = fed.fleet
-    return FaultModel.build(cfg.seed, [d.name for d in fleet.devices], [n.name for n in fleet.networks], f.dropout,
-                            f.dropout_by_device, f.dropout_by_network, injections, cfg.system.round_deadline_s)
+    return FaultModel.build(
+        cfg.seed,
+        [d.name for d in fleet.devices],
+        [n.name for n in fleet.networks],
+        f.dropout,
+        f.dropout_by_device,
+        f.dropout_by_network,
+        injections,
+        cfg.system.round_deadline_s,
+    )
 
 
 def make_trainer(fed: Federation, train_cfg, workers: int | None, device: str = "auto") -> ClientTrainer:
@@ -113,7 +127,8 @@ class Simulation:
         self.trainer = trainer or make_trainer(fed, resolved.train_cfg, tr.workers if workers is None else workers, tr.device)
         try:
             self.algorithm: Algorithm = resolved.algorithm(
-                AlgorithmContext(fed, resolved.train_cfg, resolved.settings, self.trainer.evaluate), resolved.algorithm_options)
+                AlgorithmContext(fed, resolved.train_cfg, resolved.settings, self.trainer.evaluate), resolved.algorithm_options
+            )
             self.upload_keys = self.algorithm.upload_keys()
             self.ctx = self.make_context()
             self.selector: Selector = resolved.selector(self.ctx, resolved.selector_options)
@@ -128,8 +143,15 @@ class Simulation:
     def make_context(self) -> FederationContext:
         """The selector's context: the simulator's (the Flower strategy's run returns one whose
         client services are messages to the nodes)."""
-        return SimulatedContext(self.fed, self.settings, self.resolved.train_cfg, self.upload_keys, self.algorithm.download_keys(),
-                                self.algorithm.payload_bytes(), self.trainer)
+        return SimulatedContext(
+            self.fed,
+            self.settings,
+            self.resolved.train_cfg,
+            self.upload_keys,
+            self.algorithm.download_keys(),
+            self.algorithm.payload_bytes(),
+            self.trainer,
+        )
 
     @property
     def rounds(self) -> int:
@@ -140,17 +162,21 @@ class Simulation:
         """What the selector sees at the start of round ``t``."""
         probe = None
         if self.selector.probes:
+
             def probe(ids: Sequence[int], samples: Sequence[Sequence[int]] | None = None) -> list[float]:
                 ids = [int(k) for k in ids]
                 return self.ctx.client_losses([self.algorithm.start_state(state, k) for k in ids], ids, samples)
+
         return RoundView(t, draws, state.model if self.selector.wants_global_state else None, probe)
 
     def check_selection(self, t: int, sel: Selection) -> None:
         """Raises RuntimeError on repeated or unknown ids (a selector bug)."""
         n = self.settings.num_clients
         if len(set(sel.clients)) != len(sel.clients) or any(not 0 <= k < n for k in sel.clients):
-            raise RuntimeError(f"selector {self.selector.name!r} selected invalid clients {list(sel.clients)} in round {t} "
-                               f"(ids must be distinct, in 0..{n - 1})")
+            raise RuntimeError(
+                f"selector {self.selector.name!r} selected invalid clients {list(sel.clients)} in round {t} "
+                f"(ids must be distinct, in 0..{n - 1})"
+            )
 
     def train(self, t: int, clients: Sequence[int], state: ServerState, draws: RoundDraws) -> list[ClientOutcome]:
         """Local updates of the selected ``clients`` in round ``t`` with faults applied, one
@@ -163,8 +189,18 @@ class Simulation:
         for k in clients:
             kind = faults.injected(t, k)
             kinds[k] = "drop" if kind is None and dropped[k] else kind
-        jobs = [TrainJob(k, self.algorithm.start_state(state, k), epochs, self.fed.seed, f"train/{t}/{k}", self.selector.wants_sample_losses)
-                for k in clients if kinds[k] not in ("drop", "raise")]
+        jobs = [
+            TrainJob(
+                k,
+                self.algorithm.start_state(state, k),
+                epochs,
+                self.fed.seed,
+                f"train/{t}/{k}",
+                self.selector.wants_sample_losses,
+            )
+            for k in clients
+            if kinds[k] not in ("drop", "raise")
+        ]
         results = {r.client_id: r for r in self.trainer.train(jobs)}
         deadline = faults.deadline_s
         out = []
@@ -173,8 +209,13 @@ class Simulation:
             n_k = self.fed.clients[k].num_samples
             if kind == "drop":
                 lat = deadline if deadline is not None else 0.0
-                log.info("round %d: client %d dropped out (%s); failure latency %.4g s", t, k,
-                         "injected" if faults.injected(t, k) else f"p={faults.dropout[k]:.3g}", lat)
+                log.info(
+                    "round %d: client %d dropped out (%s); failure latency %.4g s",
+                    t,
+                    k,
+                    "injected" if faults.injected(t, k) else f"p={faults.dropout[k]:.3g}",
+                    lat,
+                )
                 out.append(ClientOutcome(k, t, None, n_k, math.nan, 0, 0.0, 0.0, 0.0, lat, 0, 0, failed="dropout"))
                 continue
             cost = self.ctx.client_cost(k, epochs, draws)
@@ -183,11 +224,41 @@ class Simulation:
             if error is not None:
                 lat = cost.compute_s + (cost.download_s if self.settings.count_download else 0.0)
                 log.warning("round %d: client %d failed during local training (%s); failure latency %.4g s", t, k, error, lat)
-                out.append(ClientOutcome(k, t, None, n_k, math.nan, epochs, cost.compute_s, 0.0, cost.download_s, lat, 0,
-                                         cost.download_bytes, failed="error"))
+                out.append(
+                    ClientOutcome(
+                        k,
+                        t,
+                        None,
+                        n_k,
+                        math.nan,
+                        epochs,
+                        cost.compute_s,
+                        0.0,
+                        cost.download_s,
+                        lat,
+                        0,
+                        cost.download_bytes,
+                        failed="error",
+                    )
+                )
                 continue
-            o = ClientOutcome(k, t, res.state, n_k, res.loss, epochs, cost.compute_s, cost.upload_s, cost.download_s, cost.latency_s,
-                              cost.upload_bytes, cost.download_bytes, None, res.sum_sq_sample_loss, res.num_sample_losses)
+            o = ClientOutcome(
+                k,
+                t,
+                res.state,
+                n_k,
+                res.loss,
+                epochs,
+                cost.compute_s,
+                cost.upload_s,
+                cost.download_s,
+                cost.latency_s,
+                cost.upload_bytes,
+                cost.download_bytes,
+                None,
+                res.sum_sq_sample_loss,
+                res.num_sample_losses,
+            )
             if kind in ("nan", "inf"):
                 o = replace(o, state=corrupt_state(o.state, kind, self.upload_keys))
             if kind == "timeout" or (deadline is not None and o.latency_s > deadline):
@@ -198,7 +269,9 @@ class Simulation:
                 bad = non_finite_entries(o.state)
                 if bad:
                     code = "nan" if "nan" in bad.values() else "inf"
-                    log.warning("round %d: client %d update rejected, not averaged: non-finite values (%s) in %s", t, k, code, sorted(bad))
+                    log.warning(
+                        "round %d: client %d update rejected, not averaged: non-finite values (%s) in %s", t, k, code, sorted(bad)
+                    )
                     o = replace(o, state=None, failed=code)
             out.append(o)
         return out
@@ -211,8 +284,12 @@ class Simulation:
         for where, st in new.changed_entries(old):
             bad = non_finite_entries(st)
             if bad:  # finite inputs can still overflow: keep the previous state
-                log.error("round %d: the aggregate holds non-finite values in %s (%s); the server state is left unchanged",
-                          t, where, sorted(bad))
+                log.error(
+                    "round %d: the aggregate holds non-finite values in %s (%s); the server state is left unchanged",
+                    t,
+                    where,
+                    sorted(bad),
+                )
                 return old, False
         return new, True
 
@@ -226,8 +303,12 @@ class Simulation:
     def snapshot(self, state: ServerState) -> dict[str, Any]:
         """Everything needed to continue exactly: server state, selector and algorithm state,
         and every generator reachable from the selector and the algorithm."""
-        return {"server": state.to_dict(), "selector": self.selector.state_dict(), "algorithm": self.algorithm.state_dict(),
-                "generators": generator_states(self._components())}
+        return {
+            "server": state.to_dict(),
+            "selector": self.selector.state_dict(),
+            "algorithm": self.algorithm.state_dict(),
+            "generators": generator_states(self._components()),
+        }
 
     def restore(self, snap: dict[str, Any]) -> ServerState:
         """Put the selector and the algorithm back in a :meth:`snapshot`; returns the server state."""
@@ -259,7 +340,10 @@ def find_generators(obj: Any, prefix: str = "", depth: int = 5, _seen: set[int] 
     seen.add(id(obj))
     if isinstance(obj, (np.random.Generator, torch.Generator)):
         return {prefix or ".": obj}
-    if isinstance(obj, (torch.Tensor, np.ndarray, torch.nn.Module, Federation, FederationContext, str, bytes, int, float)) or obj is None:
+    if (
+        isinstance(obj, (torch.Tensor, np.ndarray, torch.nn.Module, Federation, FederationContext, str, bytes, int, float))
+        or obj is None
+    ):
         return out
     if isinstance(obj, dict):
         items = [(str(k) if isinstance(k, (str, int)) else f"#{i}", v) for i, (k, v) in enumerate(obj.items())]
@@ -278,7 +362,11 @@ def generator_states(obj: Any) -> dict[str, Any]:
     """Snapshot of every generator reachable from ``obj`` (see :func:`find_generators`)."""
     out = {}
     for path, g in find_generators(obj).items():
-        out[path] = ("numpy", copy.deepcopy(g.bit_generator.state)) if isinstance(g, np.random.Generator) else ("torch", g.get_state().clone())
+        out[path] = (
+            ("numpy", copy.deepcopy(g.bit_generator.state))
+            if isinstance(g, np.random.Generator)
+            else ("torch", g.get_state().clone())
+        )
     return out
 
 
@@ -293,4 +381,3 @@ def restore_generator_states(obj: Any, states: dict[str, Any]) -> None:
             g.bit_generator.state = copy.deepcopy(st)
         else:
             g.set_state(st.clone())
-

@@ -50,7 +50,15 @@ from typing import Any, Callable
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fedselect.config import ConfigError, ExperimentConfig, MethodSpec, apply_overrides, config_kind, read_yaml_file, validate_model
+from fedselect.config import (
+    ConfigError,
+    ExperimentConfig,
+    MethodSpec,
+    apply_overrides,
+    config_kind,
+    read_yaml_file,
+    validate_model,
+)
 from fedselect.experiment import check_saved_runs
 from fedselect.fl.metrics import atomic_write, write_json_atomic
 from fedselect.resolve import parse_experiment
@@ -89,7 +97,9 @@ class SweepConfig(BaseModel):
     comment: str | None = None
     paper: list[SweepPaperFigure] | None = Field(None, description="the paper's figures, printed beside ours in table.md")
     paper_source: str | None = None
-    baseline: str | None = Field(None, description="method label: paired differences of every other method against it, per grid point")
+    baseline: str | None = Field(
+        None, description="method label: paired differences of every other method against it, per grid point"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> "SweepConfig":
@@ -195,11 +205,15 @@ def check_sweep_runs(directory: str | Path) -> None:
                 run_dir = run_dir_for(d, m.label, rp, seed)
                 if (run_dir / "summary.json").exists():
                     items.append((run_dir, sc.experiment(m, rp, seed)))
-    check_saved_runs(items, f"sweep directory {d}", "The table would mix results of different configs: re-run the sweep into another --out")
+    check_saved_runs(
+        items, f"sweep directory {d}", "The table would mix results of different configs: re-run the sweep into another --out"
+    )
 
 
 def run_sweep(
-    sc: SweepConfig, out_dir: str | Path, on_run: Callable[[int, int, str], None] | None = None,
+    sc: SweepConfig,
+    out_dir: str | Path,
+    on_run: Callable[[int, int, str], None] | None = None,
     backend: Any = None,
 ) -> dict[str, Any]:
     """Run every (method, restricted grid point, seed) once and write the table.
@@ -221,16 +235,26 @@ def run_sweep(
                 rp = _restrict(p, m)
                 jobs.setdefault((m.label, json.dumps(rp, sort_keys=True), seed), (m, rp, seed))
     groups: dict[str, list] = {}
-    for key, (m, rp, seed) in jobs.items():
+    for _key, (m, rp, seed) in jobs.items():
         cfg = sc.experiment(m, rp, seed)
         groups.setdefault(_fed_key(cfg), []).append((m, rp, seed, cfg))
-    finished = [(run_dir_for(out, m.label, rp, seed), cfg) for members in groups.values() for m, rp, seed, cfg in members
-                if (run_dir_for(out, m.label, rp, seed) / "summary.json").exists()]
-    check_saved_runs(finished, f"sweep directory {out}", "Restore the sweep config, or run the sweep into another --out "
-                     "(or delete those runs to run them again)")
+    finished = [
+        (run_dir_for(out, m.label, rp, seed), cfg)
+        for members in groups.values()
+        for m, rp, seed, cfg in members
+        if (run_dir_for(out, m.label, rp, seed) / "summary.json").exists()
+    ]
+    check_saved_runs(
+        finished,
+        f"sweep directory {out}",
+        "Restore the sweep config, or run the sweep into another --out (or delete those runs to run them again)",
+    )
     write_json_atomic(out / "sweep.json", {**sc.model_dump(mode="json"), "runs": len(jobs)})
-    specs = [RunSpec(cfg, run_dir_for(out, m.label, rp, seed), f"{m.label} {rp or ''} seed {seed}", group)
-             for group, members in groups.items() for m, rp, seed, cfg in members]
+    specs = [
+        RunSpec(cfg, run_dir_for(out, m.label, rp, seed), f"{m.label} {rp or ''} seed {seed}", group)
+        for group, members in groups.items()
+        for m, rp, seed, cfg in members
+    ]
     cb = RunCallbacks(on_start=(lambda s, i, n: on_run(i, n, s.description)) if on_run else None)
     (backend or LocalBackend()).run(specs, cb, resume=True, out_dir=out, marker="sweep.json")
     return build_sweep_table(out, sc)
@@ -288,17 +312,32 @@ def build_sweep_table(out_dir: str | Path, sc: SweepConfig | None = None) -> dic
             return "-"
         d = 1 if c in ("candidates_evaluated", "wall_s", "alpha") else 4
         return f"{m:.{d}f} ± {s:.{d}f}" if r["seeds"] > 1 else f"{m:.{d}f}"
+
     heads = [k.split(".")[-1] for k in keys] + ["method", "seeds"] + sc.columns
-    lines = [f"# {sc.name}", "", f"mean ± sample std over seeds {sc.seeds}", "",
-             "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    lines = [
+        f"# {sc.name}",
+        "",
+        f"mean ± sample std over seeds {sc.seeds}",
+        "",
+        "| " + " | ".join(heads) + " |",
+        "|" + "---|" * len(heads),
+    ]
     for r in rows:
-        lines.append("| " + " | ".join([str(r[k]) for k in keys] + [r["method"], str(r["seeds"])] + [cell(r, c) for c in sc.columns]) + " |")
+        lines.append(
+            "| "
+            + " | ".join([str(r[k]) for k in keys] + [r["method"], str(r["seeds"])] + [cell(r, c) for c in sc.columns])
+            + " |"
+        )
     if sc.paper:
-        lines += ["", "## Ours vs the paper" + (f" ({sc.paper_source})" if sc.paper_source else ""), "",
-                  "| method | point | figure | ours | paper |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Ours vs the paper" + (f" ({sc.paper_source})" if sc.paper_source else ""),
+            "",
+            "| method | point | figure | ours | paper |",
+            "|---|---|---|---|---|",
+        ]
         for f in sc.paper:
-            match = [r for r in rows if r["method"] == f.method
-                     and all(r[k] == v or r[k] == "-" for k, v in f.point.items())]
+            match = [r for r in rows if r["method"] == f.method and all(r[k] == v or r[k] == "-" for k, v in f.point.items())]
             where = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in f.point.items()) or "all"
             for c, val in f.figures.items():
                 ours = "; ".join(cell(r, c) for r in match) if match else "- (point not in this sweep)"
@@ -308,7 +347,14 @@ def build_sweep_table(out_dir: str | Path, sc: SweepConfig | None = None) -> dic
     md = "\n".join(lines) + "\n"
     atomic_write(out / "table.md", lambda fh: fh.write(md))
     html = _write_html(out, sc, rows, cell, paired)
-    return {"rows": rows, "markdown": md, "columns": header, "written": time.strftime("%Y-%m-%d %H:%M:%S"), "paired": paired, "html": html}
+    return {
+        "rows": rows,
+        "markdown": md,
+        "columns": header,
+        "written": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "paired": paired,
+        "html": html,
+    }
 
 
 def _summaries(out: Path, label: str, rp: dict[str, Any], seeds: list[int]) -> dict[int, dict[str, Any]]:
@@ -378,19 +424,33 @@ def _paired_markdown(sc: SweepConfig, paired: list[dict[str, Any]]) -> list[str]
     n = len(sc.seeds)
     keys = list(sc.grid)
     heads = [k.split(".")[-1] for k in keys] + ["method"] + [f"{c} ({_unit(c)})" for c in sc.columns]
-    lines = ["", f"## Paired differences vs {sc.baseline}" + (f" ({n} seeds, 95% CI)" if n > 1 else " (1 seed)"), "",
-             paired_intro(sc.baseline, n).replace("accuracy points", "accuracy/F1 points"), "",
-             "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    lines = [
+        "",
+        f"## Paired differences vs {sc.baseline}" + (f" ({n} seeds, 95% CI)" if n > 1 else " (1 seed)"),
+        "",
+        paired_intro(sc.baseline, n).replace("accuracy points", "accuracy/F1 points"),
+        "",
+        "| " + " | ".join(heads) + " |",
+        "|" + "---|" * len(heads),
+    ]
     for p in paired:
-        lines.append("| " + " | ".join([str(p["point"][k]) for k in keys] + [_paired_label(p)] + [paired_cell(p["cells"][c], n) for c in sc.columns]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [str(p["point"][k]) for k in keys] + [_paired_label(p)] + [paired_cell(p["cells"][c], n) for c in sc.columns]
+            )
+            + " |"
+        )
     if not all(p["same_federation"] for p in paired):
         lines += ["", FED_NOTE]
     return lines
 
 
 #: footnote for paired rows whose runs do not share a federation
-FED_NOTE = ("†: the baseline's run of this row has other data, model or system settings (it does not depend on a grid key that "
-            "changes them), so the two runs of a seed do not share a federation: the difference also contains that change.")
+FED_NOTE = (
+    "†: the baseline's run of this row has other data, model or system settings (it does not depend on a grid key that "
+    "changes them), so the two runs of a seed do not share a federation: the difference also contains that change."
+)
 
 
 def _paired_label(p: dict[str, Any]) -> str:
@@ -409,8 +469,13 @@ def _write_html(out: Path, sc: SweepConfig, rows: list[dict[str, Any]], cell, pa
     if sc.baseline and paired:
         n = len(sc.seeds)
         pheads = [k.split(".")[-1] for k in keys] + ["method"] + [f"{c} ({_unit(c)})" for c in sc.columns]
-        prows = [[str(p["point"][k]) for k in keys] + [_paired_label(p)] + [paired_cell(p["cells"][c], n) for c in sc.columns] for p in paired]
-        pcls = [[""] * (len(keys) + 1) + ["sig" if p["cells"][c]["interval"].significant else "" for c in sc.columns] for p in paired]
+        prows = [
+            [str(p["point"][k]) for k in keys] + [_paired_label(p)] + [paired_cell(p["cells"][c], n) for c in sc.columns]
+            for p in paired
+        ]
+        pcls = [
+            [""] * (len(keys) + 1) + ["sig" if p["cells"][c]["interval"].significant else "" for c in sc.columns] for p in paired
+        ]
         intro = paired_intro(sc.baseline, n).replace("accuracy points", "accuracy/F1 points")
         ptab = (intro + ("" if all(p["same_federation"] for p in paired) else " " + FED_NOTE), pheads, prows, pcls)
     paper = None
@@ -420,21 +485,36 @@ def _write_html(out: Path, sc: SweepConfig, rows: list[dict[str, Any]], cell, pa
             match = [r for r in rows if r["method"] == f.method and all(r[k] == v or r[k] == "-" for k, v in f.point.items())]
             where = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in f.point.items()) or "all"
             for c, val in f.figures.items():
-                prow.append([f.method, where, c, "; ".join(cell(r, c) for r in match) if match else "- (point not in this sweep)", val])
+                prow.append(
+                    [f.method, where, c, "; ".join(cell(r, c) for r in match) if match else "- (point not in this sweep)", val]
+                )
         paper = (sc.paper_source, prow)
     first = sc.points()[0] if sc.points() else {}
     dirs = {}
     for m in sc.methods:
         rp = _restrict(first, m)
-        dirs[m.label] = next((run_dir_for(out, m.label, rp, s) for s in sc.seeds if (run_dir_for(out, m.label, rp, s) / "config.yaml").exists()),
-                             run_dir_for(out, m.label, rp, sc.seeds[0]))
+        dirs[m.label] = next(
+            (run_dir_for(out, m.label, rp, s) for s in sc.seeds if (run_dir_for(out, m.label, rp, s) / "config.yaml").exists()),
+            run_dir_for(out, m.label, rp, sc.seeds[0]),
+        )
     configs = read_configs(dirs)
     wrows = []
     for m in sc.methods:
         run_dirs = {run_dir_for(out, m.label, _restrict(p, m), s) for p in sc.points() for s in sc.seeds}
-        walls = [json.loads((d / "summary.json").read_text()).get("wall_s") for d in sorted(run_dirs) if (d / "summary.json").exists()]
+        walls = [
+            json.loads((d / "summary.json").read_text()).get("wall_s") for d in sorted(run_dirs) if (d / "summary.json").exists()
+        ]
         walls = [w for w in walls if isinstance(w, (int, float))]
         wrows.append([m.label, len(walls), f"{sum(walls):.1f}", f"{(sum(walls) / len(walls)) if walls else 0:.1f}"])
     wall = (["method", "finished runs", "total wall (s)", "mean per run (s)"], wrows)
-    return write_sweep_html(out, sc.name, note + (f" Configs below: at the first grid point {first}." if keys else ""), (heads, trows), ptab, paper, configs,
-                            sc.baseline, wall)
+    return write_sweep_html(
+        out,
+        sc.name,
+        note + (f" Configs below: at the first grid point {first}." if keys else ""),
+        (heads, trows),
+        ptab,
+        paper,
+        configs,
+        sc.baseline,
+        wall,
+    )

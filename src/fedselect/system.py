@@ -51,10 +51,18 @@ class NetworkProfile:
 DEFAULT_DEVICES: tuple[DeviceProfile, ...] = tuple(
     DeviceProfile(*row)
     for row in [
-        ("jetson-nano", 921, 20, 128), ("jetson-tx2", 1300, 20, 256), ("xavier-nx-10w", 800, 20, 384),
-        ("xavier-nx-15w", 1100, 20, 384), ("jetson-agx-xavier", 1377, 20, 384), ("raspberry-pi-3", 350, 20, 4),
-        ("fpga-zcu102", 1500, 20, 4), ("tpu-v1", 700, 20, 1), ("intel-i3", 3950, 10, 2),
-        ("intel-i5", 4300, 50, 4), ("intel-i7", 4400, 80, 4), ("intel-i9", 4400, 100, 8),
+        ("jetson-nano", 921, 20, 128),
+        ("jetson-tx2", 1300, 20, 256),
+        ("xavier-nx-10w", 800, 20, 384),
+        ("xavier-nx-15w", 1100, 20, 384),
+        ("jetson-agx-xavier", 1377, 20, 384),
+        ("raspberry-pi-3", 350, 20, 4),
+        ("fpga-zcu102", 1500, 20, 4),
+        ("tpu-v1", 700, 20, 1),
+        ("intel-i3", 3950, 10, 2),
+        ("intel-i5", 4300, 50, 4),
+        ("intel-i7", 4400, 80, 4),
+        ("intel-i9", 4400, 100, 8),
     ]
 )
 #: FLASH-RL Table III (SPEC 0.3): name, mean Mb/s, std Mb/s.
@@ -109,7 +117,9 @@ def _profile(p: Path, kind: str, line: int, row: dict, where) -> DeviceProfile |
     unknown = [k for k in row if k not in fields]
     if unknown:
         ln, desc = where(unknown[0])
-        raise DataFileError(p, f"{unknown[0]!r} does not belong in a {kind} row; a {kind} row has exactly {list(fields)}", ln, desc)
+        raise DataFileError(
+            p, f"{unknown[0]!r} does not belong in a {kind} row; a {kind} row has exactly {list(fields)}", ln, desc
+        )
     missing = [k for k in fields if row.get(k) is None or (isinstance(row.get(k), str) and not row[k].strip())]
     if missing:
         raise DataFileError(p, f"{kind} row lacks {missing}; a {kind} row has exactly {list(fields)}", line)
@@ -151,8 +161,11 @@ def _yaml_profile_rows(p: Path) -> list:
         mark = getattr(e, "problem_mark", None)
         raise DataFileError(p, f"invalid YAML: {e}", mark.line + 1 if mark is not None else None) from None
     if not isinstance(doc, dict) or not set(doc) <= {"devices", "networks"}:
-        raise DataFileError(p, "a YAML profile file is a mapping with keys 'devices' and/or 'networks' (lists of rows), "
-                               f"got {type(doc).__name__}{' with keys ' + str(sorted(doc)) if isinstance(doc, dict) else ''}")
+        raise DataFileError(
+            p,
+            "a YAML profile file is a mapping with keys 'devices' and/or 'networks' (lists of rows), "
+            f"got {type(doc).__name__}{' with keys ' + str(sorted(doc)) if isinstance(doc, dict) else ''}",
+        )
     rows = []
     for key, kind in (("devices", "device"), ("networks", "network")):
         items = doc.get(key) or []
@@ -175,16 +188,21 @@ def _csv_profile_rows(p: Path) -> list:
     from fedselect.data.files import Col, read_csv_checked
 
     numbers = ("mean_mhz", "std_mhz", "cores", "mean_mbps", "std_mbps")
-    cols = (Col("kind", "str", choices=("device", "network")), Col("name", "str"),
-            *(Col(c, "float", required=False, present=False) for c in numbers))
+    cols = (
+        Col("kind", "str", choices=("device", "network")),
+        Col("name", "str"),
+        *(Col(c, "float", required=False, present=False) for c in numbers),
+    )
     t = read_csv_checked(p, cols, header=True, what="profile CSV (kind, name, mean_mhz, std_mhz, cores, mean_mbps, std_mbps)")
     rows = []
     for i, line in enumerate(t.lines):
         rec = t.frame.iloc[i]
         kind = rec["kind"]
         fields = _PROFILE_FIELDS[kind]
-        row = {k: (None if k != "name" and (k not in t.positions or _isnan(rec[k])) else
-                   (rec[k] if k == "name" else float(rec[k]))) for k in fields}
+        row = {
+            k: (None if k != "name" and (k not in t.positions or _isnan(rec[k])) else (rec[k] if k == "name" else float(rec[k])))
+            for k in fields
+        }
         for other in numbers:
             if other not in fields and other in t.positions and not _isnan(rec[other]):
                 row[other] = float(rec[other])
@@ -271,13 +289,21 @@ class Fleet:
 
     @classmethod
     def create(
-        cls, num_clients: int, seed: int, devices: Sequence[DeviceProfile] = DEFAULT_DEVICES,
-        networks: Sequence[NetworkProfile] = DEFAULT_NETWORKS, device_mix: dict[str, float] | None = None,
+        cls,
+        num_clients: int,
+        seed: int,
+        devices: Sequence[DeviceProfile] = DEFAULT_DEVICES,
+        networks: Sequence[NetworkProfile] = DEFAULT_NETWORKS,
+        device_mix: dict[str, float] | None = None,
         network_mix: dict[str, float] | None = None,
     ) -> "Fleet":
         """Assign profiles to ``num_clients`` clients with the generator of ("fleet-assign", seed)."""
         rng = np_rng(seed, "fleet-assign")
-        return cls(assign_profiles(list(devices), num_clients, rng, device_mix), assign_profiles(list(networks), num_clients, rng, network_mix), seed)
+        return cls(
+            assign_profiles(list(devices), num_clients, rng, device_mix),
+            assign_profiles(list(networks), num_clients, rng, network_mix),
+            seed,
+        )
 
     def __len__(self) -> int:
         return len(self.devices)
@@ -310,11 +336,19 @@ def transmit_time(model_bits: float, bandwidth_mbps: float) -> float:
 
 
 def client_latency(
-    epochs: float, bits: float, cycles_per_bit: float, cores: float, freq_mhz: float,
-    upload_bits: float, bandwidth_mbps: float, download_bits: float = 0.0,
+    epochs: float,
+    bits: float,
+    cycles_per_bit: float,
+    cores: float,
+    freq_mhz: float,
+    upload_bits: float,
+    bandwidth_mbps: float,
+    download_bits: float = 0.0,
 ) -> float:
     """l_t^k = T_local + T_tx (FR-eq 5), seconds; ``download_bits`` > 0 adds the broadcast."""
-    return compute_time(epochs, bits, cycles_per_bit, cores, freq_mhz) + transmit_time(upload_bits + download_bits, bandwidth_mbps)
+    return compute_time(epochs, bits, cycles_per_bit, cores, freq_mhz) + transmit_time(
+        upload_bits + download_bits, bandwidth_mbps
+    )
 
 
 def round_latency(latencies: Iterable[float]) -> float:
@@ -323,8 +357,12 @@ def round_latency(latencies: Iterable[float]) -> float:
 
 
 def latency_bounds(
-    fleet: Fleet, bits_per_client: Sequence[float], epochs: float, cycles_per_bit: float,
-    upload_bits: float, download_bits: float = 0.0,
+    fleet: Fleet,
+    bits_per_client: Sequence[float],
+    epochs: float,
+    cycles_per_bit: float,
+    upload_bits: float,
+    download_bits: float = 0.0,
 ) -> tuple[float, float]:
     """(L_min, L_max) for min-max normalisation (SPEC 0.3): the fastest client at mean + 3 std
     frequency and bandwidth, the slowest at mean - 3 std (floored at 5% of the mean)."""

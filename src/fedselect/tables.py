@@ -51,8 +51,15 @@ class RunResult:
     metric: str = "accuracy"  # the config's metrics.metric: "accuracy" or "f1_macro"
 
 
-def load_run(run_dir: Path, label: str, seed: int, target: float | None = None, metric: str = "accuracy", window: int = 10,
-             window_override: int | None = None) -> RunResult:
+def load_run(
+    run_dir: Path,
+    label: str,
+    seed: int,
+    target: float | None = None,
+    metric: str = "accuracy",
+    window: int = 10,
+    window_override: int | None = None,
+) -> RunResult:
     """Summarise one run directory from its metrics (see module docstring); the target,
     metric and summary window come from its ``config.yaml`` when it has one
     (``window_override`` replaces the window)."""
@@ -138,7 +145,13 @@ def aggregate_table(results: list[RunResult], labels: list[str], baseline: str |
     table = []
     for lab in labels:
         rs = [r for r in results if r.label == lab]
-        entry: dict[str, Any] = {"label": lab, "seeds": len(rs), "incomplete": [f"{r.dir.name} ({r.summary.get('rounds', 0)} of {r.rounds_planned} rounds)" for r in rs if not r.complete]}
+        entry: dict[str, Any] = {
+            "label": lab,
+            "seeds": len(rs),
+            "incomplete": [
+                f"{r.dir.name} ({r.summary.get('rounds', 0)} of {r.rounds_planned} rounds)" for r in rs if not r.complete
+            ],
+        }
         for key, *_ in columns:
             mean, std, n = _mean_std([_value(r, key) for r in rs])
             entry[key], entry[key + "_std"], entry[key + "_n"] = mean, std, n
@@ -173,14 +186,25 @@ def relative_phrases(e: dict[str, Any], baseline: str, window: int | None = None
     accuracy +0.2 pts vs FedAvg``, ``latency -24.8% vs FedAvg``. The first uses the stable
     summary (the metric's mean over the last ``window`` evaluated rounds)."""
     k = f"mean last {window}" if window else "mean last k"
-    names = {"last_k_accuracy": f"accuracy ({k})", "last_k_f1_macro": f"F1 ({k})", "final_accuracy": "final accuracy",
-             "final_f1_macro": "final F1", "e2e_latency_s": "latency", "rounds_to_target": "rounds to target", "communication_mb": "communication"}
+    names = {
+        "last_k_accuracy": f"accuracy ({k})",
+        "last_k_f1_macro": f"F1 ({k})",
+        "final_accuracy": "final accuracy",
+        "final_f1_macro": "final F1",
+        "e2e_latency_s": "latency",
+        "rounds_to_target": "rounds to target",
+        "communication_mb": "communication",
+    }
     out = []
     for key, name in names.items():
         v = e.get(key + "_vs")
         if v is None:
             continue
-        out.append(f"{name} {v:+.1f} pts vs {baseline}" if key in POINT_KEYS or key.startswith("last_k_") else f"{name} {v:+.1f}% vs {baseline}")
+        out.append(
+            f"{name} {v:+.1f} pts vs {baseline}"
+            if key in POINT_KEYS or key.startswith("last_k_")
+            else f"{name} {v:+.1f}% vs {baseline}"
+        )
     return out
 
 
@@ -201,7 +225,9 @@ def paired_quantities(metric: str, window: int | None) -> list[tuple[str, str, s
     return [(k.format(metric=metric), h.format(name=name, k=window or "k"), u) for k, h, u in PAIRED]
 
 
-def paired_table(results: list[RunResult], labels: list[str], baseline: str | None, quantities=None, confidence: float = 0.95) -> list[dict[str, Any]]:
+def paired_table(
+    results: list[RunResult], labels: list[str], baseline: str | None, quantities=None, confidence: float = 0.95
+) -> list[dict[str, Any]]:
     """Per method but the baseline: for each quantity the per-seed differences against the
     baseline run of the same seed (same federation) and their mean with a ``confidence``
     Student-t interval (:func:`fedselect.stats.paired_interval`).
@@ -247,13 +273,17 @@ def paired_cell(cell: dict[str, Any], nseeds: int) -> str:
 def paired_intro(baseline: str, nseeds: int, confidence: float = 0.95) -> str:
     """The sentence above the paired table (one seed: why there is no interval)."""
     if nseeds <= 1:
-        return (f"One seed: no interval is possible (an interval needs the differences of at least two seeds; run with "
-                f"--seeds 0,1,2). The cells give that seed's difference against {baseline}.")
-    return (f"For each seed a method and {baseline} ran on the same federation; a cell is the mean over the seeds of the "
-            f"difference (method - {baseline}) with its {confidence:.0%} confidence interval [low, high] (Student t, "
-            f"n - 1 degrees of freedom). `*`: the interval excludes 0, the difference is larger than the seed-to-seed noise. "
-            f"pts = accuracy points (x100); % = percent of {baseline}'s value in the same seed (negative = less latency, "
-            f"fewer rounds, fewer MB).")
+        return (
+            f"One seed: no interval is possible (an interval needs the differences of at least two seeds; run with "
+            f"--seeds 0,1,2). The cells give that seed's difference against {baseline}."
+        )
+    return (
+        f"For each seed a method and {baseline} ran on the same federation; a cell is the mean over the seeds of the "
+        f"difference (method - {baseline}) with its {confidence:.0%} confidence interval [low, high] (Student t, "
+        f"n - 1 degrees of freedom). `*`: the interval excludes 0, the difference is larger than the seed-to-seed noise. "
+        f"pts = accuracy points (x100); % = percent of {baseline}'s value in the same seed (negative = less latency, "
+        f"fewer rounds, fewer MB)."
+    )
 
 
 def render_paired(paired: list[dict[str, Any]], baseline: str, quantities, nseeds: int) -> list[str]:
@@ -261,15 +291,32 @@ def render_paired(paired: list[dict[str, Any]], baseline: str, quantities, nseed
     if not paired:
         return []
     heads = ["method"] + [f"{h} ({u})" for _, h, u in quantities]
-    lines = ["", f"## Paired differences vs {baseline}" + (f" ({nseeds} seeds, 95% CI)" if nseeds > 1 else " (1 seed)"), "",
-             paired_intro(baseline, nseeds), "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    lines = [
+        "",
+        f"## Paired differences vs {baseline}" + (f" ({nseeds} seeds, 95% CI)" if nseeds > 1 else " (1 seed)"),
+        "",
+        paired_intro(baseline, nseeds),
+        "",
+        "| " + " | ".join(heads) + " |",
+        "|" + "---|" * len(heads),
+    ]
     for p in paired:
         lines.append("| " + " | ".join([p["label"]] + [paired_cell(p["cells"][k], nseeds) for k, _, _ in quantities]) + " |")
     return lines
 
 
-def render_markdown(title: str, table: list[dict[str, Any]], baseline: str | None, paper: dict | None = None, paper_source: str | None = None, columns=COLUMNS,
-                    window: int | None = None, paired: list[dict[str, Any]] | None = None, quantities=None, caveat: str | None = None) -> str:
+def render_markdown(
+    title: str,
+    table: list[dict[str, Any]],
+    baseline: str | None,
+    paper: dict | None = None,
+    paper_source: str | None = None,
+    columns=COLUMNS,
+    window: int | None = None,
+    paired: list[dict[str, Any]] | None = None,
+    quantities=None,
+    caveat: str | None = None,
+) -> str:
     heads = ["method"] + [h for _, h, _, _ in columns]
     lines = [f"# {title}", "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for e in table:
@@ -279,12 +326,18 @@ def render_markdown(title: str, table: list[dict[str, Any]], baseline: str | Non
     lines.append(f"Mean over {seeds} seed(s)" + (" ± sample standard deviation." if seeds > 1 else "."))
     lastk = next((h for k, h, _, _ in columns if k.startswith("last_k_")), None)
     if lastk:
-        lines.append(f"`{lastk}`: the mean of the metric over each run's last {window or 'k'} evaluated rounds "
-                     f"(metrics.summary_window; all of them when a run has fewer), steadier than the final round's value.")
+        lines.append(
+            f"`{lastk}`: the mean of the metric over each run's last {window or 'k'} evaluated rounds "
+            f"(metrics.summary_window; all of them when a run has fewer), steadier than the final round's value."
+        )
         if caveat:
             lines.append(caveat)
     if baseline:
-        lines += ["", f"Relative to {baseline}" + (f" (accuracy: {lastk}; final: after the last round)" if lastk else "") + ":", ""]
+        lines += [
+            "",
+            f"Relative to {baseline}" + (f" (accuracy: {lastk}; final: after the last round)" if lastk else "") + ":",
+            "",
+        ]
         for e in table:
             if e["label"] != baseline:
                 lines.append(f"- {e['label']}: " + (", ".join(relative_phrases(e, baseline, window)) or "no comparable figures"))
@@ -294,7 +347,13 @@ def render_markdown(title: str, table: list[dict[str, Any]], baseline: str | Non
     if incomplete:
         lines += ["", "Incomplete runs (their existing rounds are used): " + ", ".join(incomplete)]
     if paper:
-        lines += ["", "## Ours vs the paper" + (f" ({paper_source})" if paper_source else ""), "", "| method | figure | ours | paper |", "|---|---|---|---|"]
+        lines += [
+            "",
+            "## Ours vs the paper" + (f" ({paper_source})" if paper_source else ""),
+            "",
+            "| method | figure | ours | paper |",
+            "|---|---|---|---|",
+        ]
         ours = {e["label"]: e for e in table}
         for lab, figs in paper.items():
             for key, val in figs.items():
@@ -329,12 +388,26 @@ def render_paired_csv(paired: list[dict[str, Any]], quantities) -> str:
             c = p["cells"][key]
             iv = c["interval"]
             sig = "" if iv.significant is None else str(int(iv.significant))
-            w.writerow([p["label"], key, unit, iv.n, fmt(iv.mean), fmt(iv.sd), fmt(iv.low), fmt(iv.high), sig,
-                        ";".join(f"{s}:{d!r}" for s, d in c["diffs"].items())])
+            w.writerow(
+                [
+                    p["label"],
+                    key,
+                    unit,
+                    iv.n,
+                    fmt(iv.mean),
+                    fmt(iv.sd),
+                    fmt(iv.low),
+                    fmt(iv.high),
+                    sig,
+                    ";".join(f"{s}:{d!r}" for s, d in c["diffs"].items()),
+                ]
+            )
     return buf.getvalue()
 
 
-def collect(directory: Path, window: int | None = None) -> tuple[str, list[RunResult], list[str], str | None, dict | None, str | None, list[dict]]:
+def collect(
+    directory: Path, window: int | None = None
+) -> tuple[str, list[RunResult], list[str], str | None, dict | None, str | None, list[dict]]:
     """Results of a comparison directory or of a single run directory (``window`` overrides
     each run's metrics.summary_window)."""
     directory = Path(directory)
@@ -343,14 +416,34 @@ def collect(directory: Path, window: int | None = None) -> tuple[str, list[RunRe
     if (directory / "compare.json").exists():
         spec = json.loads((directory / "compare.json").read_text())
         labels = [m["label"] for m in spec["methods"]]
-        results = [load_run(directory / r["dir"], r["label"], r["seed"], window_override=window) for r in spec["runs"] if (directory / r["dir"]).exists()]
-        return spec["name"], results, labels, spec.get("baseline"), spec.get("paper"), spec.get("paper_source"), load_federations(directory)
+        results = [
+            load_run(directory / r["dir"], r["label"], r["seed"], window_override=window)
+            for r in spec["runs"]
+            if (directory / r["dir"]).exists()
+        ]
+        return (
+            spec["name"],
+            results,
+            labels,
+            spec.get("baseline"),
+            spec.get("paper"),
+            spec.get("paper_source"),
+            load_federations(directory),
+        )
     if (directory / "metrics.csv").exists():
         import yaml
 
         cfg = yaml.safe_load((directory / "config.yaml").read_text()) if (directory / "config.yaml").exists() else {}
         label = cfg.get("method", directory.name)
-        return cfg.get("name", directory.name), [load_run(directory, label, cfg.get("seed", 0), window_override=window)], [label], None, None, None, []
+        return (
+            cfg.get("name", directory.name),
+            [load_run(directory, label, cfg.get("seed", 0), window_override=window)],
+            [label],
+            None,
+            None,
+            None,
+            [],
+        )
     raise FileNotFoundError(f"{directory}: neither a comparison directory (compare.json) nor a run directory (metrics.csv)")
 
 
@@ -377,7 +470,9 @@ def window_caveat(results: list[RunResult]) -> str | None:
     if not wide:
         return None
     w, n = max(wide, key=lambda x: x[0] / x[1])
-    return (f"Caution: in {len(wide)} of {len(results)} runs the window covers more than half of the evaluated rounds "
-            f"(up to {w} of {n}), early rounds included, so the last-k mean also measures how fast a method learned, not only "
-            f"where it ended. For the end state use a shorter window: fedselect report DIR --window {max(1, n // 3)} "
-            f"(or metrics.summary_window), or more rounds.")
+    return (
+        f"Caution: in {len(wide)} of {len(results)} runs the window covers more than half of the evaluated rounds "
+        f"(up to {w} of {n}), early rounds included, so the last-k mean also measures how fast a method learned, not only "
+        f"where it ended. For the end state use a shorter window: fedselect report DIR --window {max(1, n // 3)} "
+        f"(or metrics.summary_window), or more rounds."
+    )

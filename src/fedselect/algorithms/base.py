@@ -50,8 +50,12 @@ def client_evaluation(results: Sequence[dict[str, float]]) -> Evaluation:
     the means over clients, the population std of the accuracies and every client's accuracy
     (SPEC 2). Shared by the simulator and the Flower strategy (whose nodes evaluate)."""
     acc = np.array([r["accuracy"] for r in results], dtype=np.float64)
-    return Evaluation(float(acc.mean()), float(np.mean([r["f1_macro"] for r in results])), float(np.mean([r["loss"] for r in results])),
-                      {"accuracy_std": float(acc.std()), "client_accuracy": [float(a) for a in acc]})
+    return Evaluation(
+        float(acc.mean()),
+        float(np.mean([r["f1_macro"] for r in results])),
+        float(np.mean([r["loss"] for r in results])),
+        {"accuracy_std": float(acc.std()), "client_accuracy": [float(a) for a in acc]},
+    )
 
 
 @dataclass(frozen=True)
@@ -81,12 +85,20 @@ class ServerState:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for checkpoints."""
-        return {"model": self.model, "clients": None if self.clients is None else list(self.clients), "aggregated": self.aggregated}
+        return {
+            "model": self.model,
+            "clients": None if self.clients is None else list(self.clients),
+            "aggregated": self.aggregated,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ServerState":
         clients = d.get("clients")
-        return cls(clone_state(d["model"]), None if clients is None else tuple(clone_state(s) for s in clients), bool(d.get("aggregated", False)))
+        return cls(
+            clone_state(d["model"]),
+            None if clients is None else tuple(clone_state(s) for s in clients),
+            bool(d.get("aggregated", False)),
+        )
 
 
 @dataclass(frozen=True)
@@ -119,14 +131,18 @@ class AlgorithmOptions(BaseModel):
     """Options every algorithm has: ``evaluation`` (see the module docstring)."""
 
     model_config = ConfigDict(extra="forbid")
-    evaluation: Literal["global", "per_client"] = Field("global", description="global model on the test set, or each client's model on its held-out split")
+    evaluation: Literal["global", "per_client"] = Field(
+        "global", description="global model on the test set, or each client's model on its held-out split"
+    )
 
 
 class PerClientOptions(AlgorithmOptions):
     """Options of algorithms whose clients keep their own models: only per-client evaluation
     means something there (the server model lacks the personalised layers)."""
 
-    evaluation: Literal["per_client"] = Field("per_client", description="each client's model on its held-out split (the only choice here)")
+    evaluation: Literal["per_client"] = Field(
+        "per_client", description="each client's model on its held-out split (the only choice here)"
+    )
 
 
 @dataclass(frozen=True)

@@ -51,8 +51,8 @@ from fedselect.fl.aggregate import State, state_bytes
 from fedselect.fl.evaluate import evaluate
 from fedselect.fl.train import TrainConfig, iterate_minibatches, make_optimizer
 from fedselect.fl.types import ClientOutcome, PhaseCost
-from fedselect.selectors.base import ClientGroups, Prepared
 from fedselect.seeding import np_rng
+from fedselect.selectors.base import ClientGroups, Prepared
 from fedselect.system import compute_time, to_mb, transmit_time
 
 log = logging.getLogger(__name__)
@@ -109,9 +109,7 @@ def cefl_communication(
         "part3_mb": to_mb(rounds * k * base_bytes),
         "part4_mb": to_mb(sum(c - 1 for c in sizes) * full_bytes),
     }
-    parts["total_mb"] = to_mb(
-        num_clients * full_bytes + 2 * rounds * k * base_bytes + sum(c - 1 for c in sizes) * full_bytes
-    )
+    parts["total_mb"] = to_mb(num_clients * full_bytes + 2 * rounds * k * base_bytes + sum(c - 1 for c in sizes) * full_bytes)
     return parts
 
 
@@ -141,8 +139,14 @@ def _counts(per_round: Sequence[int] | int, rounds: int | None) -> list[int]:
 
 # ------------------------------------------------------------------------ transfer learning
 def fine_tune(
-    model: torch.nn.Module, train: ArrayDataset, val: ArrayDataset, cfg: TrainConfig, max_epochs: int, patience: int,
-    generator: torch.Generator, holdout: ArrayDataset | None = None,
+    model: torch.nn.Module,
+    train: ArrayDataset,
+    val: ArrayDataset,
+    cfg: TrainConfig,
+    max_epochs: int,
+    patience: int,
+    generator: torch.Generator,
+    holdout: ArrayDataset | None = None,
 ) -> dict[str, Any]:
     """Train ``model`` in place for at most ``max_epochs`` epochs with early stopping on the
     validation loss, then load the best state (CEFL transfer step; SPEC 2 item 6).
@@ -207,7 +211,9 @@ class CEFLOptions(BaseLayerOptions):
     leader_weights: Literal["uniform", "samples"] = Field("uniform", description="a_k of CE-eq 6: 1/K or n_k / sum n")
     transfer_epochs: int = Field(50, ge=0, description="eta, most local epochs of a member after the transfer")
     patience: int = Field(3, ge=1, description="early-stopping patience (epochs) of the transfer")
-    validation_fraction: float = Field(0.2, ge=0.0, lt=1.0, description="share of a member's training data used for early stopping")
+    validation_fraction: float = Field(
+        0.2, ge=0.0, lt=1.0, description="share of a member's training data used for early stopping"
+    )
 
 
 @register_algorithm
@@ -239,8 +245,9 @@ class CEFL(Personalised):
     def prepare(self, state: ServerState, prepared: Prepared) -> ServerState:
         """Take the selector's groups; every client's model becomes its warm-up model."""
         if prepared.groups is None or prepared.warm_states is None:
-            raise ValueError("algorithm 'cefl' needs a selector that clusters the clients and names leaders "
-                             "(selector 'cefl_leaders')")
+            raise ValueError(
+                "algorithm 'cefl' needs a selector that clusters the clients and names leaders (selector 'cefl_leaders')"
+            )
         self._set_groups(prepared.groups)
         self.prepared_summary = {k: v for k, v in prepared.summary.items() if k == "warmup_epochs"}
         return ServerState(state.model, tuple(prepared.warm_states), False)
@@ -274,15 +281,26 @@ class CEFL(Personalised):
                 if m == lead:
                     continue
                 client = fed.clients[m]
-                tr, va = local_holdout(np.arange(client.num_samples), o.validation_fraction, np_rng(self.settings.seed, f"cefl/validation/{m}"))
+                tr, va = local_holdout(
+                    np.arange(client.num_samples), o.validation_fraction, np_rng(self.settings.seed, f"cefl/validation/{m}")
+                )
                 self.worker.load_state_dict(clients[lead])
-                res = fine_tune(self.worker, client.train.subset(tr), client.train.subset(va), self.train_cfg, o.transfer_epochs,
-                                o.patience, fed.train_generator(0, m, tag="cefl-transfer"), holdout=client.holdout)
+                res = fine_tune(
+                    self.worker,
+                    client.train.subset(tr),
+                    client.train.subset(va),
+                    self.train_cfg,
+                    o.transfer_epochs,
+                    o.patience,
+                    fed.train_generator(0, m, tag="cefl-transfer"),
+                    holdout=client.holdout,
+                )
                 clients[m] = clone_state(self.worker.state_dict())
                 epochs[m], curves[m] = res["epochs"], res["curve"]
                 # the member receives the leader's whole model, then trains the epochs it ran (FR-eq 3, 4)
-                lat = compute_time(res["epochs"], fed.client_bits(m), self.settings.cycles_per_bit, fed.fleet.cores[m], draws.freq_mhz[m]) \
-                    + transmit_time(self.full_bytes * 8, draws.bandwidth_mbps[m])
+                lat = compute_time(
+                    res["epochs"], fed.client_bits(m), self.settings.cycles_per_bit, fed.fleet.cores[m], draws.freq_mhz[m]
+                ) + transmit_time(self.full_bytes * 8, draws.bandwidth_mbps[m])
                 transfer_latency = max(transfer_latency, lat)
         final_state = ServerState(state.model, tuple(clients), state.aggregated)
         final = self.evaluate_clients(lambda k: clients[k])
@@ -299,16 +317,24 @@ class CEFL(Personalised):
         for e in range(horizon):
             vals = [c[min(e, len(c) - 1)] for c in curves.values() if c] + list(lead_acc.values())
             curve.append(float(np.mean(vals)))
-        log.info("cefl transfer: member epochs %s; mean client accuracy %.4f +- %.4f; communication %.3f MB", epochs,
-                 final.accuracy, final.per_client["accuracy_std"], parts["total_mb"])
+        log.info(
+            "cefl transfer: member epochs %s; mean client accuracy %.4f +- %.4f; communication %.3f MB",
+            epochs,
+            final.accuracy,
+            final.per_client["accuracy_std"],
+            parts["total_mb"],
+        )
         warmup_epochs = int(self.prepared_summary.get("warmup_epochs", 0))
         summary = {
             "communication_parts_mb": parts,
-            "clusters": groups.clusters, "leaders": groups.leaders,
-            "transfer_epochs": {str(k): v for k, v in epochs.items()}, "transfer_curve": curve,
+            "clusters": groups.clusters,
+            "leaders": groups.leaders,
+            "transfer_epochs": {str(k): v for k, v in epochs.items()},
+            "transfer_curve": curve,
             "transfer_latency_s": transfer_latency,
             "transfer_wall_s": time.perf_counter() - t0,
-            "episodes": fed.num_clients * warmup_epochs + self.settings.rounds * len(groups.leaders) * self.train_cfg.epochs
+            "episodes": fed.num_clients * warmup_epochs
+            + self.settings.rounds * len(groups.leaders) * self.train_cfg.epochs
             + sum(epochs.values()),
         }
         # members fine-tune in parallel: the phase lasts as long as its slowest member
@@ -317,8 +343,11 @@ class CEFL(Personalised):
     # ------------------------------------------------------------ checkpointing
     def state_dict(self) -> dict[str, Any]:
         g = self.groups
-        return {"clusters": None if g is None else [list(c) for c in g.clusters], "leaders": None if g is None else list(g.leaders),
-                "prepared_summary": dict(self.prepared_summary)}
+        return {
+            "clusters": None if g is None else [list(c) for c in g.clusters],
+            "leaders": None if g is None else list(g.leaders),
+            "prepared_summary": dict(self.prepared_summary),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("clusters") is not None:

@@ -19,7 +19,7 @@ the machinery CEFL and Individual training share with it (CE-eq 6, 7; SPEC 0.5).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 from pydantic import Field

@@ -15,7 +15,16 @@ import fedselect.data.iot  # noqa: F401  (registers iot-synthetic, iot-flows, io
 from fedselect.data.datasets import DATASETS, ArrayDataset, Loader
 from fedselect.data.partition import PARTITIONERS, Partitioner, make_partitioner
 
-__all__ = ["DATASETS", "PARTITIONERS", "dataset_names", "get_loader", "load_dataset", "make_partitioner", "partition_schemes", "Partitioner"]
+__all__ = [
+    "DATASETS",
+    "PARTITIONERS",
+    "dataset_names",
+    "get_loader",
+    "load_dataset",
+    "make_partitioner",
+    "partition_schemes",
+    "Partitioner",
+]
 
 
 def dataset_names() -> list[str]:

@@ -50,9 +50,7 @@ class ArrayDataset:
         if self.x.shape[0] != self.y.shape[0]:
             raise ValueError(f"{self.name}: {self.x.shape[0]} inputs but {self.y.shape[0]} labels")
         if self.y.size and (self.y.min() < 0 or self.y.max() >= self.num_classes):
-            raise ValueError(
-                f"{self.name}: labels must lie in [0, {self.num_classes}), got [{self.y.min()}, {self.y.max()}]"
-            )
+            raise ValueError(f"{self.name}: labels must lie in [0, {self.num_classes}), got [{self.y.min()}, {self.y.max()}]")
         if self.groups is not None:
             self.groups = np.ascontiguousarray(self.groups, dtype=np.int64)
             if self.groups.shape != self.y.shape:
@@ -77,8 +75,13 @@ class ArrayDataset:
         """The samples at ``indices`` (a copy), keeping classes, names and groups."""
         idx = np.asarray(indices, dtype=np.int64)
         return ArrayDataset(
-            self.x[idx], self.y[idx], self.num_classes, name or self.name, self.class_names,
-            None if self.groups is None else self.groups[idx], dict(self.info),
+            self.x[idx],
+            self.y[idx],
+            self.num_classes,
+            name or self.name,
+            self.class_names,
+            None if self.groups is None else self.groups[idx],
+            dict(self.info),
         )
 
 

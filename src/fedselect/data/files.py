@@ -346,9 +346,17 @@ def _fast_frame(p, data, columns, positions, has_header, first_line, text, ncols
     str_cols = {positions[c.name]: str for c in columns if c.name in positions and c.kind in ("str", "time")}
     try:
         df = pd.read_csv(
-            io.BytesIO(data), header=None, skiprows=first_line if has_header else 0, index_col=False,
-            keep_default_na=False, na_values=[""], dtype=str_cols or None, skip_blank_lines=True, engine="c",
-            encoding="utf-8-sig", low_memory=False,
+            io.BytesIO(data),
+            header=None,
+            skiprows=first_line if has_header else 0,
+            index_col=False,
+            keep_default_na=False,
+            na_values=[""],
+            dtype=str_cols or None,
+            skip_blank_lines=True,
+            engine="c",
+            encoding="utf-8-sig",
+            low_memory=False,
         )
     except (pd.errors.ParserError, ValueError, pd.errors.EmptyDataError):
         return None, None
@@ -357,7 +365,9 @@ def _fast_frame(p, data, columns, positions, has_header, first_line, text, ncols
     out = {}
     for c in columns:
         if c.name not in positions:
-            out[c.name] = pd.Series(np.full(len(df), np.nan) if c.numeric else [""] * len(df), dtype=float if c.numeric else object)
+            out[c.name] = pd.Series(
+                np.full(len(df), np.nan) if c.numeric else [""] * len(df), dtype=float if c.numeric else object
+            )
             continue
         pos = positions[c.name]
         if pos >= df.shape[1]:
@@ -403,7 +413,9 @@ def _slow_frame(p, text, columns, positions, has_header, ncols):
         flat = pd.Series(cells[:, num_idx].ravel(), dtype=object).astype(str)
         num = pd.to_numeric(flat.where(flat != "", None), errors="coerce").to_numpy(dtype=float)
         written_nan = flat.str.lower().isin(["nan", "-nan", "+nan"]).to_numpy(bool)
-        unparsed = ((flat != "").to_numpy(bool) & np.isnan(num) & ~written_nan) | flat.str.contains("_", regex=False).to_numpy(bool)
+        unparsed = ((flat != "").to_numpy(bool) & np.isnan(num) & ~written_nan) | flat.str.contains("_", regex=False).to_numpy(
+            bool
+        )
         shape = (n, len(num_idx))
         num, written_nan, unparsed = num.reshape(shape), written_nan.reshape(shape), unparsed.reshape(shape)
         for i in np.flatnonzero((unparsed | written_nan).any(axis=1) & ~bad):
@@ -457,20 +469,24 @@ def _check_values(table: CsvTable, columns: Sequence[Col], pre: tuple[np.ndarray
             raw = s.astype(str)
             secs, unparsed = _to_seconds(s)
             table.frame[c.name] = secs
-            flag(unparsed, c.name, lambda i: f"not a number of seconds or a date-time: {raw.iloc[i]!r}")
+            flag(unparsed, c.name, lambda i, raw=raw: f"not a number of seconds or a date-time: {raw.iloc[i]!r}")
             s = secs
         if c.numeric or c.kind == "time":
             v = s.to_numpy(dtype=float)
             if c.required:
                 flag(np.isnan(v), c.name, "missing value")
-            flag(np.isinf(v), c.name, lambda i: f"not a finite number: {_num(v[i])}")
+            flag(np.isinf(v), c.name, lambda i, v=v: f"not a finite number: {_num(v[i])}")
             if c.kind == "int":
-                flag(np.isfinite(v) & (v != np.round(v)), c.name, lambda i: f"not an integer: {_num(v[i])}")
+                flag(np.isfinite(v) & (v != np.round(v)), c.name, lambda i, v=v: f"not an integer: {_num(v[i])}")
             lo = -math.inf if c.lo is None else c.lo
             hi = math.inf if c.hi is None else c.hi
             rng = f"[{_num(c.lo, '-inf')}, {_num(c.hi, 'inf')}]"
             word = "unknown label" if c.is_label else "value"
-            flag(np.isfinite(v) & ((v < lo) | (v > hi)), c.name, lambda i: f"{word} {_num(v[i])} outside {rng}")
+            flag(
+                np.isfinite(v) & ((v < lo) | (v > hi)),
+                c.name,
+                lambda i, v=v, word=word, rng=rng: f"{word} {_num(v[i])} outside {rng}",
+            )
         else:
             txt = s.astype(str)
             empty = (txt.str.strip() == "").to_numpy(bool)
@@ -478,8 +494,11 @@ def _check_values(table: CsvTable, columns: Sequence[Col], pre: tuple[np.ndarray
                 flag(empty, c.name, "missing value")
             if c.choices is not None:
                 word = "unknown label" if c.is_label else "unknown value"
-                flag(~txt.isin(c.choices).to_numpy(bool) & ~empty, c.name,
-                     lambda i: f"{word} {txt.iloc[i]!r}; allowed: {list(c.choices)}")
+                flag(
+                    ~txt.isin(c.choices).to_numpy(bool) & ~empty,
+                    c.name,
+                    lambda i, word=word, txt=txt, c=c: f"{word} {txt.iloc[i]!r}; allowed: {list(c.choices)}",
+                )
     table.reject(bad, cols, reasons)
 
 
@@ -494,10 +513,15 @@ def _num(x: Any, default: str = "") -> str:
 #: the globals a CIFAR-10 "python version" batch needs: NumPy's array reconstruction, and
 #: ``_codecs.encode`` (how a protocol-2 pickle written by Python 3 stores ``bytes``; it only
 #: turns a string into bytes)
-CIFAR_GLOBALS: frozenset[tuple[str, str]] = frozenset({
-    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode"),
-})
+CIFAR_GLOBALS: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("_codecs", "encode"),
+    }
+)
 
 
 class SafeUnpickler(pickle.Unpickler):
@@ -523,7 +547,9 @@ class SafeUnpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-def safe_pickle_load(path: str | Path, allowed: frozenset[tuple[str, str]] = CIFAR_GLOBALS, what: str = "pickle", **kwargs) -> Any:
+def safe_pickle_load(
+    path: str | Path, allowed: frozenset[tuple[str, str]] = CIFAR_GLOBALS, what: str = "pickle", **kwargs
+) -> Any:
     """Unpickle ``path`` with :class:`SafeUnpickler` (``kwargs``, e.g. ``encoding="bytes"``,
     go to the unpickler). Any failure (truncation, corruption, a refused global) is a
     :class:`DataFileError` naming the file."""

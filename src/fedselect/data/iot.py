@@ -69,11 +69,28 @@ __all__ = [
 ]
 
 FEATURES: tuple[str, ...] = (
-    "sleep_time", "active_time", "volume", "flow_rate", "avg_packet_size",
-    "num_servers", "num_protocols", "num_dns_queries", "dns_interval", "ntp_interval",
+    "sleep_time",
+    "active_time",
+    "volume",
+    "flow_rate",
+    "avg_packet_size",
+    "num_servers",
+    "num_protocols",
+    "num_dns_queries",
+    "dns_interval",
+    "ntp_interval",
 )
 FLOW_COLUMNS: tuple[str, ...] = (
-    "device", "start", "end", "bytes_in", "bytes_out", "packets", "dst_ip", "dst_port", "protocol", "dns_query",
+    "device",
+    "start",
+    "end",
+    "bytes_in",
+    "bytes_out",
+    "packets",
+    "dst_ip",
+    "dst_port",
+    "protocol",
+    "dns_query",
 )
 DNS_PORT, NTP_PORT = 53, 123
 
@@ -150,16 +167,20 @@ def flow_features(flows: pd.DataFrame, window: float = 3600.0, origin: float | N
     df["query"] = df["dns_query"].where(df["dns_query"].str.len() > 0)
 
     g = df.groupby(["device", "window"], sort=True)
-    out = pd.DataFrame({
-        "active_time": g["covered"].sum(),
-        "volume": g["volume"].sum(),
-        "packets": g["packets"].sum().astype(np.float64),
-        "num_servers": g["server"].nunique(),
-        "num_protocols": g["dst_port"].nunique(),
-        "num_dns_queries": g["query"].nunique(),
-    })
+    out = pd.DataFrame(
+        {
+            "active_time": g["covered"].sum(),
+            "volume": g["volume"].sum(),
+            "packets": g["packets"].sum().astype(np.float64),
+            "num_servers": g["server"].nunique(),
+            "num_protocols": g["dst_port"].nunique(),
+            "num_dns_queries": g["query"].nunique(),
+        }
+    )
     out["sleep_time"] = window - out["active_time"]
-    out["flow_rate"] = np.where(out["active_time"] > 0, out["volume"] / out["active_time"].where(out["active_time"] > 0, 1.0), 0.0)
+    out["flow_rate"] = np.where(
+        out["active_time"] > 0, out["volume"] / out["active_time"].where(out["active_time"] > 0, 1.0), 0.0
+    )
     out["avg_packet_size"] = np.where(out["packets"] > 0, out["volume"] / out["packets"].where(out["packets"] > 0, 1.0), 0.0)
     for port, name in ((DNS_PORT, "dns_interval"), (NTP_PORT, "ntp_interval")):
         sub = df[df["dst_port"] == port].groupby(["device", "window"])["start"]
@@ -223,8 +244,11 @@ def feature_table_to_datasets(
     idx = np.arange(len(t))
     tr, te = train_test_split(idx, test_size=test_fraction, stratify=labels, random_state=_split_seed(seed, name))
     meta = {
-        "source": name, "features": list(FEATURES), "dropped_devices": sorted(set(counts.index) - set(keep)),
-        "scaling": "MinMaxScaler on all rows before the split (paper Phase 3)", **(info or {}),
+        "source": name,
+        "features": list(FEATURES),
+        "dropped_devices": sorted(set(counts.index) - set(keep)),
+        "scaling": "MinMaxScaler on all rows before the split (paper Phase 3)",
+        **(info or {}),
     }
     return (
         ArrayDataset(x[np.sort(tr)], labels[np.sort(tr)], len(keep), name, list(keep), info=dict(meta, split="train")),
@@ -239,9 +263,15 @@ def _split_seed(seed: int, name: str) -> int:
 
 #: the checks of a flow-record CSV (by header name; extra columns are ignored)
 FLOW_CSV_COLUMNS: tuple[Col, ...] = (
-    Col("device", "str", is_label=True), Col("start", "time"), Col("end", "time"),
-    Col("bytes_in", "float", lo=0), Col("bytes_out", "float", lo=0), Col("packets", "float", lo=0),
-    Col("dst_ip", "str"), Col("dst_port", "int", lo=0, hi=65535), Col("protocol", "int", lo=0, hi=255, required=False),
+    Col("device", "str", is_label=True),
+    Col("start", "time"),
+    Col("end", "time"),
+    Col("bytes_in", "float", lo=0),
+    Col("bytes_out", "float", lo=0),
+    Col("packets", "float", lo=0),
+    Col("dst_ip", "str"),
+    Col("dst_port", "int", lo=0, hi=65535),
+    Col("protocol", "int", lo=0, hi=255, required=False),
     Col("dns_query", "str", required=False, present=False),
 )
 
@@ -276,11 +306,15 @@ def load_flow_csv(path: str | Path, drop_invalid: bool = False) -> pd.DataFrame:
         )
     frames, dropped = [], {}
     for f in files:
-        table = read_csv_checked(f, FLOW_CSV_COLUMNS, header=True, drop_invalid=drop_invalid,
-                                 what=f"flow-record CSV with columns {list(FLOW_COLUMNS)}")
+        table = read_csv_checked(
+            f, FLOW_CSV_COLUMNS, header=True, drop_invalid=drop_invalid, what=f"flow-record CSV with columns {list(FLOW_COLUMNS)}"
+        )
         fr = table.frame
-        table.reject((fr["end"] < fr["start"]).to_numpy(bool), "end",
-                     [f"flow ends before it starts (start {a:g} s, end {b:g} s)" for a, b in zip(fr["start"], fr["end"])])
+        table.reject(
+            (fr["end"] < fr["start"]).to_numpy(bool),
+            "end",
+            [f"flow ends before it starts (start {a:g} s, end {b:g} s)" for a, b in zip(fr["start"], fr["end"])],
+        )
         dropped.update(table.report_dropped())
         frames.append(table.frame)
     df = pd.concat(frames, ignore_index=True)
@@ -391,15 +425,19 @@ def synthetic_iot_flows(
             size = np.maximum(60.0, rng.lognormal(np.log(dt.bytes_per_flow * f[2]), 0.8, size=w_idx.size))
             frac_out = rng.uniform(0.2, 0.8, size=w_idx.size)
             pkts = np.maximum(1, np.round(size / (dt.packet_size * f[3]))).astype(np.int64)
-            data = pd.DataFrame({
-                "start": start, "end": start + dur,
-                "bytes_in": np.round(size * (1 - frac_out)).astype(np.int64),
-                "bytes_out": np.round(size * frac_out).astype(np.int64),
-                "packets": pkts,
-                "dst_ip": np.asarray(servers)[rng.integers(0, len(servers), size=w_idx.size)],
-                "dst_port": np.asarray(dt.ports)[rng.integers(0, len(dt.ports), size=w_idx.size)],
-                "protocol": 6, "dns_query": "",
-            })
+            data = pd.DataFrame(
+                {
+                    "start": start,
+                    "end": start + dur,
+                    "bytes_in": np.round(size * (1 - frac_out)).astype(np.int64),
+                    "bytes_out": np.round(size * frac_out).astype(np.int64),
+                    "packets": pkts,
+                    "dst_ip": np.asarray(servers)[rng.integers(0, len(servers), size=w_idx.size)],
+                    "dst_port": np.asarray(dt.ports)[rng.integers(0, len(dt.ports), size=w_idx.size)],
+                    "protocol": 6,
+                    "dns_query": "",
+                }
+            )
             parts = [data]
             for period, port in ((dt.dns_period, DNS_PORT), (dt.ntp_period, NTP_PORT)):
                 if period <= 0:
@@ -408,15 +446,22 @@ def synthetic_iot_flows(
                 gaps = period * rng.uniform(0.8, 1.2, size=m)
                 t = rng.uniform(0, period) + np.concatenate([[0.0], np.cumsum(gaps[:-1])])
                 t = t[t < horizon]
-                q = (np.asarray([f"svc{j}.{dt.name}.example" for j in range(dt.dns_names)])
-                     if port == DNS_PORT else None)
-                parts.append(pd.DataFrame({
-                    "start": t, "end": t + rng.uniform(0.01, 0.2, size=t.size),
-                    "bytes_in": rng.integers(80, 300, size=t.size), "bytes_out": rng.integers(60, 120, size=t.size),
-                    "packets": 2, "dst_ip": "10.255.0.53" if port == DNS_PORT else "10.255.0.123",
-                    "dst_port": port, "protocol": 17,
-                    "dns_query": q[rng.integers(0, len(q), size=t.size)] if q is not None else "",
-                }))
+                q = np.asarray([f"svc{j}.{dt.name}.example" for j in range(dt.dns_names)]) if port == DNS_PORT else None
+                parts.append(
+                    pd.DataFrame(
+                        {
+                            "start": t,
+                            "end": t + rng.uniform(0.01, 0.2, size=t.size),
+                            "bytes_in": rng.integers(80, 300, size=t.size),
+                            "bytes_out": rng.integers(60, 120, size=t.size),
+                            "packets": 2,
+                            "dst_ip": "10.255.0.53" if port == DNS_PORT else "10.255.0.123",
+                            "dst_port": port,
+                            "protocol": 17,
+                            "dns_query": q[rng.integers(0, len(q), size=t.size)] if q is not None else "",
+                        }
+                    )
+                )
             dev = pd.concat(parts, ignore_index=True)
             dev.insert(0, "device", name)
             frames.append(dev)
@@ -435,8 +480,14 @@ def _rng(seed: int, tag: str) -> np.random.Generator:
 
 @register_dataset("iot-synthetic")
 def load_iot_synthetic(
-    seed: int = 0, windows: int = 200, window: float = 3600.0, devices_per_type: int = 1,
-    min_records: int = 100, test_fraction: float = 0.2, jitter: float = 0.15, **_: Any,
+    seed: int = 0,
+    windows: int = 200,
+    window: float = 3600.0,
+    devices_per_type: int = 1,
+    min_records: int = 100,
+    test_fraction: float = 0.2,
+    jitter: float = 0.15,
+    **_: Any,
 ) -> tuple[ArrayDataset, ArrayDataset]:
     """Embedded default: **synthetic** IoT flows (:func:`synthetic_iot_flows`) -> 10 features
     per device per window -> min-max scaling -> 80/20 split. 10 classes (device types) with
@@ -449,15 +500,24 @@ def load_iot_synthetic(
     flows = synthetic_iot_flows(_rng(seed, "iot-synthetic-flows"), windows, window, devices_per_type, jitter=jitter)
     table = flow_features(flows, window)
     return feature_table_to_datasets(
-        table, seed, min_records, test_fraction, name="iot-synthetic",
+        table,
+        seed,
+        min_records,
+        test_fraction,
+        name="iot-synthetic",
         info={"synthetic": True, "flows": len(flows), "window_s": window},
     )
 
 
 @register_dataset("iot-flows")
 def load_iot_flows(
-    seed: int = 0, path: str | None = None, window: float = 3600.0, min_records: int = 100,
-    test_fraction: float = 0.2, drop_invalid: bool = False, **_: Any,
+    seed: int = 0,
+    path: str | None = None,
+    window: float = 3600.0,
+    min_records: int = 100,
+    test_fraction: float = 0.2,
+    drop_invalid: bool = False,
+    **_: Any,
 ) -> tuple[ArrayDataset, ArrayDataset]:
     """Flow-record CSV file(s) at ``path`` (columns :data:`FLOW_COLUMNS`) -> 10 features per
     device per ``window`` seconds -> min-max scaling -> 80/20 split; devices with fewer than
@@ -475,21 +535,31 @@ def load_iot_flows(
     flows = load_flow_csv(path, flag_option("iot-flows", "drop_invalid", drop_invalid))
     dropped = dict(flows.attrs.get("dropped_rows") or {})
     table = flow_features(flows, window)
-    return feature_table_to_datasets(table, seed, min_records, test_fraction, name="iot-flows",
-                                     info={"path": str(path), "window_s": window,
-                                           **({"dropped_rows": dropped} if dropped else {})})
+    return feature_table_to_datasets(
+        table,
+        seed,
+        min_records,
+        test_fraction,
+        name="iot-flows",
+        info={"path": str(path), "window_s": window, **({"dropped_rows": dropped} if dropped else {})},
+    )
 
 
 #: an ``iot-features`` row: the 10 features (by position) and the device label (last field)
 FEATURE_CSV_COLUMNS: tuple[Col, ...] = (
-    *(Col(name, "float", at=i) for i, name in enumerate(FEATURES)), Col("device", "str", at=-1, is_label=True),
+    *(Col(name, "float", at=i) for i, name in enumerate(FEATURES)),
+    Col("device", "str", at=-1, is_label=True),
 )
 
 
 @register_dataset("iot-features")
 def load_iot_features(
-    seed: int = 0, path: str | None = None, min_records: int = 100, test_fraction: float = 0.2,
-    drop_invalid: bool = False, **_: Any,
+    seed: int = 0,
+    path: str | None = None,
+    min_records: int = 100,
+    test_fraction: float = 0.2,
+    drop_invalid: bool = False,
+    **_: Any,
 ) -> tuple[ArrayDataset, ArrayDataset]:
     """An already-computed feature CSV (the paper's Phase 2 output): a header line (names
     ignored), then rows whose first 10 fields are the features in :data:`FEATURES` order
@@ -509,11 +579,22 @@ def load_iot_features(
     p = Path(path).expanduser()
     if not p.is_file():
         raise DatasetNotFoundError(f"feature CSV {str(p)!r} does not exist (10 feature columns, then the label)")
-    t = read_csv_checked(p, FEATURE_CSV_COLUMNS, header=True, drop_invalid=flag_option("iot-features", "drop_invalid", drop_invalid),
-                         min_columns=11,
-                         what="feature CSV (header, then 10 features and the device label per row)")
+    t = read_csv_checked(
+        p,
+        FEATURE_CSV_COLUMNS,
+        header=True,
+        drop_invalid=flag_option("iot-features", "drop_invalid", drop_invalid),
+        min_columns=11,
+        what="feature CSV (header, then 10 features and the device label per row)",
+    )
     dropped = t.report_dropped()
     table = t.frame[list(FEATURES)].astype(np.float64)
     table["device"] = t.frame["device"].astype(str).to_numpy()
-    return feature_table_to_datasets(table, seed, min_records, test_fraction, name="iot-features",
-                                     info={"path": str(p), **({"dropped_rows": dropped} if dropped else {})})
+    return feature_table_to_datasets(
+        table,
+        seed,
+        min_records,
+        test_fraction,
+        name="iot-features",
+        info={"path": str(p), **({"dropped_rows": dropped} if dropped else {})},
+    )

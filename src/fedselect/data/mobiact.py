@@ -44,8 +44,18 @@ ADLS = ("STD", "WAL", "JOG", "JUM", "STU", "STN", "SCH", "SIT", "CHU", "CSI", "C
 ACTIVITIES = ADLS + FALLS
 SCENARIOS = ("SLH", "SBW", "SLW", "SBE", "SRH")
 COLUMNS = (
-    "timestamp", "rel_time", "acc_x", "acc_y", "acc_z", "gyro_x", "gyro_y", "gyro_z",
-    "azimuth", "pitch", "roll", "label",
+    "timestamp",
+    "rel_time",
+    "acc_x",
+    "acc_y",
+    "acc_z",
+    "gyro_x",
+    "gyro_y",
+    "gyro_z",
+    "azimuth",
+    "pitch",
+    "roll",
+    "label",
 )
 ANNOTATED_DIR = "Annotated Data"
 DOWNLOAD_HINT = (
@@ -56,7 +66,8 @@ DOWNLOAD_HINT = (
 #: the checks of an annotated CSV: the columns used must hold finite numbers, the others
 #: (when present) numbers or nothing, and the per-sample label a known activity code
 ANNOTATED_CSV_COLUMNS: tuple[Col, ...] = (
-    Col("timestamp", "float"), Col("rel_time", "float", required=False, present=False),
+    Col("timestamp", "float"),
+    Col("rel_time", "float", required=False, present=False),
     *(Col(c, "float") for c in CHANNELS),
     *(Col(c, "float", required=False, present=False) for c in ("azimuth", "pitch", "roll")),
     Col("label", "str", choices=ACTIVITIES + SCENARIOS, present=False, is_label=True),
@@ -80,7 +91,9 @@ def annotated_dir(path: str | Path) -> Path:
     return expected
 
 
-def frame_to_recording(frame: pd.DataFrame, subject: int, activity: str, trial: int, rate_hz: float, source: str = "") -> Recording:
+def frame_to_recording(
+    frame: pd.DataFrame, subject: int, activity: str, trial: int, rate_hz: float, source: str = ""
+) -> Recording:
     """Turn one annotated MobiAct table into a :class:`Recording` resampled to ``rate_hz``.
 
     Times come from ``timestamp`` (ns). Output length ``floor((t_last - t_first) * rate_hz) + 1``.
@@ -149,8 +162,13 @@ def read_mobiact(
             subject, trial = int(m["subject"]), int(m["trial"])
             if keep_subjects is not None and subject not in keep_subjects:
                 continue
-            table = read_csv_checked(f, ANNOTATED_CSV_COLUMNS, header=True, drop_invalid=drop_invalid,
-                                     what=f"MobiAct annotated CSV with columns {list(COLUMNS)}")
+            table = read_csv_checked(
+                f,
+                ANNOTATED_CSV_COLUMNS,
+                header=True,
+                drop_invalid=drop_invalid,
+                what=f"MobiAct annotated CSV with columns {list(COLUMNS)}",
+            )
             dropped.update(table.report_dropped())
             frame = table.frame[[c for c in table.frame.columns if c in table.positions]]
             with naming_file(f, "MobiAct recording"):
@@ -158,8 +176,12 @@ def read_mobiact(
     if not recs:
         raise ValueError(f"MobiAct: no recordings for activities {list(wanted)} under {root}")
     recs.sort(key=lambda r: (r.activity, r.subject, r.trial))
-    info = {"source": str(root), "files_read": len(recs), "skipped_folders": skipped,
-            **({"dropped_rows": dropped} if dropped else {})}
+    info = {
+        "source": str(root),
+        "files_read": len(recs),
+        "skipped_folders": skipped,
+        **({"dropped_rows": dropped} if dropped else {}),
+    }
     return recs, info
 
 
@@ -168,15 +190,33 @@ def read_mobiact(
 #: synthetic trial durations (s); real MobiAct: falls 10 s, STD/WAL 5 min, SIT 1 min, JOG/JUM
 #: 30 s, stairs 10 s, transitions 6 s (shortened here to keep the synthetic set small)
 SYNTHETIC_DURATIONS_S = {
-    "STD": 30.0, "WAL": 30.0, "JOG": 20.0, "JUM": 20.0, "STU": 10.0, "STN": 10.0, "SCH": 6.0,
-    "SIT": 20.0, "CHU": 6.0, "CSI": 6.0, "CSO": 6.0, "LYI": 10.0,
-    "FOL": 10.0, "FKL": 10.0, "BSC": 10.0, "SDL": 10.0,
+    "STD": 30.0,
+    "WAL": 30.0,
+    "JOG": 20.0,
+    "JUM": 20.0,
+    "STU": 10.0,
+    "STN": 10.0,
+    "SCH": 6.0,
+    "SIT": 20.0,
+    "CHU": 6.0,
+    "CSI": 6.0,
+    "CSO": 6.0,
+    "LYI": 10.0,
+    "FOL": 10.0,
+    "FKL": 10.0,
+    "BSC": 10.0,
+    "SDL": 10.0,
 }
 _G = 9.81
 _UP = np.array([0.0, _G, 0.0])  # phone upright in a trouser pocket: y along the leg
 _SEATED = np.array([0.0, 0.2 * _G, 0.98 * _G])
-_LYING = {"FOL": np.array([0.0, 0.1, -_G]), "FKL": np.array([0.0, 0.3, -_G]),
-          "BSC": np.array([0.0, 0.6 * _G, 0.8 * _G]), "SDL": np.array([_G, 0.2, 0.1]), "LYI": np.array([0.0, 0.1, _G])}
+_LYING = {
+    "FOL": np.array([0.0, 0.1, -_G]),
+    "FKL": np.array([0.0, 0.3, -_G]),
+    "BSC": np.array([0.0, 0.6 * _G, 0.8 * _G]),
+    "SDL": np.array([_G, 0.2, 0.1]),
+    "LYI": np.array([0.0, 0.1, _G]),
+}
 _FALL_AXIS = {"FOL": 0, "FKL": 0, "BSC": 0, "SDL": 2}
 _PERIODIC = {"WAL": (1.8, 2.5), "JOG": (2.8, 7.0), "JUM": (2.0, 11.0), "STU": (1.6, 3.0), "STN": (1.9, 3.5)}
 
@@ -237,13 +277,22 @@ def synthetic_mobiact_frames(
                 roll = np.degrees(np.arctan2(acc[:, 0], acc[:, 1]))
                 t0_ns = 10**12 + int(rng.integers(0, 10**9))
                 ts = t0_ns + np.round(t * 1e9).astype(np.int64)
-                frame = pd.DataFrame({
-                    "timestamp": ts, "rel_time": (ts - ts[0]) * 1e-9,
-                    "acc_x": acc[:, 0], "acc_y": acc[:, 1], "acc_z": acc[:, 2],
-                    "gyro_x": gyro[:, 0], "gyro_y": gyro[:, 1], "gyro_z": gyro[:, 2],
-                    "azimuth": rng.uniform(0, 360) + np.cumsum(gyro[:, 1] * dt) * 57.3 % 360,
-                    "pitch": pitch, "roll": roll, "label": labels,
-                })
+                frame = pd.DataFrame(
+                    {
+                        "timestamp": ts,
+                        "rel_time": (ts - ts[0]) * 1e-9,
+                        "acc_x": acc[:, 0],
+                        "acc_y": acc[:, 1],
+                        "acc_z": acc[:, 2],
+                        "gyro_x": gyro[:, 0],
+                        "gyro_y": gyro[:, 1],
+                        "gyro_z": gyro[:, 2],
+                        "azimuth": rng.uniform(0, 360) + np.cumsum(gyro[:, 1] * dt) * 57.3 % 360,
+                        "pitch": pitch,
+                        "roll": roll,
+                        "label": labels,
+                    }
+                )
                 out.append((subject, act, trial, frame[list(COLUMNS)]))
     return out
 

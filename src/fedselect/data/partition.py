@@ -134,14 +134,13 @@ class DirichletPartitioner(Partitioner):
         _check_clients(num_clients, n)
         if num_clients * self.min_size > n:
             raise ValueError(
-                f"dirichlet: {num_clients} clients x min_size {self.min_size} = "
-                f"{num_clients * self.min_size} > {n} samples"
+                f"dirichlet: {num_clients} clients x min_size {self.min_size} = {num_clients * self.min_size} > {n} samples"
             )
         classes = np.unique(labels)
         by_class = [np.flatnonzero(labels == c) for c in classes]
         cap = n / num_clients
         start, best = time.monotonic(), 0
-        for attempt in range(1, self.max_attempts + 1):
+        for attempt in range(1, self.max_attempts + 1):  # noqa: B007 (the count is reported after the loop)
             parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
             sizes = np.zeros(num_clients, dtype=np.int64)
             for idx in by_class:
@@ -209,8 +208,13 @@ class ShardPartitioner(Partitioner):
         perm = rng.permutation(n)
         order = perm[np.argsort(labels[perm], kind="stable")]
         flwr = FlwrShard(
-            num_partitions=num_clients, partition_by="label", num_shards_per_partition=self.shards_per_client,
-            shard_size=size, keep_incomplete_shard=False, shuffle=True, seed=_seed_from(rng),
+            num_partitions=num_clients,
+            partition_by="label",
+            num_shards_per_partition=self.shards_per_client,
+            shard_size=size,
+            keep_incomplete_shard=False,
+            shuffle=True,
+            seed=_seed_from(rng),
         )
         parts = _flwr_split(flwr, labels[order], num_clients)
         return [np.sort(order[p]) for p in parts]
@@ -273,7 +277,9 @@ class LabelSkewPartitioner(Partitioner):
         )
 
 
-def local_holdout(indices: np.ndarray, fraction: float, rng: np.random.Generator, min_train: int = 1) -> tuple[np.ndarray, np.ndarray]:
+def local_holdout(
+    indices: np.ndarray, fraction: float, rng: np.random.Generator, min_train: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
     """Split one client's indices into (train, held-out) for per-client evaluation.
 
     ``round(fraction * n)`` samples are held out, but never so many that fewer than
@@ -343,6 +349,7 @@ class FatThinPartitioner(Partitioner):
 
 
 # --------------------------------------------------------------------------- volunteer divisions (sensor data: one client per subject)
+
 
 def _subjects(groups: np.ndarray | None, scheme: str) -> np.ndarray:
     if groups is None:

@@ -181,7 +181,10 @@ def sliding_windows(
     if dropped:
         log.warning(
             "%s: %d of %d recordings are shorter than the window (%d samples) and were dropped",
-            name, len(dropped), len(recordings), window,
+            name,
+            len(dropped),
+            len(recordings),
+            window,
         )
     if xs:
         return Windows(np.concatenate(xs).astype(np.float32), np.concatenate(rec), np.concatenate(starts), dropped)

@@ -56,8 +56,9 @@ def _schedule(n: int, epochs: int, batch_size: int, generator: torch.Generator) 
     return out
 
 
-def train_batched(model: nn.Module, data: "ClientData", jobs: list["TrainJob"], cfg: TrainConfig,
-                  device: torch.device | str = "cpu") -> list["TrainResult"]:
+def train_batched(
+    model: nn.Module, data: "ClientData", jobs: list["TrainJob"], cfg: TrainConfig, device: torch.device | str = "cpu"
+) -> list["TrainResult"]:
     """Train every job stacked (see module docstring); results in job order.
 
     Args:
@@ -72,8 +73,10 @@ def train_batched(model: nn.Module, data: "ClientData", jobs: list["TrainJob"], 
     from fedselect.fl.clients import TrainResult
 
     if not supports_batched(model):
-        raise ValueError(f"train_batched: {type(model).__name__} has buffers, recurrent, normalisation or dropout layers; "
-                         "train it sequentially")
+        raise ValueError(
+            f"train_batched: {type(model).__name__} has buffers, recurrent, normalisation or dropout layers; "
+            "train it sequentially"
+        )
     if cfg.optimizer not in ("sgd", "adam"):
         raise ValueError(f"unknown optimizer {cfg.optimizer!r}; allowed: 'sgd', 'adam'")
     device = torch.device(device)
@@ -81,8 +84,12 @@ def train_batched(model: nn.Module, data: "ClientData", jobs: list["TrainJob"], 
     groups: dict[frozenset[str] | None, list[int]] = {}
     for i, j in enumerate(jobs):
         if j.crash_after_batches is not None:
-            results[i] = TrainResult(j.client_id, None, math.nan,
-                                     error=f"fault drill: crash after {j.crash_after_batches} mini-batches (batched path: reported, not killed)")
+            results[i] = TrainResult(
+                j.client_id,
+                None,
+                math.nan,
+                error=f"fault drill: crash after {j.crash_after_batches} mini-batches (batched path: reported, not killed)",
+            )
             continue
         groups.setdefault(None if j.trainable is None else frozenset(j.trainable), []).append(i)
     for trainable, idx in groups.items():
@@ -96,8 +103,14 @@ def train_batched(model: nn.Module, data: "ClientData", jobs: list["TrainJob"], 
     return results  # type: ignore[return-value]
 
 
-def _train_stack(model: nn.Module, data: "ClientData", jobs: list["TrainJob"], cfg: TrainConfig, device: torch.device,
-                 trainable: frozenset[str] | None) -> list["TrainResult"]:
+def _train_stack(
+    model: nn.Module,
+    data: "ClientData",
+    jobs: list["TrainJob"],
+    cfg: TrainConfig,
+    device: torch.device,
+    trainable: frozenset[str] | None,
+) -> list["TrainResult"]:
     from torch.func import functional_call, grad_and_value, vmap
 
     from fedselect.fl.clients import TrainResult
@@ -167,8 +180,8 @@ def _train_stack(model: nn.Module, data: "ClientData", jobs: list["TrainJob"], c
                     m2 = state2[n] if full else state2[n].index_select(0, sel)
                     m1 = m1.lerp(g, 1 - beta1)
                     m2 = m2 * beta2 + (1 - beta2) * g * g
-                    denom = (m2.sqrt() / math.sqrt(1 - beta2 ** t)) + eps
-                    new_p = p - (cfg.lr / (1 - beta1 ** t)) * m1 / denom
+                    denom = (m2.sqrt() / math.sqrt(1 - beta2**t)) + eps
+                    new_p = p - (cfg.lr / (1 - beta1**t)) * m1 / denom
                     if full:
                         state2[n] = m2
                     else:
@@ -192,7 +205,7 @@ def _train_stack(model: nn.Module, data: "ClientData", jobs: list["TrainJob"], c
         for v in losses:
             total += v
         sq = 0.0
-        for v in (torch.stack(sq_parts[k]).tolist() if sq_parts[k] else []):
+        for v in torch.stack(sq_parts[k]).tolist() if sq_parts[k] else []:
             sq += v
         out.append(TrainResult(j.client_id, state, total / len(losses) if losses else math.nan, sq, counts[k]))
     return out

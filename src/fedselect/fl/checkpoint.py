@@ -83,9 +83,11 @@ def encode_payload(obj: Any, where: str = "payload") -> Any:
         return {_FROZENSET: [encode_payload(v, where) for v in obj]}
     if isinstance(obj, set):
         return {encode_payload(v, where) for v in obj}
-    raise TypeError(f"checkpoint {where}: a {type(obj).__module__}.{type(obj).__qualname__} cannot be stored as plain data "
-                    "(tensors, NumPy arrays/scalars, numbers, strings, bytes, dicts, lists, tuples, sets); "
-                    "convert it in the method's state_dict()")
+    raise TypeError(
+        f"checkpoint {where}: a {type(obj).__module__}.{type(obj).__qualname__} cannot be stored as plain data "
+        "(tensors, NumPy arrays/scalars, numbers, strings, bytes, dicts, lists, tuples, sets); "
+        "convert it in the method's state_dict()"
+    )
 
 
 def decode_payload(obj: Any) -> Any:
@@ -176,17 +178,30 @@ def read_checkpoint_file(path: str | Path) -> dict[str, Any]:
     except pickle.UnpicklingError as e:
         m = re.search(r"GLOBAL ([\w.]+)", str(e))
         what = m.group(1) if m else "a global outside plain data"
-        old = " (checkpoints written by fedselect before format 3 held NumPy pickles: start such a run again with --overwrite)" \
-            if what.startswith("numpy") else ""
-        raise CheckpointError(f"{p}: refused to load: it asks for {what}, which a fedselect checkpoint never holds "
-                              f"(only tensors, numbers, strings and containers); the file may be crafted to run code{old}") from None
+        old = (
+            " (checkpoints written by fedselect before format 3 held NumPy pickles: start such a run again with --overwrite)"
+            if what.startswith("numpy")
+            else ""
+        )
+        raise CheckpointError(
+            f"{p}: refused to load: it asks for {what}, which a fedselect checkpoint never holds "
+            f"(only tensors, numbers, strings and containers); the file may be crafted to run code{old}"
+        ) from None
     except Exception as e:  # truncated zip, bad pickle, ...
-        raise CheckpointError(f"{p}: unreadable, truncated or corrupted ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
-    if not isinstance(payload, dict) or not isinstance(payload.get("round"), int) or not ("snapshot" in payload or "method" in payload):
+        raise CheckpointError(
+            f"{p}: unreadable, truncated or corrupted ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        ) from None
+    if (
+        not isinstance(payload, dict)
+        or not isinstance(payload.get("round"), int)
+        or not ("snapshot" in payload or "method" in payload)
+    ):
         raise CheckpointError(f"{p}: not a fedselect checkpoint (expected a dict with 'round' and 'snapshot')")
     version = payload.get("format_version", 1)
     if version > FORMAT_VERSION:
-        raise CheckpointError(f"{p}: written by a newer fedselect (checkpoint format {version}; this one reads <= {FORMAT_VERSION})")
+        raise CheckpointError(
+            f"{p}: written by a newer fedselect (checkpoint format {version}; this one reads <= {FORMAT_VERSION})"
+        )
     return decode_payload(payload)
 
 

@@ -55,8 +55,13 @@ class ClientData:
         sizes = np.array([len(r) for r in parts], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         rows = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-        return cls(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)), torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64)),
-                   torch.from_numpy(rows), torch.from_numpy(offsets), int(num_classes))
+        return cls(
+            torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)),
+            torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64)),
+            torch.from_numpy(rows),
+            torch.from_numpy(offsets),
+            int(num_classes),
+        )
 
     @classmethod
     def from_datasets(cls, datasets: Sequence[ArrayDataset]) -> "ClientData":
@@ -101,7 +106,9 @@ class ClientData:
 
     def shared(self) -> "ClientData":
         """A copy whose tensors live in shared memory (what the workers map)."""
-        return ClientData(_shared_copy(self.x), _shared_copy(self.y), _shared_copy(self.rows), _shared_copy(self.offsets), self.num_classes)
+        return ClientData(
+            _shared_copy(self.x), _shared_copy(self.y), _shared_copy(self.rows), _shared_copy(self.offsets), self.num_classes
+        )
 
     def to(self, device: torch.device) -> "ClientData":
         return ClientData(self.x.to(device), self.y.to(device), self.rows.to(device), self.offsets, self.num_classes)

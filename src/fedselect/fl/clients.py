@@ -84,14 +84,26 @@ class SequentialTrainer:
         self.worker.load_state_dict(job.start_state)
         stats: dict | None = {} if job.sample_losses else None
         try:
-            loss = local_train(self.worker, self.datasets[job.client_id], self.train_cfg, torch_rng(job.seed, job.stream),
-                               epochs=job.epochs, stats=stats, trainable=None if job.trainable is None else set(job.trainable))
+            loss = local_train(
+                self.worker,
+                self.datasets[job.client_id],
+                self.train_cfg,
+                torch_rng(job.seed, job.stream),
+                epochs=job.epochs,
+                stats=stats,
+                trainable=None if job.trainable is None else set(job.trainable),
+            )
         except ClientFailure as e:  # a client-side failure: the round goes on without this client
             return TrainResult(job.client_id, None, math.nan, error=str(e) or type(e).__name__)
         state = {n: v.detach().clone() for n, v in self.worker.state_dict().items()}
         stats = stats or {}
-        return TrainResult(job.client_id, state, loss if loss is not None else math.nan,
-                           float(stats.get("sum_sq_sample_loss", 0.0)), int(stats.get("num_sample_losses", 0)))
+        return TrainResult(
+            job.client_id,
+            state,
+            loss if loss is not None else math.nan,
+            float(stats.get("sum_sq_sample_loss", 0.0)),
+            int(stats.get("num_sample_losses", 0)),
+        )
 
     def close(self) -> None:
         """Nothing to release (a pool closes its workers)."""

@@ -17,7 +17,9 @@ from torch import nn
 from fedselect.data.datasets import ArrayDataset
 
 
-def predict(model: nn.Module, data: ArrayDataset, batch_size: int = 1000, forward_batch: int | None = None) -> tuple[np.ndarray, float]:
+def predict(
+    model: nn.Module, data: ArrayDataset, batch_size: int = 1000, forward_batch: int | None = None
+) -> tuple[np.ndarray, float]:
     """Predicted labels ``(n,)`` and mean cross-entropy of ``model`` on ``data``.
 
     Args:
@@ -39,7 +41,9 @@ def predict(model: nn.Module, data: ArrayDataset, batch_size: int = 1000, forwar
     with torch.inference_mode():
         for i in range(0, len(data), batch_size):
             stop = min(i + batch_size, len(data))
-            logits = model(x[i:stop]) if fb >= stop - i else torch.cat([model(x[j : min(j + fb, stop)]) for j in range(i, stop, fb)])
+            logits = (
+                model(x[i:stop]) if fb >= stop - i else torch.cat([model(x[j : min(j + fb, stop)]) for j in range(i, stop, fb)])
+            )
             loss_sum += float(nn.functional.cross_entropy(logits, y[i:stop], reduction="sum"))
             preds.append(logits.argmax(dim=1).numpy())
     pred = np.concatenate(preds) if preds else np.zeros(0, dtype=np.int64)

@@ -82,9 +82,15 @@ class FaultModel:
 
     @classmethod
     def build(
-        cls, seed: int, device_names: Sequence[str], network_names: Sequence[str], dropout: float = 0.0,
-        dropout_by_device: Mapping[str, float] | None = None, dropout_by_network: Mapping[str, float] | None = None,
-        injections: Iterable[Injection] = (), deadline_s: float | None = None,
+        cls,
+        seed: int,
+        device_names: Sequence[str],
+        network_names: Sequence[str],
+        dropout: float = 0.0,
+        dropout_by_device: Mapping[str, float] | None = None,
+        dropout_by_network: Mapping[str, float] | None = None,
+        injections: Iterable[Injection] = (),
+        deadline_s: float | None = None,
     ) -> "FaultModel":
         """Combine the dropout sources independently: a client with device profile d and network
         profile n is reachable with probability (1 - dropout)(1 - p_d)(1 - p_n).
@@ -103,8 +109,10 @@ class FaultModel:
             raise ValueError(f"{n} device names but {len(network_names)} network names")
         _check_prob("faults.dropout", dropout)
         keep = np.full(n, 1.0 - float(dropout))
-        for label, table, names in (("faults.dropout_by_device", dropout_by_device, device_names),
-                                    ("faults.dropout_by_network", dropout_by_network, network_names)):
+        for label, table, names in (
+            ("faults.dropout_by_device", dropout_by_device, device_names),
+            ("faults.dropout_by_network", dropout_by_network, network_names),
+        ):
             table = dict(table or {})
             known = sorted(set(names))
             unknown = sorted(set(table) - set(names))
@@ -147,7 +155,7 @@ def non_finite_entries(state: Mapping[str, torch.Tensor], keys: Iterable[str] | 
     """Entries of ``state`` (only ``keys`` if given) holding NaN or inf: name -> ``"nan"`` or
     ``"inf"`` (NaN wins when both occur). Integer entries are always finite."""
     out: dict[str, str] = {}
-    for name in (state.keys() if keys is None else keys):
+    for name in state.keys() if keys is None else keys:
         t = state[name]
         if not (t.is_floating_point() or t.is_complex()):
             continue

@@ -16,8 +16,19 @@ from typing import Any, Iterable, Sequence
 
 #: the columns every method records, in order (SPEC 0.4)
 CORE_COLUMNS = [
-    "round", "selected", "accuracy", "f1_macro", "test_loss", "train_loss", "round_latency_s",
-    "e2e_latency_s", "upload_bytes", "download_bytes", "cum_upload_bytes", "cum_download_bytes", "failed",
+    "round",
+    "selected",
+    "accuracy",
+    "f1_macro",
+    "test_loss",
+    "train_loss",
+    "round_latency_s",
+    "e2e_latency_s",
+    "upload_bytes",
+    "download_bytes",
+    "cum_upload_bytes",
+    "cum_download_bytes",
+    "failed",
 ]
 TIMING_COLUMNS = ["round", "wall_s", "cum_wall_s"]
 
@@ -204,7 +215,9 @@ def last_k_mean(values: Sequence[float], k: int) -> tuple[float | None, int]:
     return math.fsum(tail) / len(tail), len(tail)
 
 
-def summarize(rows: Iterable[dict[str, Any]], target: float | None = None, metric: str = "accuracy", window: int = 10) -> dict[str, Any]:
+def summarize(
+    rows: Iterable[dict[str, Any]], target: float | None = None, metric: str = "accuracy", window: int = 10
+) -> dict[str, Any]:
     """Summary of per-round rows (round >= 1; a round-0 row of the initial model is skipped).
 
     Returns final and best accuracy / macro-F1, their mean over the last ``window`` evaluated
@@ -218,7 +231,7 @@ def summarize(rows: Iterable[dict[str, Any]], target: float | None = None, metri
     acc = [_num(r["accuracy"]) for r in rs]
     f1 = [_num(r["f1_macro"]) for r in rs]
     out: dict[str, Any] = {"rounds": len(rs), "target": target, "target_metric": metric}
-    clean = lambda xs, f: (f(x for x in xs if not math.isnan(x)) if any(not math.isnan(x) for x in xs) else None)  # noqa: E731
+    clean = lambda xs, f: f(x for x in xs if not math.isnan(x)) if any(not math.isnan(x) for x in xs) else None  # noqa: E731
     out["final_accuracy"] = acc[-1] if acc else None
     out["best_accuracy"] = clean(acc, max)
     out["final_f1_macro"] = f1[-1] if f1 else None

@@ -75,8 +75,18 @@ from fedselect.seeding import torch_rng
 
 State = dict[str, torch.Tensor]
 
-__all__ = ["ClientTrainer", "ClientData", "ModelSpec", "TrainJob", "TrainResult", "usable_cores", "resolve_device", "eval_chunk",
-           "EVAL_CHUNK", "EVAL_FORWARD_BATCH"]
+__all__ = [
+    "ClientTrainer",
+    "ClientData",
+    "ModelSpec",
+    "TrainJob",
+    "TrainResult",
+    "usable_cores",
+    "resolve_device",
+    "eval_chunk",
+    "EVAL_CHUNK",
+    "EVAL_FORWARD_BATCH",
+]
 
 #: rows of an evaluation set whose cross-entropy is summed as one float32 sum before being
 #: added (in float64, in order) to the total: the chunking of :func:`fedselect.fl.evaluate.predict`
@@ -109,8 +119,13 @@ class ModelSpec:
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def build(self) -> nn.Module:
-        return build_model(self.name, tuple(self.input_shape), int(self.num_classes),
-                           generator=torch_rng(0, "pool/scratch-model"), **dict(self.options))
+        return build_model(
+            self.name,
+            tuple(self.input_shape),
+            int(self.num_classes),
+            generator=torch_rng(0, "pool/scratch-model"),
+            **dict(self.options),
+        )
 
 
 # ---------------------------------------------------------------------------- the worker
@@ -145,24 +160,49 @@ def _store(model: nn.Module, out: State) -> None:
             out[name].copy_(v)
 
 
-def _train_job(model: nn.Module, data: ClientData, cfg: TrainConfig, client_id: int, epochs: int, seed: int, stream: str,
-               trainable, sample_losses: bool, crash_after: int | None, in_process: bool) -> tuple[float, float, int]:
+def _train_job(
+    model: nn.Module,
+    data: ClientData,
+    cfg: TrainConfig,
+    client_id: int,
+    epochs: int,
+    seed: int,
+    stream: str,
+    trainable,
+    sample_losses: bool,
+    crash_after: int | None,
+    in_process: bool,
+) -> tuple[float, float, int]:
     stats: dict | None = {} if sample_losses else None
     after = None
     if crash_after is not None:
+
         def after(i: int) -> None:
             if i >= crash_after:
                 if in_process:
                     raise _Crash(f"fault drill: crash after {crash_after} mini-batches (in-process: reported, not killed)")
                 os.kill(os.getpid(), signal.SIGKILL)
-    loss = train_steps(model, data.x, data.y, data.client_rows(client_id), cfg, torch_rng(seed, stream), epochs=epochs,
-                       trainable=trainable, stats=stats, after_batch=after)
+
+    loss = train_steps(
+        model,
+        data.x,
+        data.y,
+        data.client_rows(client_id),
+        cfg,
+        torch_rng(seed, stream),
+        epochs=epochs,
+        trainable=trainable,
+        stats=stats,
+        after_batch=after,
+    )
     if stats is None:
         return loss, 0.0, 0
     return loss, float(stats["sum_sq_sample_loss"]), int(stats["num_sample_losses"])
 
 
-def eval_chunk(model: nn.Module, x: torch.Tensor, y: torch.Tensor, start: int, stop: int, forward_batch: int) -> tuple[np.ndarray, float]:
+def eval_chunk(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, start: int, stop: int, forward_batch: int
+) -> tuple[np.ndarray, float]:
     """Predicted labels of rows ``[start, stop)`` and their summed cross-entropy (one float32
     sum, as :func:`fedselect.fl.evaluate.predict` sums one batch)."""
     model.eval()
@@ -216,8 +256,19 @@ def _worker_main(conn, init: _WorkerInit) -> None:
             if kind == "train":
                 _, _, client_id, epochs, seed, stream, trainable, sample_losses, crash_after = msg
                 _load(model, init.in_buf)
-                loss, sq, cnt = _train_job(model, init.data, init.train_cfg, client_id, epochs, seed, stream, trainable,
-                                           sample_losses, crash_after, in_process=False)
+                loss, sq, cnt = _train_job(
+                    model,
+                    init.data,
+                    init.train_cfg,
+                    client_id,
+                    epochs,
+                    seed,
+                    stream,
+                    trainable,
+                    sample_losses,
+                    crash_after,
+                    in_process=False,
+                )
                 _store(model, init.out_buf)
                 conn.send(("ok", task, loss, sq, cnt))
             elif kind == "eval":
@@ -247,9 +298,9 @@ class _Worker:
 
 @dataclass
 class _Task:
-    kind: str              # "train" | "eval"
+    kind: str  # "train" | "eval"
     payload: tuple
-    state: State | None    # to copy into the worker's input buffer before sending (None: none)
+    state: State | None  # to copy into the worker's input buffer before sending (None: none)
     state_key: Any = None  # evaluation: identifies the state, to skip reloading it
     attempts: int = 0
 
@@ -284,11 +335,21 @@ class ClientTrainer:
         RuntimeError: a worker failed to start (its error is in the message).
     """
 
-    def __init__(self, model_spec: ModelSpec | tuple, data: ClientData | Sequence[ArrayDataset], train_cfg: TrainConfig,
-                 workers: int | None = None, eval_sets: Mapping[str, ArrayDataset] | None = None, device: str = "cpu",
-                 batched: bool | None = None, channels_last: bool | None = None, job_timeout_s: float | None = None,
-                 start_method: str = "forkserver", start_timeout_s: float = 300.0,
-                 eval_forward_batch: int | None = None):
+    def __init__(
+        self,
+        model_spec: ModelSpec | tuple,
+        data: ClientData | Sequence[ArrayDataset],
+        train_cfg: TrainConfig,
+        workers: int | None = None,
+        eval_sets: Mapping[str, ArrayDataset] | None = None,
+        device: str = "cpu",
+        batched: bool | None = None,
+        channels_last: bool | None = None,
+        job_timeout_s: float | None = None,
+        start_method: str = "forkserver",
+        start_timeout_s: float = 300.0,
+        eval_forward_batch: int | None = None,
+    ):
         t0 = time.perf_counter()
         self.spec = model_spec if isinstance(model_spec, ModelSpec) else ModelSpec(*model_spec)
         if not isinstance(data, ClientData):
@@ -324,8 +385,10 @@ class ClientTrainer:
             batched = on_gpu and supports_batched(model)
         self.batched = bool(batched)
         if self.batched and self.workers > 0:
-            raise ValueError("batched=True trains in the calling process: use it with workers=0 or on a GPU "
-                             f"(got workers={self.workers} on {self.device})")
+            raise ValueError(
+                "batched=True trains in the calling process: use it with workers=0 or on a GPU "
+                f"(got workers={self.workers} on {self.device})"
+            )
         self._param_names = {n for n, _ in model.named_parameters()}
         eval_sets = dict(eval_sets or {})
         self._eval_sizes = {name: len(d) for name, d in eval_sets.items()}
@@ -338,11 +401,15 @@ class ClientTrainer:
             if self.channels_last:
                 self._model = self._model.to(memory_format=torch.channels_last)
             self.data = data if not on_gpu else data.to(self.device)
-            self._eval = {n: (torch.from_numpy(d.x).to(self.device), torch.from_numpy(d.y).to(self.device)) for n, d in eval_sets.items()}
+            self._eval = {
+                n: (torch.from_numpy(d.x).to(self.device), torch.from_numpy(d.y).to(self.device)) for n, d in eval_sets.items()
+            }
         else:
             self._model = None
             self.data = data.shared()
-            self._eval = {n: (_shared_copy(torch.from_numpy(d.x)), _shared_copy(torch.from_numpy(d.y))) for n, d in eval_sets.items()}
+            self._eval = {
+                n: (_shared_copy(torch.from_numpy(d.x)), _shared_copy(torch.from_numpy(d.y))) for n, d in eval_sets.items()
+            }
             template = model.state_dict()
             import torch.multiprocessing as tmp
 
@@ -354,8 +421,11 @@ class ClientTrainer:
             for _ in range(self.workers):
                 in_buf = {k: _shared_copy(torch.zeros_like(v)) for k, v in template.items()}
                 out_buf = {k: _shared_copy(torch.zeros_like(v)) for k, v in template.items()}
-                self._inits.append(_WorkerInit(self.spec, self.data, self._eval, train_cfg, self.channels_last, in_buf, out_buf,
-                                               self.eval_forward_batch))
+                self._inits.append(
+                    _WorkerInit(
+                        self.spec, self.data, self._eval, train_cfg, self.channels_last, in_buf, out_buf, self.eval_forward_batch
+                    )
+                )
             try:
                 for i in range(self.workers):
                     self._workers.append(self._spawn(i))
@@ -403,15 +473,19 @@ class ClientTrainer:
                         msg = None
                     if msg is None or msg[0] != "ready":
                         w.proc.join(1)
-                        raise RuntimeError(f"ClientTrainer: worker {i} failed to start (exit code {w.proc.exitcode}); a script "
-                                           "that starts workers needs the `if __name__ == '__main__':` guard (multiprocessing "
-                                           "re-imports the main module); run with workers=0 to see errors in this process")
+                        raise RuntimeError(
+                            f"ClientTrainer: worker {i} failed to start (exit code {w.proc.exitcode}); a script "
+                            "that starts workers needs the `if __name__ == '__main__':` guard (multiprocessing "
+                            "re-imports the main module); run with workers=0 to see errors in this process"
+                        )
                     w.ready = True
                     waiting.discard(i)
                 elif w.proc.sentinel in ready or not w.proc.is_alive():
                     w.proc.join(1)
-                    raise RuntimeError(f"ClientTrainer: worker {i} died while starting (exit code {w.proc.exitcode}); "
-                                       "run with workers=0 to see the error in this process")
+                    raise RuntimeError(
+                        f"ClientTrainer: worker {i} died while starting (exit code {w.proc.exitcode}); "
+                        "run with workers=0 to see the error in this process"
+                    )
 
     def _restart(self, i: int) -> None:
         w = self._workers[i]
@@ -442,8 +516,10 @@ class ClientTrainer:
             if j.epochs < 0:
                 raise ValueError(f"TrainJob: epochs must be >= 0, got {j.epochs} for client {j.client_id}")
             if j.trainable is not None and not set(j.trainable) <= self._param_names:
-                raise ValueError(f"TrainJob for client {j.client_id}: trainable names no parameter of the model: "
-                                 f"{sorted(set(j.trainable) - self._param_names)}; parameters: {sorted(self._param_names)}")
+                raise ValueError(
+                    f"TrainJob for client {j.client_id}: trainable names no parameter of the model: "
+                    f"{sorted(set(j.trainable) - self._param_names)}; parameters: {sorted(self._param_names)}"
+                )
             self._check_state(j.start_state, f"TrainJob for client {j.client_id}")
         if not jobs:
             return []
@@ -453,14 +529,28 @@ class ClientTrainer:
 
                 return train_batched(self._model, self.data, list(jobs), self.train_cfg, self.device)
             return [self._train_here(j) for j in jobs]
-        tasks = [_Task("train", (j.client_id, int(j.epochs), int(j.seed), str(j.stream),
-                                 None if j.trainable is None else frozenset(j.trainable), bool(j.sample_losses), j.crash_after_batches),
-                       j.start_state) for j in jobs]
+        tasks = [
+            _Task(
+                "train",
+                (
+                    j.client_id,
+                    int(j.epochs),
+                    int(j.seed),
+                    str(j.stream),
+                    None if j.trainable is None else frozenset(j.trainable),
+                    bool(j.sample_losses),
+                    j.crash_after_batches,
+                ),
+                j.start_state,
+            )
+            for j in jobs
+        ]
         out = self._run(tasks)
         bugs = [(j.client_id, o[1]) for j, o in zip(jobs, out) if o[0] == "bug"]
         if bugs:
-            raise RuntimeError(f"local training of client {bugs[0][0]} raised in a worker process (a bug, not a client "
-                               f"failure):\n{bugs[0][1]}")
+            raise RuntimeError(
+                f"local training of client {bugs[0][0]} raised in a worker process (a bug, not a client failure):\n{bugs[0][1]}"
+            )
         results = []
         for j, o in zip(jobs, out):
             if o[0] == "ok":
@@ -541,8 +631,10 @@ class ClientTrainer:
             raise ValueError(f"{what}: state entries do not match the model (missing {missing}, unexpected {extra})")
         bad = [k for k in self._names if tuple(state[k].shape) != self._shapes[k]]
         if bad:
-            raise ValueError(f"{what}: entries of the wrong shape: " +
-                             ", ".join(f"{k} {tuple(state[k].shape)} (model: {self._shapes[k]})" for k in bad))
+            raise ValueError(
+                f"{what}: entries of the wrong shape: "
+                + ", ".join(f"{k} {tuple(state[k].shape)} (model: {self._shapes[k]})" for k in bad)
+            )
 
     def _check_open(self) -> None:
         if self._closed:
@@ -555,8 +647,19 @@ class ClientTrainer:
         try:
             with _threads(1) if self.device.type == "cpu" else _nothing():
                 _load(self._model, j.start_state)
-                loss, sq, cnt = _train_job(self._model, self.data, self.train_cfg, j.client_id, j.epochs, j.seed, j.stream,
-                                           j.trainable, j.sample_losses, j.crash_after_batches, in_process=True)
+                loss, sq, cnt = _train_job(
+                    self._model,
+                    self.data,
+                    self.train_cfg,
+                    j.client_id,
+                    j.epochs,
+                    j.seed,
+                    j.stream,
+                    j.trainable,
+                    j.sample_losses,
+                    j.crash_after_batches,
+                    in_process=True,
+                )
                 state = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in self._model.state_dict().items()}
             return TrainResult(j.client_id, state, loss, sq, cnt)
         except _CLIENT_FAILURES as e:
@@ -633,7 +736,9 @@ class ClientTrainer:
                 continue
             deadlines = [d for i, (_, t0) in running.items() if (d := self._deadline(i, t0)) is not None]
             timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
-            ready = set(mp_wait([self._workers[i].conn for i in running] + [self._workers[i].proc.sentinel for i in running], timeout))
+            ready = set(
+                mp_wait([self._workers[i].conn for i in running] + [self._workers[i].proc.sentinel for i in running], timeout)
+            )
             for i in list(running):
                 ti, t0 = running[i]
                 w = self._workers[i]
@@ -644,7 +749,7 @@ class ClientTrainer:
                     except (EOFError, OSError):
                         msg = None
                     if msg is not None and msg[0] == "ready":  # a restarted worker announcing itself:
-                        w.ready = True                          # the job's clock starts now
+                        w.ready = True  # the job's clock starts now
                         running[i] = (ti, time.monotonic())
                         continue
                     if msg is not None and msg[1] != w.seq:  # an answer to an abandoned call: drop it
@@ -662,8 +767,11 @@ class ClientTrainer:
                 else:
                     d = self._deadline(i, t0)
                     if d is not None and time.monotonic() >= d:
-                        failure = (f"job ran past job_timeout_s={self.job_timeout_s:g} s; worker process {w.pid} was killed" if w.ready
-                                   else f"worker process {w.pid} did not start within start_timeout_s={self.start_timeout_s:g} s")
+                        failure = (
+                            f"job ran past job_timeout_s={self.job_timeout_s:g} s; worker process {w.pid} was killed"
+                            if w.ready
+                            else f"worker process {w.pid} did not start within start_timeout_s={self.start_timeout_s:g} s"
+                        )
                 if failure is None:
                     continue
                 del running[i]
@@ -730,9 +838,11 @@ def _metrics(y_true: np.ndarray, chunks: list[tuple[np.ndarray, float]], n: int)
     loss_sum = 0.0
     for c in chunks:
         loss_sum += c[1]
-    return {"accuracy": float((pred == y_true).mean()),
-            "f1_macro": float(f1_score(y_true, pred, average="macro", zero_division=0)),
-            "loss": float(loss_sum / max(n, 1))}
+    return {
+        "accuracy": float((pred == y_true).mean()),
+        "f1_macro": float(f1_score(y_true, pred, average="macro", zero_division=0)),
+        "loss": float(loss_sum / max(n, 1)),
+    }
 
 
 _thread_lock = threading.Lock()
@@ -773,5 +883,7 @@ def resolve_device(device: str | torch.device) -> torch.device:
     if dev.type not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}")
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r}: no CUDA device is available here (torch.cuda.is_available() is False); use 'cpu' or 'auto'")
+        raise ValueError(
+            f"device {device!r}: no CUDA device is available here (torch.cuda.is_available() is False); use 'cpu' or 'auto'"
+        )
     return dev

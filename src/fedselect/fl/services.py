@@ -21,8 +21,8 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from fedselect.federation import Federation
-from fedselect.fl.evaluate import evaluate, predict
 from fedselect.fl.clients import TrainJob
+from fedselect.fl.evaluate import evaluate, predict
 from fedselect.fl.train import TrainConfig, local_train
 from fedselect.fl.types import ClientCost, Evaluation, RunSettings, State, WarmClient
 from fedselect.system import RoundDraws, compute_time, latency_bounds, transmit_time
@@ -46,8 +46,16 @@ class FederationContext:
         payload_bytes: (upload, download) bytes of one participant per round.
     """
 
-    def __init__(self, fed: Federation, settings: RunSettings, train_cfg: TrainConfig, upload_keys: list[str] | None,
-                 download_keys: list[str] | None, payload_bytes: tuple[int, int], engine=None):
+    def __init__(
+        self,
+        fed: Federation,
+        settings: RunSettings,
+        train_cfg: TrainConfig,
+        upload_keys: list[str] | None,
+        download_keys: list[str] | None,
+        payload_bytes: tuple[int, int],
+        engine=None,
+    ):
         self._fed = fed
         self._engine = engine
         self.settings = settings
@@ -135,7 +143,9 @@ class SimulatedContext(FederationContext):
         n = len(self.num_samples)
         step = max(8, 4 * max(1, getattr(self._engine, "workers", 1)))
         for a in range(0, n, step):
-            for k, (state, loss) in zip(range(a, min(a + step, n)), self._train_many(list(range(a, min(a + step, n))), init, epochs, tag, 0)):
+            for k, (state, loss) in zip(
+                range(a, min(a + step, n)), self._train_many(list(range(a, min(a + step, n))), init, epochs, tag, 0)
+            ):
                 yield WarmClient(k, state, loss)
 
     def train(self, k: int, start: State, epochs: int, tag: str, t: int = 0) -> tuple[State, float]:
@@ -151,8 +161,13 @@ class SimulatedContext(FederationContext):
             out = []
             for k in ids:
                 self._worker.load_state_dict(start)
-                loss = local_train(self._worker, self._fed.clients[k].train, self.train_cfg, self._fed.train_generator(t, k, tag=tag),
-                                   epochs=epochs)
+                loss = local_train(
+                    self._worker,
+                    self._fed.clients[k].train,
+                    self.train_cfg,
+                    self._fed.train_generator(t, k, tag=tag),
+                    epochs=epochs,
+                )
                 out.append((clone(self._worker.state_dict()), loss))
             return out
         jobs = [TrainJob(k, start, int(epochs), self._fed.seed, f"{tag}/{t}/{k}") for k in ids]
@@ -174,8 +189,9 @@ class SimulatedContext(FederationContext):
             cache[k] = (float(m.accuracy), float(m.loss), float(loss))
         return cache[k]
 
-    def client_losses(self, states: Sequence[State], ids: Sequence[int],
-                      samples: Sequence[Sequence[int]] | None = None) -> list[float]:
+    def client_losses(
+        self, states: Sequence[State], ids: Sequence[int], samples: Sequence[Sequence[int]] | None = None
+    ) -> list[float]:
         """Mean cross-entropy of ``states[i]`` on client ``ids[i]``'s training data (only the
         samples ``samples[i]`` of it when ``samples`` is given; nan for an empty set).
 

@@ -49,8 +49,13 @@ def iterate_minibatches(n: int, batch_size: int, generator: torch.Generator):
 
 
 def local_train(
-    model: nn.Module, data: ArrayDataset, cfg: TrainConfig, generator: torch.Generator, epochs: int | None = None,
-    trainable: set[str] | None = None, stats: dict | None = None,
+    model: nn.Module,
+    data: ArrayDataset,
+    cfg: TrainConfig,
+    generator: torch.Generator,
+    epochs: int | None = None,
+    trainable: set[str] | None = None,
+    stats: dict | None = None,
 ) -> float:
     """Train ``model`` in place on ``data`` for ``epochs`` (default ``cfg.epochs``) epochs.
 
@@ -68,14 +73,30 @@ def local_train(
     Returns:
         Mean cross-entropy over all mini-batches seen (``nan`` when no batch was run).
     """
-    return train_steps(model, torch.from_numpy(data.x), torch.from_numpy(data.y), None, cfg, generator,
-                       epochs=epochs, trainable=trainable, stats=stats)
+    return train_steps(
+        model,
+        torch.from_numpy(data.x),
+        torch.from_numpy(data.y),
+        None,
+        cfg,
+        generator,
+        epochs=epochs,
+        trainable=trainable,
+        stats=stats,
+    )
 
 
 def train_steps(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, rows: torch.Tensor | None, cfg: TrainConfig,
-    generator: torch.Generator, epochs: int | None = None, trainable: set[str] | frozenset[str] | None = None,
-    stats: dict | None = None, after_batch: Callable[[int], None] | None = None,
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    rows: torch.Tensor | None,
+    cfg: TrainConfig,
+    generator: torch.Generator,
+    epochs: int | None = None,
+    trainable: set[str] | frozenset[str] | None = None,
+    stats: dict | None = None,
+    after_batch: Callable[[int], None] | None = None,
 ) -> float:
     """The body of :func:`local_train` on tensors: the client's samples are ``x[rows]``,
     ``y[rows]`` (``rows`` None: all of ``x``, ``y``).
@@ -134,4 +155,3 @@ def train_steps(
     if stats is not None:
         stats["sum_sq_sample_loss"], stats["num_sample_losses"] = sq_sum, count
     return total / batches if batches else math.nan
-

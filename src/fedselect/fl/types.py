@@ -140,9 +140,9 @@ class PhaseCost:
     download_bytes: int = 0
 
     def __add__(self, other: "PhaseCost") -> "PhaseCost":
-        return PhaseCost(self.latency_s + other.latency_s, self.upload_bytes + other.upload_bytes,
-                         self.download_bytes + other.download_bytes)
-
+        return PhaseCost(
+            self.latency_s + other.latency_s, self.upload_bytes + other.upload_bytes, self.download_bytes + other.download_bytes
+        )
 
 
 @dataclass(frozen=True)

@@ -77,8 +77,10 @@ try:
     from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
     from flwr.clientapp import ClientApp
 except ImportError as e:  # pragma: no cover - depends on the installation
-    raise ImportError("fedselect.flower needs Flower: install the optional extra with `pip install fedselect[flower]` "
-                      "(or `pip install -r requirements-flower.txt`)") from e
+    raise ImportError(
+        "fedselect.flower needs Flower: install the optional extra with `pip install fedselect[flower]` "
+        "(or `pip install -r requirements-flower.txt`)"
+    ) from e
 import torch
 
 import fedselect
@@ -91,19 +93,63 @@ from fedselect.fl.train import TrainConfig
 from fedselect.resolve import parse_experiment
 from fedselect.system import compute_time, transmit_time
 
-__all__ = ["app", "make_client_app", "node_experiment", "settings_document", "federation_for", "federation_hash", "client_profile",
-           "set_threads", "train_reply", "evaluate_reply", "query_reply", "TRAIN_METRICS", "EVALUATE_METRICS", "STATE_KEY", "CONFIG_FILE_KEY"]
+__all__ = [
+    "app",
+    "make_client_app",
+    "node_experiment",
+    "settings_document",
+    "federation_for",
+    "federation_hash",
+    "client_profile",
+    "set_threads",
+    "train_reply",
+    "evaluate_reply",
+    "query_reply",
+    "TRAIN_METRICS",
+    "EVALUATE_METRICS",
+    "STATE_KEY",
+    "CONFIG_FILE_KEY",
+]
 
 #: node/run config key holding the path of an experiment YAML
 CONFIG_FILE_KEY = "fedselect-config"
 #: key of the kept model state in the node's Context.state
 STATE_KEY = "fedselect.state"
 #: MetricRecord keys of a train reply
-TRAIN_METRICS = ("client-id", "server-round", "num-examples", "train-loss", "epochs", "compute-s", "upload-s", "download-s",
-                 "latency-s", "upload-bytes", "download-bytes", "freq-mhz", "bandwidth-mbps", "wall-s")
+TRAIN_METRICS = (
+    "client-id",
+    "server-round",
+    "num-examples",
+    "train-loss",
+    "epochs",
+    "compute-s",
+    "upload-s",
+    "download-s",
+    "latency-s",
+    "upload-bytes",
+    "download-bytes",
+    "freq-mhz",
+    "bandwidth-mbps",
+    "wall-s",
+)
 #: MetricRecord keys of an evaluate reply
-EVALUATE_METRICS = ("client-id", "server-round", "num-examples", "loss", "accuracy", "f1-macro", "train-loss", "epochs",
-                    "compute-s", "upload-s", "download-s", "latency-s", "upload-bytes", "download-bytes", "wall-s")
+EVALUATE_METRICS = (
+    "client-id",
+    "server-round",
+    "num-examples",
+    "loss",
+    "accuracy",
+    "f1-macro",
+    "train-loss",
+    "epochs",
+    "compute-s",
+    "upload-s",
+    "download-s",
+    "latency-s",
+    "upload-bytes",
+    "download-bytes",
+    "wall-s",
+)
 _EVAL_SPLITS = ("train", "holdout", "test")
 _SECTIONS = frozenset(ExperimentConfig.model_fields)
 
@@ -156,8 +202,10 @@ def settings_document(merged: dict[str, Any], what: str) -> tuple[dict[str, Any]
     if path:
         doc = read_yaml_file(config_file(str(path))) or {}
         if not isinstance(doc, dict) or config_kind(doc) != "experiment":
-            raise ConfigError(f"{CONFIG_FILE_KEY} = {path!r}: expected an experiment YAML (as for `fedselect run`), "
-                              f"got a {config_kind(doc) if isinstance(doc, dict) else type(doc).__name__} file")
+            raise ConfigError(
+                f"{CONFIG_FILE_KEY} = {path!r}: expected an experiment YAML (as for `fedselect run`), "
+                f"got a {config_kind(doc) if isinstance(doc, dict) else type(doc).__name__} file"
+            )
         source = f"{path} with the {what}"
     overrides = {key: _value(v) for key, v in merged.items() if key.split(".")[0] in _SECTIONS}
     return doc, overrides, source
@@ -180,8 +228,10 @@ def node_experiment(run_config: dict[str, Any], node_config: dict[str, Any]) -> 
         _CONFIGS.move_to_end(ident)
         return _CONFIGS[ident]
     if "partition-id" not in merged:
-        raise ConfigError("node config: no 'partition-id' (the client id k of this node, 0..N-1); start the SuperNode with "
-                          "--node-config 'partition-id=K num-partitions=N' (the simulation engine sets both)")
+        raise ConfigError(
+            "node config: no 'partition-id' (the client id k of this node, 0..N-1); start the SuperNode with "
+            "--node-config 'partition-id=K num-partitions=N' (the simulation engine sets both)"
+        )
     k = merged["partition-id"]
     if isinstance(k, bool) or not isinstance(k, int):
         raise ConfigError(f"node config: 'partition-id' must be an integer client id, got {k!r}")
@@ -193,8 +243,10 @@ def node_experiment(run_config: dict[str, Any], node_config: dict[str, Any]) -> 
         doc_data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
         given = overrides.get("data.num_clients", doc_data.get("num_clients"))
         if given is not None and given != n:
-            raise ConfigError(f"node config: num-partitions = {n} but data.num_clients = {given}; they must agree "
-                              f"(in the simulation engine num-partitions is the number of SuperNodes)")
+            raise ConfigError(
+                f"node config: num-partitions = {n} but data.num_clients = {given}; they must agree "
+                f"(in the simulation engine num-partitions is the number of SuperNodes)"
+            )
         overrides["data.num_clients"] = n
     if not ({"clients_per_round", "participation"} & (set(overrides) | set(doc))):
         # not used by a client; keeps the default valid for small federations
@@ -204,8 +256,10 @@ def node_experiment(run_config: dict[str, Any], node_config: dict[str, Any]) -> 
             overrides["clients_per_round"] = min(ExperimentConfig.model_fields["clients_per_round"].default, n_clients)
     cfg = parse_experiment(apply_overrides(doc, overrides), source)
     if not 0 <= k < cfg.data.num_clients:
-        raise ConfigError(f"node config: partition-id {k} is not a client id 0..{cfg.data.num_clients - 1} "
-                          f"(data.num_clients = {cfg.data.num_clients})")
+        raise ConfigError(
+            f"node config: partition-id {k} is not a client id 0..{cfg.data.num_clients - 1} "
+            f"(data.num_clients = {cfg.data.num_clients})"
+        )
     _CONFIGS[ident] = (k, cfg)
     if len(_CONFIGS) > 8:
         _CONFIGS.popitem(last=False)
@@ -253,7 +307,12 @@ def federation_hash(fed: Federation) -> str:
     import json
 
     system = {k: v for k, v in fed.system.model_dump(mode="json").items() if k != "round_deadline_s"}
-    ident = {"data": fed.data.model_dump(mode="json"), "model": fed.model.model_dump(mode="json"), "system": system, "seed": fed.seed}
+    ident = {
+        "data": fed.data.model_dump(mode="json"),
+        "model": fed.model.model_dump(mode="json"),
+        "system": system,
+        "seed": fed.seed,
+    }
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
 
 
@@ -272,13 +331,21 @@ def client_profile(fed: Federation, k: int, t: int | None = None) -> ConfigRecor
     import numpy as np
 
     rec: dict[str, Any] = {
-        "client-id": int(k), "num-partitions": fed.num_clients, "num-examples": c.num_samples,
-        "holdout-examples": len(c.holdout), "data-bits": float(fed.client_bits(k)),
+        "client-id": int(k),
+        "num-partitions": fed.num_clients,
+        "num-examples": c.num_samples,
+        "holdout-examples": len(c.holdout),
+        "data-bits": float(fed.client_bits(k)),
         "label-counts": [int(x) for x in np.bincount(c.train.y, minlength=fed.num_classes)],
-        "device": fl.devices[k].name, "network": fl.networks[k].name, "cores": int(fl.cores[k]),
-        "mean-mhz": float(fl.mean_mhz[k]), "std-mhz": float(fl.std_mhz[k]),
-        "mean-mbps": float(fl.mean_mbps[k]), "std-mbps": float(fl.std_mbps[k]),
-        "federation": federation_hash(fed), "fedselect-version": fedselect.__version__,
+        "device": fl.devices[k].name,
+        "network": fl.networks[k].name,
+        "cores": int(fl.cores[k]),
+        "mean-mhz": float(fl.mean_mhz[k]),
+        "std-mhz": float(fl.std_mhz[k]),
+        "mean-mbps": float(fl.mean_mbps[k]),
+        "std-mbps": float(fl.std_mbps[k]),
+        "federation": federation_hash(fed),
+        "fedselect-version": fedselect.__version__,
     }
     if t is not None:
         d = fl.draw(t)
@@ -321,13 +388,23 @@ def _engine(fed: Federation, train_cfg: TrainConfig):
     return per_fed[key]
 
 
-def _train_on_node(fed: Federation, cfg: ExperimentConfig, k: int, model: torch.nn.Module, t: int, tag: str, epochs: int,
-                   sample_losses: bool = False) -> tuple[dict[str, torch.Tensor], float, dict]:
+def _train_on_node(
+    fed: Federation,
+    cfg: ExperimentConfig,
+    k: int,
+    model: torch.nn.Module,
+    t: int,
+    tag: str,
+    epochs: int,
+    sample_losses: bool = False,
+) -> tuple[dict[str, torch.Tensor], float, dict]:
     """Client ``k`` trains ``epochs`` epochs from ``model``'s weights (stream ``<tag>/<t>/<k>``)."""
     from fedselect.fl.clients import TrainJob
 
     start = {n: v.detach().clone() for n, v in model.state_dict().items()}
-    res = _engine(fed, _train_config(cfg)).train([TrainJob(k, start, int(epochs), fed.seed, f"{tag}/{t}/{k}", bool(sample_losses))])[0]
+    res = _engine(fed, _train_config(cfg)).train(
+        [TrainJob(k, start, int(epochs), fed.seed, f"{tag}/{t}/{k}", bool(sample_losses))]
+    )[0]
     if res.error is not None:
         raise ClientFailure(res.error)
     stats = {"sum_sq_sample_loss": res.sum_sq_sample_loss, "num_sample_losses": res.num_sample_losses} if sample_losses else {}
@@ -348,18 +425,22 @@ def _start_model(fed: Federation, content: RecordDict, state: RecordDict | None,
     received = arrays.to_torch_state_dict()
     unknown = sorted(set(received) - set(start))
     if unknown:
-        raise ValueError(f"{what} message: arrays {unknown} are not entries of model {fed.model.name!r}; "
-                         f"its entries: {list(start)}")
+        raise ValueError(
+            f"{what} message: arrays {unknown} are not entries of model {fed.model.name!r}; its entries: {list(start)}"
+        )
     for name, value in received.items():
         if tuple(value.shape) != tuple(start[name].shape):
-            raise ValueError(f"{what} message: array {name!r} has shape {tuple(value.shape)}, the model's is {tuple(start[name].shape)}")
+            raise ValueError(
+                f"{what} message: array {name!r} has shape {tuple(value.shape)}, the model's is {tuple(start[name].shape)}"
+            )
         start[name] = value
     model.load_state_dict(start)
     return model, list(received)
 
 
-def _costs(fed: Federation, k: int, t: int, epochs: int, state: dict[str, torch.Tensor], up_keys: list[str],
-           down_keys: list[str]) -> dict[str, Any]:
+def _costs(
+    fed: Federation, k: int, t: int, epochs: int, state: dict[str, torch.Tensor], up_keys: list[str], down_keys: list[str]
+) -> dict[str, Any]:
     """Simulated costs of round ``t`` (the formula of ``Method.make_update``; FR-eq 3-5)."""
     sysc, fl = fed.system, fed.fleet
     d = fl.draw(t)
@@ -368,10 +449,16 @@ def _costs(fed: Federation, k: int, t: int, epochs: int, state: dict[str, torch.
     comp = compute_time(epochs, fed.client_bits(k), sysc.cycles_per_bit, fl.cores[k], d.freq_mhz[k])
     up_s = transmit_time(up * 8, d.bandwidth_mbps[k])
     down_s = transmit_time(down * 8, d.bandwidth_mbps[k])
-    return {"compute-s": float(comp), "upload-s": float(up_s), "download-s": float(down_s),
-            "latency-s": float(comp + up_s + (down_s if sysc.count_download else 0.0)),
-            "upload-bytes": int(up), "download-bytes": int(down),
-            "freq-mhz": float(d.freq_mhz[k]), "bandwidth-mbps": float(d.bandwidth_mbps[k])}
+    return {
+        "compute-s": float(comp),
+        "upload-s": float(up_s),
+        "download-s": float(down_s),
+        "latency-s": float(comp + up_s + (down_s if sysc.count_download else 0.0)),
+        "upload-bytes": int(up),
+        "download-bytes": int(down),
+        "freq-mhz": float(d.freq_mhz[k]),
+        "bandwidth-mbps": float(d.bandwidth_mbps[k]),
+    }
 
 
 def query_reply(fed: Federation, k: int, content: RecordDict) -> RecordDict:
@@ -381,7 +468,9 @@ def query_reply(fed: Federation, k: int, content: RecordDict) -> RecordDict:
     return RecordDict({"profile": client_profile(fed, k, t)})
 
 
-def train_reply(fed: Federation, cfg: ExperimentConfig, k: int, content: RecordDict, state: RecordDict | None = None) -> RecordDict:
+def train_reply(
+    fed: Federation, cfg: ExperimentConfig, k: int, content: RecordDict, state: RecordDict | None = None
+) -> RecordDict:
     """Train client ``k`` of ``fed`` (built from ``cfg``, whose ``train`` section sets the local
     training) as asked by a ``train`` message; the reply's content (module docstring).
     ``state`` is the node's ``Context.state`` (for ``keep-state``).
@@ -405,20 +494,35 @@ def train_reply(fed: Federation, cfg: ExperimentConfig, k: int, content: RecordD
         raise ValueError(f"train message: config 'upload-keys' must be a list of model entry names, got {up_keys!r}")
     unknown = sorted(set(up_keys) - set(trained))
     if unknown:
-        raise ValueError(f"train message: upload-keys {unknown} are not entries of model {fed.model.name!r}; its entries: {list(trained)}")
+        raise ValueError(
+            f"train message: upload-keys {unknown} are not entries of model {fed.model.name!r}; its entries: {list(trained)}"
+        )
     if conf.get("keep-state", False) and state is not None:
         state[STATE_KEY] = ArrayRecord({n: v.clone() for n, v in trained.items()})
-    metrics = {"client-id": int(k), "server-round": t, "num-examples": fed.clients[k].num_samples,
-               "train-loss": float(loss), "epochs": epochs, **_costs(fed, k, t, epochs, trained, list(up_keys), down_keys)}
+    metrics = {
+        "client-id": int(k),
+        "server-round": t,
+        "num-examples": fed.clients[k].num_samples,
+        "train-loss": float(loss),
+        "epochs": epochs,
+        **_costs(fed, k, t, epochs, trained, list(up_keys), down_keys),
+    }
     if stats is not None:
         metrics["sum-sq-sample-loss"] = float(stats.get("sum_sq_sample_loss", 0.0))
         metrics["num-sample-losses"] = int(stats.get("num_sample_losses", 0))
     metrics["wall-s"] = time.perf_counter() - t0
-    return RecordDict({"arrays": ArrayRecord({n: trained[n] for n in up_keys}), "metrics": MetricRecord(metrics),
-                       "profile": client_profile(fed, k)})
+    return RecordDict(
+        {
+            "arrays": ArrayRecord({n: trained[n] for n in up_keys}),
+            "metrics": MetricRecord(metrics),
+            "profile": client_profile(fed, k),
+        }
+    )
 
 
-def evaluate_reply(fed: Federation, cfg: ExperimentConfig, k: int, content: RecordDict, state: RecordDict | None = None) -> RecordDict:
+def evaluate_reply(
+    fed: Federation, cfg: ExperimentConfig, k: int, content: RecordDict, state: RecordDict | None = None
+) -> RecordDict:
     """Evaluate (optionally after training) as asked by an ``evaluate`` message; the reply's
     content (module docstring).
 
@@ -440,10 +544,14 @@ def evaluate_reply(fed: Federation, cfg: ExperimentConfig, k: int, content: Reco
     idx = conf.get("sample-indices")
     if idx is not None:
         if split != "train" or not isinstance(idx, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in idx):
-            raise ValueError("evaluate message: 'sample-indices' is a list of integer indices into the client's training data "
-                             f"(eval-split 'train'), got {idx!r} with eval-split {split!r}")
+            raise ValueError(
+                "evaluate message: 'sample-indices' is a list of integer indices into the client's training data "
+                f"(eval-split 'train'), got {idx!r} with eval-split {split!r}"
+            )
         if idx and (min(idx) < 0 or max(idx) >= len(data)):
-            raise ValueError(f"evaluate message: sample-indices outside 0..{len(data) - 1} (client {k} has {len(data)} training samples)")
+            raise ValueError(
+                f"evaluate message: sample-indices outside 0..{len(data) - 1} (client {k} has {len(data)} training samples)"
+            )
         import numpy as np
 
         data = data.subset(np.asarray(idx, dtype=np.int64))
@@ -454,9 +562,17 @@ def evaluate_reply(fed: Federation, cfg: ExperimentConfig, k: int, content: Reco
         m = evaluate(model, data)
     returned = list(trained) if conf.get("return-arrays", False) else []
     costs = _costs(fed, k, t, epochs, trained, returned, down_keys)
-    metrics = {"client-id": int(k), "server-round": t, "num-examples": len(data), "loss": float(m["loss"]),
-               "accuracy": float(m["accuracy"]), "f1-macro": float(m["f1_macro"]), "train-loss": float(loss), "epochs": epochs,
-               **{key: v for key, v in costs.items() if key not in ("freq-mhz", "bandwidth-mbps")}}
+    metrics = {
+        "client-id": int(k),
+        "server-round": t,
+        "num-examples": len(data),
+        "loss": float(m["loss"]),
+        "accuracy": float(m["accuracy"]),
+        "f1-macro": float(m["f1_macro"]),
+        "train-loss": float(loss),
+        "epochs": epochs,
+        **{key: v for key, v in costs.items() if key not in ("freq-mhz", "bandwidth-mbps")},
+    }
     metrics["wall-s"] = time.perf_counter() - t0
     rec = RecordDict({"metrics": MetricRecord(metrics), "profile": client_profile(fed, k)})
     if returned:

@@ -107,8 +107,14 @@ class LocalDeployment:
         startup_timeout: seconds to wait for the SuperLink to answer.
     """
 
-    def __init__(self, num_nodes: int, home: str | Path, node_config: Callable[[int], dict[str, Any]] | None = None,
-                 logs: str | Path | None = None, startup_timeout: float = 60.0):
+    def __init__(
+        self,
+        num_nodes: int,
+        home: str | Path,
+        node_config: Callable[[int], dict[str, Any]] | None = None,
+        logs: str | Path | None = None,
+        startup_timeout: float = 60.0,
+    ):
         if num_nodes < 1:
             raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
         self.num_nodes = num_nodes
@@ -128,15 +134,26 @@ class LocalDeployment:
         self.logs.mkdir(parents=True, exist_ok=True)
         fh = (self.logs / f"{log_name}.log").open("w")
         self._files.append(fh)
-        return subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, env=flower_env(self.home), cwd=self.home,
-                                start_new_session=True)
+        return subprocess.Popen(
+            args, stdout=fh, stderr=subprocess.STDOUT, env=flower_env(self.home), cwd=self.home, start_new_session=True
+        )
 
     def __enter__(self) -> "LocalDeployment":
         t0 = time.perf_counter()
         self.home.mkdir(parents=True, exist_ok=True)
         try:
-            self.superlink = self._start([_bin("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(self.port),
-                                          "--disable-runtime-dependency-installation"], "superlink")
+            self.superlink = self._start(
+                [
+                    _bin("flower-superlink"),
+                    "--insecure",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--disable-runtime-dependency-installation",
+                ],
+                "superlink",
+            )
             self._wait_superlink()
             write_connection(self.home, "local-deployment", self.address)
             for i in range(self.num_nodes):
@@ -148,8 +165,19 @@ class LocalDeployment:
         return self
 
     def _start_node(self, i: int) -> subprocess.Popen:
-        return self._start([_bin("flower-supernode"), "--insecure", "--superlink", self.address, "--port", str(free_port()),
-                            "--node-config", format_config(self.node_config(i))], f"supernode-{i}")
+        return self._start(
+            [
+                _bin("flower-supernode"),
+                "--insecure",
+                "--superlink",
+                self.address,
+                "--port",
+                str(free_port()),
+                "--node-config",
+                format_config(self.node_config(i)),
+            ],
+            f"supernode-{i}",
+        )
 
     def _wait_superlink(self) -> None:
         import httpx
@@ -157,15 +185,19 @@ class LocalDeployment:
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.superlink.poll() is not None:
-                raise RuntimeError(f"flower-superlink exited with code {self.superlink.returncode}; see {self.logs / 'superlink.log'}")
+                raise RuntimeError(
+                    f"flower-superlink exited with code {self.superlink.returncode}; see {self.logs / 'superlink.log'}"
+                )
             try:
                 if httpx.get(f"http://{self.address}/health", timeout=0.5).is_success:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
-        raise TimeoutError(f"flower-superlink did not answer on {self.address} within {self.startup_timeout:.0f} s; "
-                           f"see {self.logs / 'superlink.log'}")
+        raise TimeoutError(
+            f"flower-superlink did not answer on {self.address} within {self.startup_timeout:.0f} s; "
+            f"see {self.logs / 'superlink.log'}"
+        )
 
     def kill_node(self, i: int) -> None:
         """Kill SuperNode ``i`` and its ClientApp processes at once (SIGKILL: a node that
@@ -175,8 +207,9 @@ class LocalDeployment:
             _kill_group(p, signal.SIGKILL)
             self.nodes[i] = None
 
-    def run_app(self, app_dir: str | Path, run_config: dict[str, Any] | None = None, timeout: float = 600,
-                stream: bool = True) -> subprocess.CompletedProcess:
+    def run_app(
+        self, app_dir: str | Path, run_config: dict[str, Any] | None = None, timeout: float = 600, stream: bool = True
+    ) -> subprocess.CompletedProcess:
         """``flwr run APP_DIR local-deployment [--run-config ...] --stream``; returns when the
         run has finished (its ServerApp's output is in ``stdout``).
 

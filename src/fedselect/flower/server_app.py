@@ -52,8 +52,14 @@ log = logging.getLogger("fedselect.flower")
 
 #: run-config keys of the ServerApp (beside the experiment's dotted keys) and their types
 SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
-    "run-dir": str, "overwrite": bool, "latency": str, "arrival-order": str, "reply-timeout": (int, float),
-    "connect-timeout": (int, float), "poll-interval": (int, float), "torch-threads": int,
+    "run-dir": str,
+    "overwrite": bool,
+    "latency": str,
+    "arrival-order": str,
+    "reply-timeout": (int, float),
+    "connect-timeout": (int, float),
+    "poll-interval": (int, float),
+    "torch-threads": int,
 }
 
 
@@ -85,8 +91,11 @@ def strategy_settings(run_config: dict[str, Any]) -> dict[str, Any]:
     for key in ("reply-timeout", "connect-timeout", "poll-interval"):
         if key in rc and not rc[key] > 0:
             raise ConfigError(f"run config: '{key}' must be > 0 seconds, got {rc[key]!r}")
-    out: dict[str, Any] = {"latency": rc.get("latency", "simulated"), "arrival": rc.get("arrival-order"),
-                           "overwrite": bool(rc.get("overwrite", False))}
+    out: dict[str, Any] = {
+        "latency": rc.get("latency", "simulated"),
+        "arrival": rc.get("arrival-order"),
+        "overwrite": bool(rc.get("overwrite", False)),
+    }
     if "reply-timeout" in rc:
         out["reply_timeout"] = float(rc["reply-timeout"])
     if "connect-timeout" in rc:
@@ -96,8 +105,11 @@ def strategy_settings(run_config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def make_server_app(settings: dict[str, Any] | None = None, run_dir: str | Path | None = None,
-                    on_strategy: Callable[[FedselectStrategy], None] | None = None) -> ServerApp:
+def make_server_app(
+    settings: dict[str, Any] | None = None,
+    run_dir: str | Path | None = None,
+    on_strategy: Callable[[FedselectStrategy], None] | None = None,
+) -> ServerApp:
     """A ServerApp running the experiment of its run config (module docstring).
 
     Args:

@@ -106,8 +106,17 @@ from fedselect.system import RoundDraws
 
 log = logging.getLogger("fedselect.flower")
 
-__all__ = ["FedselectStrategy", "FlowerContext", "FlowerOptions", "FlowerRun", "NodeDirectory", "check_flower_experiment",
-           "LATENCY_MODES", "ARRIVAL_MODES", "DROPOUT_CODES"]
+__all__ = [
+    "FedselectStrategy",
+    "FlowerContext",
+    "FlowerOptions",
+    "FlowerRun",
+    "NodeDirectory",
+    "check_flower_experiment",
+    "LATENCY_MODES",
+    "ARRIVAL_MODES",
+    "DROPOUT_CODES",
+]
 
 #: ``latency`` option: the cost model's latency, or the measured round trip
 LATENCY_MODES = ("simulated", "measured")
@@ -169,13 +178,17 @@ def check_flower_experiment(r: Resolved) -> None:
     """
     problems = []
     if not issubclass(r.algorithm, (FedAvg, FedPer)):
-        problems.append(f"algorithm {r.config.algorithm.name!r}: the Flower strategy runs FedAvg ('fedavg') and partial-layer FedPer "
-                        f"('fedper'); run {r.config.algorithm.name!r} with `fedselect run`")
+        problems.append(
+            f"algorithm {r.config.algorithm.name!r}: the Flower strategy runs FedAvg ('fedavg') and partial-layer FedPer "
+            f"('fedper'); run {r.config.algorithm.name!r} with `fedselect run`"
+        )
     f = r.config.faults
     if f.dropout or f.dropout_by_device or f.dropout_by_network or f.inject:
-        problems.append("faults: dropout / dropout_by_device / dropout_by_network / inject simulate client failures in fedselect's "
-                        "simulator; over Flower the failures are the nodes' own (remove the faults section; "
-                        "system.round_deadline_s still applies)")
+        problems.append(
+            "faults: dropout / dropout_by_device / dropout_by_network / inject simulate client failures in fedselect's "
+            "simulator; over Flower the failures are the nodes' own (remove the faults section; "
+            "system.round_deadline_s still applies)"
+        )
     if problems:
         raise ConfigError("\n".join(["cannot run this experiment on Flower:"] + [f"  {p}" for p in problems]))
 
@@ -229,20 +242,26 @@ class NodeDirectory:
         n = self.fed.num_clients
         k = p.get("client-id")
         if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < n:
-            return (f"node {node} serves client-id {k!r}, but the server's federation has clients 0..{n - 1} "
-                    f"(data.num_clients = {n}); give each SuperNode partition-id=K num-partitions={n}")
+            return (
+                f"node {node} serves client-id {k!r}, but the server's federation has clients 0..{n - 1} "
+                f"(data.num_clients = {n}); give each SuperNode partition-id=K num-partitions={n}"
+            )
         if p.get("federation") != self.expected:
             diffs = []
             if p.get("num-partitions") != n:
                 diffs.append(f"num-partitions {p.get('num-partitions')} vs data.num_clients {n}")
             if p.get("num-examples") != self.fed.clients[k].num_samples:
-                diffs.append(f"client {k} has {p.get('num-examples')} training samples there, {self.fed.clients[k].num_samples} here")
+                diffs.append(
+                    f"client {k} has {p.get('num-examples')} training samples there, {self.fed.clients[k].num_samples} here"
+                )
             desc = self.fed.fleet.describe(k)
             if (p.get("device"), p.get("network")) != (desc["device"], desc["network"]):
                 diffs.append(f"profiles {p.get('device')}/{p.get('network')} there, {desc['device']}/{desc['network']} here")
-            return (f"node {node} (client {k}) built its federation from other settings than the server "
-                    f"({'; '.join(diffs) or 'data/model/system/seed differ'}); give the SuperNodes and the ServerApp the same "
-                    f"experiment (run config / fedselect-config: data, model, system, seed)")
+            return (
+                f"node {node} (client {k}) built its federation from other settings than the server "
+                f"({'; '.join(diffs) or 'data/model/system/seed differ'}); give the SuperNodes and the ServerApp the same "
+                f"experiment (run config / fedselect-config: data, model, system, seed)"
+            )
         return None
 
     def poll(self, strict: bool = False) -> list[int]:
@@ -337,8 +356,11 @@ class _Arrivals(Sequence):
                 return
             if time.monotonic() >= self._deadline:
                 rest = [k for k in self.pool if k not in self.order]
-                log.warning("budgeted online: candidates %s did not connect within %.0f s; they come last and score NaN",
-                            rest, self.ctx.options.connect_timeout)
+                log.warning(
+                    "budgeted online: candidates %s did not connect within %.0f s; they come last and score NaN",
+                    rest,
+                    self.ctx.options.connect_timeout,
+                )
                 self.order += rest
                 return
             if not nodes.poll():
@@ -366,12 +388,22 @@ class FlowerContext(FederationContext):
     ``personalised`` (the algorithm keeps personalised entries on the nodes).
     """
 
-    def __init__(self, fed, settings, train_cfg, upload_keys, download_keys, payload_bytes, options: FlowerOptions,
-                 personalised: bool = False, engine=None):
+    def __init__(
+        self,
+        fed,
+        settings,
+        train_cfg,
+        upload_keys,
+        download_keys,
+        payload_bytes,
+        options: FlowerOptions,
+        personalised: bool = False,
+        engine=None,
+    ):
         super().__init__(fed, settings, train_cfg, upload_keys, download_keys, payload_bytes, engine)
         self.options, self.personalised = options, personalised
         self.nodes: NodeDirectory | None = None
-        self.messages = 0          # messages sent for the selector's services
+        self.messages = 0  # messages sent for the selector's services
         self.last_probe_s: float | None = None
         self._failed: dict[tuple, tuple[float, float, float]] = {}
 
@@ -388,7 +420,9 @@ class FlowerContext(FederationContext):
         return exchange(self._directory().grid, messages, self.options.reply_timeout, self.options.poll_s)
 
     def _message(self, node: int, kind: str, arrays: dict[str, torch.Tensor], config: dict[str, Any]) -> Message:
-        return Message(RecordDict({"arrays": ArrayRecord(arrays), "config": ConfigRecord(config)}), dst_node_id=node, message_type=kind)
+        return Message(
+            RecordDict({"arrays": ArrayRecord(arrays), "config": ConfigRecord(config)}), dst_node_id=node, message_type=kind
+        )
 
     @staticmethod
     def _failure(k: int, what: str, reply: Message | None) -> str:
@@ -401,7 +435,9 @@ class FlowerContext(FederationContext):
         return f"client {k}: {what} failed ({why})"
 
     # ---------------------------------------------------------------- client services
-    def _train_many(self, ids: Sequence[int], start: State, epochs: int, tag: str, t: int) -> dict[int, tuple[State, float] | None]:
+    def _train_many(
+        self, ids: Sequence[int], start: State, epochs: int, tag: str, t: int
+    ) -> dict[int, tuple[State, float] | None]:
         nodes = self._directory()
         down, up = self.download_keys, self.upload_keys
         conf: dict[str, Any] = {"server-round": int(t), "local-epochs": int(epochs), "train-tag": tag}
@@ -465,8 +501,12 @@ class FlowerContext(FederationContext):
         node = self._directory().node(k)
         reply = None
         if node is not None:
-            msg = self._message(node, MessageType.EVALUATE, self.initial_state(),
-                                {"server-round": 0, "train-epochs": int(epochs), "train-tag": "candidate", "eval-split": "test"})
+            msg = self._message(
+                node,
+                MessageType.EVALUATE,
+                self.initial_state(),
+                {"server-round": 0, "train-epochs": int(epochs), "train-tag": "candidate", "eval-split": "test"},
+            )
             reply = self._exchange([msg]).replies.get(node)
         got = _metrics(reply, "accuracy", "loss", "train-loss")
         if got is None:
@@ -476,7 +516,9 @@ class FlowerContext(FederationContext):
         cache[k] = tuple(got)
         return cache[k]
 
-    def client_losses(self, states: Sequence[State], ids: Sequence[int], samples: Sequence[Sequence[int]] | None = None) -> list[float]:
+    def client_losses(
+        self, states: Sequence[State], ids: Sequence[int], samples: Sequence[Sequence[int]] | None = None
+    ) -> list[float]:
         """Power-of-Choice's probe: the mean cross-entropy of ``states[i]`` on client ``ids[i]``'s
         training data (only the samples ``samples[i]``), computed by the nodes (evaluate
         messages, all at once). Only the download entries are sent; the rest come from the
@@ -537,8 +579,17 @@ class FlowerRun(Simulation):
         super().__init__(resolved, fed, workers=0)
 
     def make_context(self) -> FlowerContext:
-        return FlowerContext(self.fed, self.settings, self.resolved.train_cfg, self.upload_keys, self.algorithm.download_keys(),
-                             self.algorithm.payload_bytes(), self.flower, isinstance(self.algorithm, Personalised), engine=self.trainer)
+        return FlowerContext(
+            self.fed,
+            self.settings,
+            self.resolved.train_cfg,
+            self.upload_keys,
+            self.algorithm.download_keys(),
+            self.algorithm.payload_bytes(),
+            self.flower,
+            isinstance(self.algorithm, Personalised),
+            engine=self.trainer,
+        )
 
     def train(self, t, clients, state, draws):  # noqa: D102 - see the class docstring
         raise NotImplementedError("over Flower, clients train by messages: FedselectStrategy.configure_train / aggregate_train")
@@ -558,9 +609,9 @@ class _Round:
     t: int
     selection: Selection
     draws: RoundDraws
-    state: ServerState                      # the state the chosen clients start from
-    nodes: dict[int, int]                   # chosen client -> node (connected ones)
-    starts: dict[int, State]                # chosen client -> full start state
+    state: ServerState  # the state the chosen clients start from
+    nodes: dict[int, int]  # chosen client -> node (connected ones)
+    starts: dict[int, State]  # chosen client -> full start state
     sent_at: float = field(default_factory=time.perf_counter)
     exchange: Exchange | None = None
     outcomes: list[ClientOutcome] = field(default_factory=list)
@@ -593,9 +644,19 @@ class FedselectStrategy(Strategy):
         trained: round -> client ids whose train reply arrived (and fit), in selection order.
     """
 
-    def __init__(self, cfg: ExperimentConfig, run_dir: str | Path | None = None, *, latency: str = "simulated",
-                 reply_timeout: float = 600.0, connect_timeout: float = 300.0, arrival: str | None = None, poll_s: float = 0.1,
-                 federation: Federation | None = None, overwrite: bool = False):
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        run_dir: str | Path | None = None,
+        *,
+        latency: str = "simulated",
+        reply_timeout: float = 600.0,
+        connect_timeout: float = 300.0,
+        arrival: str | None = None,
+        poll_s: float = 0.1,
+        federation: Federation | None = None,
+        overwrite: bool = False,
+    ):
         self.options = FlowerOptions(latency, reply_timeout, connect_timeout, arrival, poll_s)
         self.resolved = resolve(cfg, cfg.name)
         check_flower_experiment(self.resolved)
@@ -636,9 +697,18 @@ class FedselectStrategy(Strategy):
     def summary(self) -> None:
         """Log what runs: selector, algorithm, N, U, T, latency mode."""
         s, r = self.run.settings, self.resolved
-        log.info("fedselect on Flower: %s (selector %s, algorithm %s), N=%d, U=%d, T=%d, seed %d, latency %s, arrival %s",
-                 r.method, r.config.selector.name, r.config.algorithm.name, s.num_clients, s.clients_per_round, s.rounds, s.seed,
-                 self.options.latency, self.options.arrival_mode)
+        log.info(
+            "fedselect on Flower: %s (selector %s, algorithm %s), N=%d, U=%d, T=%d, seed %d, latency %s, arrival %s",
+            r.method,
+            r.config.selector.name,
+            r.config.algorithm.name,
+            s.num_clients,
+            s.clients_per_round,
+            s.rounds,
+            s.seed,
+            self.options.latency,
+            self.options.arrival_mode,
+        )
 
     # ---------------------------------------------------------------- who is who
     def connect(self, grid: Grid) -> list[int]:
@@ -660,7 +730,9 @@ class FedselectStrategy(Strategy):
         else:
             missing = self.nodes.wait(range(n), self.options.connect_timeout, strict=True)
             if missing:
-                log.warning("clients %s have no node after %.0f s: they fail whenever chosen", missing, self.options.connect_timeout)
+                log.warning(
+                    "clients %s have no node after %.0f s: they fail whenever chosen", missing, self.options.connect_timeout
+                )
         self.grid = grid
         self.timings.update(clients_without_node=missing, connect_s=time.perf_counter() - t0)
         return missing
@@ -708,11 +780,17 @@ class FedselectStrategy(Strategy):
         if not by_client:
             log.warning("evaluation after round %d: no node answered", t)
             return Evaluation(math.nan, math.nan, math.nan, {"accuracy_std": math.nan, "client_accuracy": [math.nan] * n})
-        log.warning("evaluation after round %d: clients %s did not answer; means over the %d others", t,
-                    sorted(set(range(n)) - set(by_client)), len(by_client))
+        log.warning(
+            "evaluation after round %d: clients %s did not answer; means over the %d others",
+            t,
+            sorted(set(range(n)) - set(by_client)),
+            len(by_client),
+        )
         part = client_evaluation([by_client[k] for k in sorted(by_client)])
         acc = [by_client[k]["accuracy"] if k in by_client else math.nan for k in range(n)]
-        return Evaluation(part.accuracy, part.f1_macro, part.loss, {"accuracy_std": part.per_client["accuracy_std"], "client_accuracy": acc})
+        return Evaluation(
+            part.accuracy, part.f1_macro, part.loss, {"accuracy_std": part.per_client["accuracy_std"], "client_accuracy": acc}
+        )
 
     def _client_eval_messages(self, t: int, state: ServerState) -> Iterator[Message]:
         down = self.algorithm.download_keys()
@@ -751,7 +829,12 @@ class FedselectStrategy(Strategy):
         state = self.algorithm.initial_state() if selection.restart else self.state  # BO Algorithm 1 re-runs
         self.state = state
         down, up = self.algorithm.download_keys(), self.algorithm.upload_keys()
-        conf: dict[str, Any] = {**dict(config or {}), "server-round": t, "local-epochs": int(run.settings.local_epochs), "train-tag": "train"}
+        conf: dict[str, Any] = {
+            **dict(config or {}),
+            "server-round": t,
+            "local-epochs": int(run.settings.local_epochs),
+            "train-tag": "train",
+        }
         if up is not None:
             conf["upload-keys"] = list(up)
         if isinstance(self.algorithm, Personalised):
@@ -792,9 +875,19 @@ class FedselectStrategy(Strategy):
                 lat = arrival if arrival is not None else (waited if k in rnd.nodes else 0.0)
             else:
                 lat = deadline if deadline is not None else 0.0
-            why = "its node is not connected" if k not in rnd.nodes else ("no reply" if reply is None else f"node unavailable: {reply.error.reason}")
-            log.info("round %d: client %d %s (%s); failure latency %.4g s", t, k, "missed the deadline" if kind == "timeout" else "dropped out",
-                     why, lat)
+            why = (
+                "its node is not connected"
+                if k not in rnd.nodes
+                else ("no reply" if reply is None else f"node unavailable: {reply.error.reason}")
+            )
+            log.info(
+                "round %d: client %d %s (%s); failure latency %.4g s",
+                t,
+                k,
+                "missed the deadline" if kind == "timeout" else "dropped out",
+                why,
+                lat,
+            )
             return ClientOutcome(k, t, None, n_k, math.nan, 0, 0.0, 0.0, 0.0, float(lat), 0, 0, failed=kind)
         problem = None
         if reply.has_error():
@@ -804,28 +897,77 @@ class FedselectStrategy(Strategy):
         if problem is not None:
             lat = arrival if measured and arrival is not None else cost.compute_s + (cost.download_s if s.count_download else 0.0)
             log.warning("round %d: client %d failed during local training (%s); failure latency %.4g s", t, k, problem, lat)
-            return ClientOutcome(k, t, None, n_k, math.nan, epochs, cost.compute_s, 0.0, cost.download_s, float(lat), 0,
-                                 cost.download_bytes, failed="error")
+            return ClientOutcome(
+                k,
+                t,
+                None,
+                n_k,
+                math.nan,
+                epochs,
+                cost.compute_s,
+                0.0,
+                cost.download_s,
+                float(lat),
+                0,
+                cost.download_bytes,
+                failed="error",
+            )
         m = reply.content["metrics"]
         uploaded = reply.content["arrays"].to_torch_state_dict()
         state = {**rnd.starts[k], **uploaded}
         if measured:
             lat = float(arrival if arrival is not None else waited)
             comp = float(m["wall-s"])
-            o = ClientOutcome(k, t, state, n_k, float(m["train-loss"]), epochs, comp, max(0.0, lat - comp), 0.0, lat,
-                              int(m["upload-bytes"]), int(m["download-bytes"]), None, float(m.get("sum-sq-sample-loss", 0.0)),
-                              int(m.get("num-sample-losses", 0)))
+            o = ClientOutcome(
+                k,
+                t,
+                state,
+                n_k,
+                float(m["train-loss"]),
+                epochs,
+                comp,
+                max(0.0, lat - comp),
+                0.0,
+                lat,
+                int(m["upload-bytes"]),
+                int(m["download-bytes"]),
+                None,
+                float(m.get("sum-sq-sample-loss", 0.0)),
+                int(m.get("num-sample-losses", 0)),
+            )
         else:
-            o = ClientOutcome(k, t, state, n_k, float(m["train-loss"]), epochs, cost.compute_s, cost.upload_s, cost.download_s,
-                              cost.latency_s, cost.upload_bytes, cost.download_bytes, None, float(m.get("sum-sq-sample-loss", 0.0)),
-                              int(m.get("num-sample-losses", 0)))
+            o = ClientOutcome(
+                k,
+                t,
+                state,
+                n_k,
+                float(m["train-loss"]),
+                epochs,
+                cost.compute_s,
+                cost.upload_s,
+                cost.download_s,
+                cost.latency_s,
+                cost.upload_bytes,
+                cost.download_bytes,
+                None,
+                float(m.get("sum-sq-sample-loss", 0.0)),
+                int(m.get("num-sample-losses", 0)),
+            )
         if deadline is not None and o.latency_s > deadline:
-            log.info("round %d: client %d missed the deadline of %.4g s (latency %.4g s); update discarded", t, k, deadline, o.latency_s)
+            log.info(
+                "round %d: client %d missed the deadline of %.4g s (latency %.4g s); update discarded",
+                t,
+                k,
+                deadline,
+                o.latency_s,
+            )
             return replace(o, state=None, upload_bytes=0, latency_s=float(deadline), failed="timeout")
         bad = non_finite_entries(o.state, self.algorithm.upload_keys())
         if bad:
             code = "nan" if "nan" in bad.values() else "inf"
-            log.warning("round %d: client %d update rejected, not averaged: non-finite values (%s) in %s", t, k, code, sorted(bad))
+            log.warning(
+                "round %d: client %d update rejected, not averaged: non-finite values (%s) in %s", t, k, code, sorted(bad)
+            )
             return replace(o, state=None, failed=code)
         return o
 
@@ -866,26 +1008,40 @@ class FedselectStrategy(Strategy):
         for k in rnd.selection.clients:
             node = rnd.nodes.get(k)
             reply = by_node.get(node) if node is not None else None
-            arrival = ex.arrival.get(node) if ex is not None and node is not None and reply is not None else (
-                waited if reply is not None else None)
+            arrival = (
+                ex.arrival.get(node)
+                if ex is not None and node is not None and reply is not None
+                else (waited if reply is not None else None)
+            )
             outcomes.append(self._outcome(rnd, k, reply, waited, arrival))
         survivors = [o for o in outcomes if o.ok]
         # the clients whose node trained and answered (whether or not the update was then used)
-        self.trained[t] = [k for k in rnd.selection.clients if rnd.nodes.get(k) in by_node and not by_node[rnd.nodes[k]].has_error()]
+        self.trained[t] = [
+            k for k in rnd.selection.clients if rnd.nodes.get(k) in by_node and not by_node[rnd.nodes[k]].has_error()
+        ]
         new = self.algorithm.aggregate(t, rnd.state, survivors) if survivors else None
         state, committed = self.run.commit(t, rnd.state, new)
         rnd.failed = bool(rnd.selection.clients) and (not survivors or (new is not None and not committed))
         if rnd.failed and not survivors:
-            log.warning("round %d failed: no update survived (%s); the global model is unchanged", t,
-                        ", ".join(f"{o.client_id}:{o.failed}" for o in outcomes))
+            log.warning(
+                "round %d failed: no update survived (%s); the global model is unchanged",
+                t,
+                ", ".join(f"{o.client_id}:{o.failed}" for o in outcomes),
+            )
         rnd.outcomes, rnd.aggregated = outcomes, (len(survivors) if committed else 0)
         self.state = state
         lat = rnd.selection.cost.latency_s + max((o.latency_s for o in outcomes), default=0.0)
         losses = [o.train_loss for o in survivors if not math.isnan(o.train_loss)]
-        metrics = MetricRecord({"aggregated": rnd.aggregated, "round-failed": int(rnd.failed), "round-latency-s": float(lat),
-                                "train-loss": float(np.mean(losses)) if losses else math.nan,
-                                "selected": [int(k) for k in rnd.selection.clients],
-                                "failed-clients": [o.client_id for o in outcomes if not o.ok]})
+        metrics = MetricRecord(
+            {
+                "aggregated": rnd.aggregated,
+                "round-failed": int(rnd.failed),
+                "round-latency-s": float(lat),
+                "train-loss": float(np.mean(losses)) if losses else math.nan,
+                "selected": [int(k) for k in rnd.selection.clients],
+                "failed-clients": [o.client_id for o in outcomes if not o.ok],
+            }
+        )
         return ArrayRecord(state.model), metrics
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
@@ -911,8 +1067,15 @@ class FedselectStrategy(Strategy):
             raise RuntimeError(f"aggregate_evaluate({server_round}) without configure_train for that round")
         before = self.before
         after = self._evaluate(t, self.state, replies) if rnd.evaluated else before
-        columns = self.selector.observe(t, self.run.for_selector(rnd.outcomes), Feedback(before, after, rnd.evaluated, self.state.model)) or {}
-        result = RoundResult(t, rnd.selection, tuple(rnd.outcomes), rnd.aggregated, rnd.failed, rnd.evaluated, after, dict(columns))
+        columns = (
+            self.selector.observe(
+                t, self.run.for_selector(rnd.outcomes), Feedback(before, after, rnd.evaluated, self.state.model)
+            )
+            or {}
+        )
+        result = RoundResult(
+            t, rnd.selection, tuple(rnd.outcomes), rnd.aggregated, rnd.failed, rnd.evaluated, after, dict(columns)
+        )
         self.results.append(result)
         self.before = after
         if self.files is not None:
@@ -923,8 +1086,16 @@ class FedselectStrategy(Strategy):
         return MetricRecord({"accuracy": after.accuracy, "f1-macro": after.f1_macro, "test-loss": after.loss})
 
     # ---------------------------------------------------------------- the experiment
-    def start(self, grid: Grid, initial_arrays: ArrayRecord | None = None, num_rounds: int | None = None, timeout: float | None = None,
-              train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None, evaluate_fn=None) -> Result:
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord | None = None,
+        num_rounds: int | None = None,
+        timeout: float | None = None,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn=None,
+    ) -> Result:
         """Run the experiment on ``grid``: connect, prepare, T rounds, finish (module docstring).
 
         Args:
@@ -947,14 +1118,18 @@ class FedselectStrategy(Strategy):
         """
         settings = self.run.settings
         if num_rounds is not None and int(num_rounds) != settings.rounds:
-            raise ValueError(f"num_rounds={num_rounds}, but the experiment has rounds={settings.rounds} (its selector plans for it); "
-                             f"set rounds in the config")
+            raise ValueError(
+                f"num_rounds={num_rounds}, but the experiment has rounds={settings.rounds} (its selector plans for it); "
+                f"set rounds in the config"
+            )
         if initial_arrays is not None:
             given = initial_arrays.to_torch_state_dict()
             init = self.algorithm.initial_state().model
             if set(given) != set(init) or any(not torch.equal(given[n], init[n]) for n in init):
-                raise ValueError("initial_arrays differ from the config's seeded initial model, which every node starts from; "
-                                 "leave initial_arrays out")
+                raise ValueError(
+                    "initial_arrays differ from the config's seeded initial model, which every node starts from; "
+                    "leave initial_arrays out"
+                )
         if timeout is not None:
             self.options = replace(self.options, reply_timeout=float(timeout))
             self.run.flower = self.options
@@ -977,8 +1152,10 @@ class FedselectStrategy(Strategy):
                 res = evaluate_fn(0, ArrayRecord(self.state.model))
                 if res is not None:
                     result.evaluate_metrics_serverapp[0] = res
-            result.evaluate_metrics_serverapp.setdefault(0, MetricRecord(
-                {"accuracy": self.before.accuracy, "f1-macro": self.before.f1_macro, "test-loss": self.before.loss}))
+            result.evaluate_metrics_serverapp.setdefault(
+                0,
+                MetricRecord({"accuracy": self.before.accuracy, "f1-macro": self.before.f1_macro, "test-loss": self.before.loss}),
+            )
             rounds_s = []
             for t in range(1, settings.rounds + 1):
                 t0 = time.perf_counter()
@@ -998,16 +1175,22 @@ class FedselectStrategy(Strategy):
                         result.evaluate_metrics_serverapp[t] = res
                 rounds_s.append(time.perf_counter() - t0)
             self.timings["rounds_s"] = rounds_s
-            finished = self.algorithm.finish(self.state, self.files.totals() if self.files is not None else _totals(self.results),
-                                             self.before)
+            finished = self.algorithm.finish(
+                self.state, self.files.totals() if self.files is not None else _totals(self.results), self.before
+            )
             self.state = finished.state
             result.arrays = ArrayRecord(finished.state.model)
             self.timings["total_s"] = time.perf_counter() - t_start
-            flower = {"engine": "flower", "latency": self.options.latency, "arrival": self.options.arrival_mode,
-                      "nodes": {str(k): int(v) for k, v in sorted(self.nodes.node_of.items())},
-                      "clients_without_node": self.timings["clients_without_node"],
-                      "connect_s": self.timings["connect_s"], "prepare_s": self.timings["prepare_s"],
-                      "mean_round_s": float(np.mean(rounds_s)) if rounds_s else 0.0}
+            flower = {
+                "engine": "flower",
+                "latency": self.options.latency,
+                "arrival": self.options.arrival_mode,
+                "nodes": {str(k): int(v) for k, v in sorted(self.nodes.node_of.items())},
+                "clients_without_node": self.timings["clients_without_node"],
+                "connect_s": self.timings["connect_s"],
+                "prepare_s": self.timings["prepare_s"],
+                "mean_round_s": float(np.mean(rounds_s)) if rounds_s else 0.0,
+            }
             if self.files is not None:
                 self.summary_json = self.files.finish(finished, {**(self.selector.finish() or {}), "flower": flower})
             else:
@@ -1026,4 +1209,3 @@ def _totals(results: Sequence[RoundResult]):
     from fedselect.algorithms.base import RunTotals
 
     return RunTotals(sum(r.upload_bytes for r in results), sum(r.download_bytes for r in results))
-

@@ -30,7 +30,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
-from dataclasses import dataclass, asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -179,8 +179,13 @@ class ReplayMemory:
         if batch_size > self.size:
             raise ValueError(f"ReplayMemory.sample: asked for {batch_size} of {self.size} transitions")
         idx = rng.choice(self.size, size=batch_size, replace=False)
-        return (torch.from_numpy(self.s[idx]), torch.from_numpy(self.a[idx]), torch.from_numpy(self.r[idx]),
-                torch.from_numpy(self.s2[idx]), torch.from_numpy(self.done[idx].astype(np.float32)))
+        return (
+            torch.from_numpy(self.s[idx]),
+            torch.from_numpy(self.a[idx]),
+            torch.from_numpy(self.r[idx]),
+            torch.from_numpy(self.s2[idx]),
+            torch.from_numpy(self.done[idx].astype(np.float32)),
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """Copies of the filled part of the buffer and the ring pointer."""
@@ -193,7 +198,8 @@ class ReplayMemory:
         if int(state["capacity"]) != self.capacity or int(state["state_dim"]) != self.state_dim:
             raise ValueError(
                 f"ReplayMemory.load_state_dict: saved capacity/state_dim {state['capacity']}/{state['state_dim']} "
-                f"!= {self.capacity}/{self.state_dim}")
+                f"!= {self.capacity}/{self.state_dim}"
+            )
         self.size, self.pos = int(state["size"]), int(state["pos"])
         if "s" not in state:
             self.s = self.a = self.r = self.s2 = self.done = None
@@ -217,7 +223,9 @@ def build_q_network(state_dim: int, num_actions: int, hidden: int, generator: to
     return net
 
 
-def double_q_targets(main: nn.Module, target: nn.Module, r: torch.Tensor, s2: torch.Tensor, done: torch.Tensor, gamma: float) -> torch.Tensor:
+def double_q_targets(
+    main: nn.Module, target: nn.Module, r: torch.Tensor, s2: torch.Tensor, done: torch.Tensor, gamma: float
+) -> torch.Tensor:
     """Double-Q targets for every taken action, FR-eq 16 (SPEC 1.3).
 
     ``Y[b, j] = r[b, j] + gamma * Q_target(s2[b], argmax_a Q_main(s2[b], a)) * (1 - done[b])``.
@@ -231,8 +239,8 @@ def double_q_targets(main: nn.Module, target: nn.Module, r: torch.Tensor, s2: to
     with torch.no_grad():
         q_main = main(s2)
         q_main = torch.where(torch.isfinite(q_main), q_main, torch.full_like(q_main, -math.inf))  # NaN never wins
-        best = q_main.argmax(dim=1, keepdim=True)              # (B, 1) chosen by the main net
-        q_next = target(s2).gather(1, best).squeeze(1)         # (B,) valued by the target net
+        best = q_main.argmax(dim=1, keepdim=True)  # (B, 1) chosen by the main net
+        q_next = target(s2).gather(1, best).squeeze(1)  # (B,) valued by the target net
         return r + gamma * (q_next * (1.0 - done)).unsqueeze(1)
 
 
@@ -251,11 +259,19 @@ class DDQNAgent:
         ValueError: non-positive sizes or a bad config field.
     """
 
-    def __init__(self, state_dim: int, num_actions: int, config: DDQNConfig, total_rounds: int,
-                 rng: np.random.Generator, torch_generator: torch.Generator):
+    def __init__(
+        self,
+        state_dim: int,
+        num_actions: int,
+        config: DDQNConfig,
+        total_rounds: int,
+        rng: np.random.Generator,
+        torch_generator: torch.Generator,
+    ):
         if state_dim < 1 or num_actions < 1 or total_rounds < 1:
-            raise ValueError(f"DDQNAgent: need state_dim, num_actions, total_rounds >= 1, got "
-                             f"{state_dim}, {num_actions}, {total_rounds}")
+            raise ValueError(
+                f"DDQNAgent: need state_dim, num_actions, total_rounds >= 1, got {state_dim}, {num_actions}, {total_rounds}"
+            )
         if not isinstance(rng, np.random.Generator):
             raise ValueError("DDQNAgent: rng must be a numpy.random.Generator")
         if not isinstance(torch_generator, torch.Generator):
@@ -272,9 +288,9 @@ class DDQNAgent:
         self.memory = ReplayMemory(config.memory_capacity, self.state_dim)
         self.learn_steps = 0
         self.last_loss: float | None = None
-        self.discarded_steps = 0          # learning steps dropped for a non-finite loss / weights
-        self.nonfinite_q_rounds = 0       # selections that met a non-finite Q value
-        self._round: int | None = None    # the round of the last select(), for messages
+        self.discarded_steps = 0  # learning steps dropped for a non-finite loss / weights
+        self.nonfinite_q_rounds = 0  # selections that met a non-finite Q value
+        self._round: int | None = None  # the round of the last select(), for messages
 
     # ---- exploration -------------------------------------------------------------------
     @property
@@ -322,10 +338,13 @@ class DDQNAgent:
         q = rank_scores(raw)
         if not np.all(np.isfinite(raw)):
             self.nonfinite_q_rounds += 1
-            log.log(logging.WARNING if self.nonfinite_q_rounds == 1 else logging.INFO,
-                    "round %d: Q values of clients %s are not finite; they rank below every finite value%s", round_,
-                    np.flatnonzero(~np.isfinite(raw)).tolist(), " (later rounds like this are logged at INFO level)"
-                    if self.nonfinite_q_rounds == 1 else "")
+            log.log(
+                logging.WARNING if self.nonfinite_q_rounds == 1 else logging.INFO,
+                "round %d: Q values of clients %s are not finite; they rank below every finite value%s",
+                round_,
+                np.flatnonzero(~np.isfinite(raw)).tolist(),
+                " (later rounds like this are logged at INFO level)" if self.nonfinite_q_rounds == 1 else "",
+            )
         free = np.ones(self.num_actions, bool)
         chosen: list[int] = []
         for _ in range(k):
@@ -373,7 +392,7 @@ class DDQNAgent:
     def _learn_step(self, round_: int | None = None) -> float | None:
         s, a, r, s2, done = self.memory.sample(self.config.batch_size, self.rng)
         y = double_q_targets(self.main, self.target, r, s2, done, self.config.gamma)
-        q_taken = self.main(s).gather(1, a)                      # (B, U)
+        q_taken = self.main(s).gather(1, a)  # (B, U)
         loss = torch.mean((y - q_taken) ** 2)
         value = float(loss.detach())
         if not math.isfinite(value):
@@ -401,8 +420,12 @@ class DDQNAgent:
         t = round_ if round_ is not None else self._round
         where = f"round {t}" if t is not None else "a round"
         if self.discarded_steps == 1:
-            log.warning("%s: DDQN learning step discarded: %s; the Q network keeps its last finite weights and the "
-                        "run goes on (further discarded steps are logged at INFO level)", where, why)
+            log.warning(
+                "%s: DDQN learning step discarded: %s; the Q network keeps its last finite weights and the "
+                "run goes on (further discarded steps are logged at INFO level)",
+                where,
+                why,
+            )
         else:
             log.info("%s: DDQN learning step discarded: %s (%d discarded so far)", where, why, self.discarded_steps)
 
@@ -451,7 +474,8 @@ class DDQNAgent:
         if int(state["state_dim"]) != self.state_dim or int(state["num_actions"]) != self.num_actions:
             raise ValueError(
                 f"DDQNAgent.load_state_dict: saved agent has state_dim={state['state_dim']}, "
-                f"num_actions={state['num_actions']}; this one {self.state_dim}, {self.num_actions}")
+                f"num_actions={state['num_actions']}; this one {self.state_dim}, {self.num_actions}"
+            )
         self.config = DDQNConfig(**state["config"])
         self.total_rounds = int(state["total_rounds"])
         self.main.load_state_dict(state["main"])

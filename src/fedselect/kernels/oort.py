@@ -190,8 +190,9 @@ def normalise_utilities(utilities: np.ndarray, clip_bound: float) -> np.ndarray:
     return np.clip((np.minimum(u, clip) - low) / width, 0.0, 1.0)
 
 
-def exploitation_scores(utility: np.ndarray, last_round: np.ndarray, duration: np.ndarray, t: int, preferred: float,
-                        alpha: float, clip_bound: float) -> np.ndarray:
+def exploitation_scores(
+    utility: np.ndarray, last_round: np.ndarray, duration: np.ndarray, t: int, preferred: float, alpha: float, clip_bound: float
+) -> np.ndarray:
     """Util(k) = [norm(U_k) + sqrt(0.1 ln t / L_k)] * speed_penalty(t_k) for explored clients
     (Oort Algorithm 1, lines "Util(i) = U(i) + ..." and "Util(i) *= (T/t_i)^alpha").
 
@@ -217,7 +218,9 @@ def exploration_scores(num_samples: np.ndarray, expected_duration: np.ndarray, p
         num_samples: ``(m,)`` training samples. expected_duration: ``(m,)`` seconds.
         preferred: T, seconds. alpha: penalty exponent.
     """
-    return np.asarray(num_samples, dtype=np.float64) * speed_penalty(np.asarray(expected_duration, dtype=np.float64), preferred, alpha)
+    return np.asarray(num_samples, dtype=np.float64) * speed_penalty(
+        np.asarray(expected_duration, dtype=np.float64), preferred, alpha
+    )
 
 
 def rank_desc(ids: np.ndarray, scores: np.ndarray) -> np.ndarray:

@@ -91,7 +91,9 @@ def reputation_utility_latency(psi_prev, zeta, lnorm, lam: float = 0.6, alpha1: 
     Returns:
         Psi_t, broadcast shape of the inputs.
     """
-    return lam * (alpha1 * np.asarray(zeta, float) - alpha2 * np.asarray(lnorm, float)) + (1.0 - lam) * np.asarray(psi_prev, float)
+    return lam * (alpha1 * np.asarray(zeta, float) - alpha2 * np.asarray(lnorm, float)) + (1.0 - lam) * np.asarray(
+        psi_prev, float
+    )
 
 
 def reputation_utility(psi_prev, zeta, lam: float = 0.6):

@@ -212,8 +212,9 @@ def secretary_rule(scores: Sequence[float], budget: int, alpha: int) -> Stopping
         if _score(scores, i) > threshold:
             accepted.append(i)
         i += 1
-    return StoppingDecision(accepted, evaluated=accepted[-1] + 1, threshold=threshold if alpha else None,
-                     alpha=alpha, tail_filled=tail)
+    return StoppingDecision(
+        accepted, evaluated=accepted[-1] + 1, threshold=threshold if alpha else None, alpha=alpha, tail_filled=tail
+    )
 
 
 def online_random_rule(n: int, budget: int, rng: np.random.Generator) -> StoppingDecision:

@@ -25,7 +25,6 @@ import networkx as nx
 import numpy as np
 import torch
 
-
 __all__ = [
     "layer_groups",
     "similarity_factors",
@@ -70,9 +69,7 @@ def _flat_layers(state: Mapping[str, torch.Tensor], groups: dict[str, list[str]]
     return out
 
 
-def similarity_factors(
-    states: Sequence[Mapping[str, torch.Tensor]], names: Sequence[str] | None = None
-) -> np.ndarray:
+def similarity_factors(states: Sequence[Mapping[str, torch.Tensor]], names: Sequence[str] | None = None) -> np.ndarray:
     """Pairwise similarity factors between client models (CE-eq 3).
 
     ``d_ij = sum over layers l of || w_i^l - w_j^l ||_2``, where a layer is the concatenation of
@@ -133,8 +130,10 @@ def edge_weights(d: np.ndarray) -> np.ndarray:
         raise ValueError(f"d must be a square (N, N) matrix, got shape {d.shape}")
     if not np.all(np.isfinite(d)) or np.any(d < 0):
         bad = sorted({int(i) for i in np.argwhere(~np.isfinite(d) | (d < 0))[:, 0]})
-        raise ValueError(f"d must be finite and non-negative; clients {bad} have non-finite or negative similarity "
-                         f"factors (a diverged warm-up model?)")
+        raise ValueError(
+            f"d must be finite and non-negative; clients {bad} have non-finite or negative similarity "
+            f"factors (a diverged warm-up model?)"
+        )
     if not np.allclose(d, d.T, rtol=1e-12, atol=1e-12):
         raise ValueError("d must be symmetric")
     n = d.shape[0]
@@ -291,7 +290,7 @@ def louvain_k(
         big = max(range(len(comms)), key=lambda i: (len(comms[i]), -comms[i][0]))
         members = comms[big]
         pieces = _split_two(s, members, seed, info)
-        comms[big:big + 1] = pieces
+        comms[big : big + 1] = pieces
     comms = _canonical(comms)
     msg = (
         f"Louvain gave {info['louvain_count']} communities at best (wanted k={k}, resolution searched "
@@ -324,9 +323,7 @@ def _split_two(s: np.ndarray, members: list[int], seed: int, info: dict) -> list
     return [[members[lone]], [m for i, m in enumerate(members) if i != lone]]
 
 
-def select_leaders(
-    s: np.ndarray, communities: Sequence[Sequence[int]], sizes: Sequence[int], rtol: float = 1e-12
-) -> list[int]:
+def select_leaders(s: np.ndarray, communities: Sequence[Sequence[int]], sizes: Sequence[int], rtol: float = 1e-12) -> list[int]:
     """One leader per community (CE-eq 5): ``c_k = argmax_{i in C_k} sum_{j in C_k, j != i} S_ij``.
 
     Ties (sums equal within relative tolerance ``rtol``) go to the client with the larger

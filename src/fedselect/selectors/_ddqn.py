@@ -58,13 +58,23 @@ class DDQNOptions(BaseModel):
     eps_init: float = Field(0.9, ge=0, le=1)
     eps_end: float = Field(0.2, ge=0, le=1, description="0.35 for MNIST in the paper")
     eps_decay_rounds: int | None = Field(None, ge=1, description="rounds of linear decay; null = all rounds")
-    checkpoint_pca: bool = Field(True, description="store the PCA in checkpoints; false = refit it on resume by re-running the deterministic warm-up")
+    checkpoint_pca: bool = Field(
+        True, description="store the PCA in checkpoints; false = refit it on resume by re-running the deterministic warm-up"
+    )
 
     def agent_config(self) -> DDQNConfig:
-        return DDQNConfig(hidden=self.hidden, lr=self.rl_lr, gamma=self.gamma, memory_capacity=self.memory_capacity,
-                          batch_size=self.rl_batch_size, target_sync=self.target_sync, eps_init=self.eps_init,
-                          eps_end=self.eps_end, eps_decay_rounds=self.eps_decay_rounds,
-                          learn_steps=self.rl_learn_steps)
+        return DDQNConfig(
+            hidden=self.hidden,
+            lr=self.rl_lr,
+            gamma=self.gamma,
+            memory_capacity=self.memory_capacity,
+            batch_size=self.rl_batch_size,
+            target_sync=self.target_sync,
+            eps_init=self.eps_init,
+            eps_end=self.eps_end,
+            eps_decay_rounds=self.eps_decay_rounds,
+            learn_steps=self.rl_learn_steps,
+        )
 
 
 def _stats(x) -> tuple[float, float]:
@@ -91,17 +101,33 @@ class DDQNSelector(Selector):
         fleet = ctx.fleet
         sizes = np.asarray(ctx.num_samples, dtype=float)
         # fixed fleet statistics for standardising n_k, c_k, f_{t,k}, b_{t,k} (module docstring)
-        self.feature_stats = {"n": _stats(sizes), "c": _stats(fleet.cores), "f": _stats(fleet.mean_mhz), "b": _stats(fleet.mean_mbps)}
-        self.static_features = np.stack([(sizes - self.feature_stats["n"][0]) / self.feature_stats["n"][1],
-                                         (fleet.cores - self.feature_stats["c"][0]) / self.feature_stats["c"][1]], axis=1)
-        self.pca_mean: torch.Tensor | None = None        # (P,)
+        self.feature_stats = {
+            "n": _stats(sizes),
+            "c": _stats(fleet.cores),
+            "f": _stats(fleet.mean_mhz),
+            "b": _stats(fleet.mean_mbps),
+        }
+        self.static_features = np.stack(
+            [
+                (sizes - self.feature_stats["n"][0]) / self.feature_stats["n"][1],
+                (fleet.cores - self.feature_stats["c"][0]) / self.feature_stats["c"][1],
+            ],
+            axis=1,
+        )
+        self.pca_mean: torch.Tensor | None = None  # (P,)
         self.pca_components: torch.Tensor | None = None  # (m, P)
         self.pca_scale = 1.0
         self.pca_explained: list[float] = []
         self.pca_explained_total = 0.0
         self.client_rows = np.zeros((n, self.n_components), np.float32)
-        self.agent = DDQNAgent(self.state_dim(), n, self.options.agent_config(), s.rounds,
-                               rng=np_rng(s.seed, f"agent/{self.name}"), torch_generator=torch_rng(s.seed, f"agent-init/{self.name}"))
+        self.agent = DDQNAgent(
+            self.state_dim(),
+            n,
+            self.options.agent_config(),
+            s.rounds,
+            rng=np_rng(s.seed, f"agent/{self.name}"),
+            torch_generator=torch_rng(s.seed, f"agent-init/{self.name}"),
+        )
         self.current_state: np.ndarray | None = None
 
     def budget_problems(self, old_rounds: int, new_rounds: int, done: int) -> list[str]:
@@ -109,8 +135,10 @@ class DDQNSelector(Selector):
         stored as terminal (and learned from) once round T has been played."""
         out = []
         if self.options.eps_decay_rounds is None:
-            out.append(f"epsilon decays over all T rounds (eps_decay_rounds unset: {old_rounds} here, {new_rounds} in a fresh run); "
-                       f"set eps_decay_rounds explicitly in the config of new runs that you may want to extend")
+            out.append(
+                f"epsilon decays over all T rounds (eps_decay_rounds unset: {old_rounds} here, {new_rounds} in a fresh run); "
+                f"set eps_decay_rounds explicitly in the config of new runs that you may want to extend"
+            )
         if done >= old_rounds:
             out.append(f"round {old_rounds}'s transition is in the replay memory as terminal and the agent has learned from it")
         return out
@@ -158,7 +186,9 @@ class DDQNSelector(Selector):
         ratios = np.asarray(pca.explained_variance_ratio_, dtype=np.float64)
         self.pca_explained = [float(v) if np.isfinite(v) else 0.0 for v in ratios]
         self.pca_explained_total = float(sum(self.pca_explained)) if np.all(np.isfinite(ratios)) else 1.0
-        self.client_rows = (((torch.from_numpy(weights) - self.pca_mean) @ self.pca_components.T) / self.pca_scale).numpy().astype(np.float32)
+        self.client_rows = (
+            (((torch.from_numpy(weights) - self.pca_mean) @ self.pca_components.T) / self.pca_scale).numpy().astype(np.float32)
+        )
 
     def prepare(self) -> Prepared:
         """Warm-up of all N clients and the PCA fit (SPEC 1.2). Charges the warm-up's bytes and
@@ -170,10 +200,22 @@ class DDQNSelector(Selector):
         lat = max(c.latency_s for c in costs)
         up, down = sum(c.upload_bytes for c in costs), sum(c.download_bytes for c in costs)
         charged = lat if self.options.count_warmup else 0.0
-        info = {"upload_bytes": up, "download_bytes": down, "latency_s": charged, "warmup_latency_s": lat,
-                "pca_components": self.n_components, "pca_explained_variance": self.pca_explained_total}
-        log.info("%s warm-up: %d clients, straggler %.2f s, PCA %d components explain %.3f of the variance",
-                 self.name, self.settings.num_clients, lat, self.n_components, info["pca_explained_variance"])
+        info = {
+            "upload_bytes": up,
+            "download_bytes": down,
+            "latency_s": charged,
+            "warmup_latency_s": lat,
+            "pca_components": self.n_components,
+            "pca_explained_variance": self.pca_explained_total,
+        }
+        log.info(
+            "%s warm-up: %d clients, straggler %.2f s, PCA %d components explain %.3f of the variance",
+            self.name,
+            self.settings.num_clients,
+            lat,
+            self.n_components,
+            info["pca_explained_variance"],
+        )
         return Prepared(PhaseCost(charged, up, down), info)
 
     # ---------------------------------------------------------------- hooks
@@ -216,13 +258,21 @@ class DDQNSelector(Selector):
     # ---------------------------------------------------------------- checkpointing
     def state_dict(self) -> dict[str, Any]:
         st = super().state_dict()
-        st.update({
-            "agent": self.agent.state_dict(),
-            "client_rows": self.client_rows.copy(),
-            "pca": None if not self.options.checkpoint_pca else {
-                "mean": self.pca_mean.clone(), "components": self.pca_components.clone(),
-                "scale": self.pca_scale, "explained": list(self.pca_explained), "explained_total": self.pca_explained_total},
-        })
+        st.update(
+            {
+                "agent": self.agent.state_dict(),
+                "client_rows": self.client_rows.copy(),
+                "pca": None
+                if not self.options.checkpoint_pca
+                else {
+                    "mean": self.pca_mean.clone(),
+                    "components": self.pca_components.clone(),
+                    "scale": self.pca_scale,
+                    "explained": list(self.pca_explained),
+                    "explained_total": self.pca_explained_total,
+                },
+            }
+        )
         return st
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -236,4 +286,3 @@ class DDQNSelector(Selector):
         super().load_state_dict(state)
         self.agent.load_state_dict(state["agent"])
         self.client_rows = np.array(state["client_rows"], dtype=np.float32, copy=True)
-

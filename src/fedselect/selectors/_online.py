@@ -120,8 +120,10 @@ class OnlineSelection(Selector):
         spread over T: both are fixed before round 1."""
         o = self.options
         if o.rerun_every > 0 or o.initial_available < 1 or o.mean_stay is not None:
-            return [f"the selection runs and the clients' availability over time were drawn before round 1 for T = {old_rounds} "
-                    f"(rerun_every / initial_available / mean_stay)"]
+            return [
+                f"the selection runs and the clients' availability over time were drawn before round 1 for T = {old_rounds} "
+                f"(rerun_every / initial_available / mean_stay)"
+            ]
         return []
 
     # ------------------------------------------------------------------ the rule
@@ -191,7 +193,9 @@ class OnlineSelection(Selector):
                 accepted_scores=[all_scores[i] for i in sel.accepted],
                 candidates_evaluated=int(sel.evaluated),
                 competitive_ratio=competitive_ratio(all_scores, sel.accepted, budget),
-                alpha=sel.alpha, threshold=sel.threshold, budget=budget,
+                alpha=sel.alpha,
+                threshold=sel.threshold,
+                budget=budget,
                 tail_filled=[order[i] for i in sel.tail_filled],
                 mean_candidate_accuracy=float(np.mean(all_scores)),
             )
@@ -202,8 +206,10 @@ class OnlineSelection(Selector):
                 run["selection_time_s"] = float(t_arr[last] + lat)
             self.runs.append(run)
         evaluated = int(sum(r["candidates_evaluated"] for r in self.runs))
-        return Prepared(PhaseCost(latency, up, down), {"upload_bytes": up, "download_bytes": down, "latency_s": latency,
-                                                       "candidates_evaluated": evaluated})
+        return Prepared(
+            PhaseCost(latency, up, down),
+            {"upload_bytes": up, "download_bytes": down, "latency_s": latency, "candidates_evaluated": evaluated},
+        )
 
     def _run_at(self, t: int) -> dict[str, Any] | None:
         current = None
@@ -232,7 +238,8 @@ class OnlineSelection(Selector):
             "competitive_ratio": float(np.mean([r["competitive_ratio"] for r in done])) if done else None,
             "accepted_clients": first.get("accepted_clients", []),
             "accepted_scores": first.get("accepted_scores", []),
-            "alpha": first.get("alpha"), "threshold": first.get("threshold"),
+            "alpha": first.get("alpha"),
+            "threshold": first.get("threshold"),
             "tail_filled": first.get("tail_filled", []),
             "selection_runs_count": len(self.runs),
         }
@@ -249,8 +256,12 @@ class OnlineSelection(Selector):
     # ------------------------------------------------------------------ checkpointing
     def state_dict(self):
         s = super().state_dict()
-        s.update(runs=self.runs, arrive=self.arrive.tolist(), leave=self.leave.tolist(),
-                 scores={int(k): list(v) for k, v in self._scores.items()})
+        s.update(
+            runs=self.runs,
+            arrive=self.arrive.tolist(),
+            leave=self.leave.tolist(),
+            scores={int(k): list(v) for k, v in self._scores.items()},
+        )
         return s
 
     def load_state_dict(self, state):

@@ -241,7 +241,9 @@ class Selector:
         self.ctx = ctx
         self.settings: RunSettings = ctx.settings
         self.options = options if options is not None else self.Options()
-        self.rng: np.random.Generator = np_rng(self.settings.seed, self.rng_stream or f"selector/{self.name or type(self).__qualname__}")
+        self.rng: np.random.Generator = np_rng(
+            self.settings.seed, self.rng_stream or f"selector/{self.name or type(self).__qualname__}"
+        )
 
     @classmethod
     def check(cls, options: BaseModel, settings: RunSettings) -> list[str]:

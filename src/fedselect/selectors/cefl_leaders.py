@@ -71,7 +71,9 @@ class CeflLeaders(Selector):
         states, lat = [], []
         for w in ctx.warmup(o.warmup_epochs, "cefl-warmup"):
             states.append(w.state)
-            lat.append(ctx.client_cost(w.client_id, o.warmup_epochs, draws).compute_s + ctx.transmit_s(full_bytes, w.client_id, draws))
+            lat.append(
+                ctx.client_cost(w.client_id, o.warmup_epochs, draws).compute_s + ctx.transmit_s(full_bytes, w.client_id, draws)
+            )
         d = similarity_factors(states, ctx.parameter_names)
         s = edge_weights(d)
         with warnings.catch_warnings(record=True) as caught:  # the fallback is reported once, in the run's log
@@ -85,13 +87,27 @@ class CeflLeaders(Selector):
         leaders = select_leaders(s, clusters, [int(n) for n in ctx.num_samples])
         self.groups = ClientGroups(clusters, leaders)
         n = self.settings.num_clients
-        log.info("cefl: %d clusters %s, leaders %s (Louvain resolution %s, %d calls%s)", len(clusters), clusters, leaders,
-                 info["resolution"], info["calls"], ", merge/split fallback" if info["fallback"] else "")
+        log.info(
+            "cefl: %d clusters %s, leaders %s (Louvain resolution %s, %d calls%s)",
+            len(clusters),
+            clusters,
+            leaders,
+            info["resolution"],
+            info["calls"],
+            ", merge/split fallback" if info["fallback"] else "",
+        )
         charged = max(lat) if o.count_warmup else 0.0
         summary = {
-            "upload_bytes": n * full_bytes, "download_bytes": 0, "latency_s": charged, "warmup_latency_s": max(lat),
-            "warmup_epochs": o.warmup_epochs, "clusters": clusters, "leaders": leaders, "louvain": info,
-            "similarity_d": np.round(d, 6).tolist(), "edge_weights_s": np.round(s, 6).tolist(),
+            "upload_bytes": n * full_bytes,
+            "download_bytes": 0,
+            "latency_s": charged,
+            "warmup_latency_s": max(lat),
+            "warmup_epochs": o.warmup_epochs,
+            "clusters": clusters,
+            "leaders": leaders,
+            "louvain": info,
+            "similarity_d": np.round(d, 6).tolist(),
+            "edge_weights_s": np.round(s, 6).tolist(),
         }
         return Prepared(PhaseCost(charged, n * full_bytes, 0), summary, self.groups, states)
 

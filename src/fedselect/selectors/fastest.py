@@ -22,7 +22,9 @@ from fedselect.selectors.base import RoundView, Selection, Selector
 
 class FastestOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    latency: Literal["expected", "actual"] = Field("expected", description="expected (profile means) or this round's actual latency")
+    latency: Literal["expected", "actual"] = Field(
+        "expected", description="expected (profile means) or this round's actual latency"
+    )
 
 
 @register_selector

@@ -53,8 +53,10 @@ class Favor(DDQNSelector):
     @classmethod
     def check(cls, options, settings):
         if options.target is None and DEFAULT_TARGETS.get(settings.dataset, settings.target) is None:
-            return [f"selector 'favor': no reward target known for dataset {settings.dataset!r}; set the option target "
-                    f"(or metrics.target) to a value in (0, 1]"]
+            return [
+                f"selector 'favor': no reward target known for dataset {settings.dataset!r}; set the option target "
+                f"(or metrics.target) to a value in (0, 1]"
+            ]
         return []
 
     def __init__(self, ctx, options=None):

@@ -26,13 +26,15 @@ class FlashRLOptions(DDQNOptions):
     """FLASH-RL options (SPEC 1.1): reward kind and FR-eq 10 weights."""
 
     reward: Literal["utility_latency", "utility", "reputation_accuracy"] = Field(
-        "utility_latency", description="FR-eq 10 (default), FR-eq 9 or FR-eq 6")
+        "utility_latency", description="FR-eq 10 (default), FR-eq 9 or FR-eq 6"
+    )
     lam: float = Field(0.6, ge=0, le=1, description="lambda of FR-eq 6/9/10")
     alpha1: float = Field(1.0, ge=0, description="weight of the utility in FR-eq 10")
     alpha2: float = Field(1.0, ge=0, description="weight of the normalised latency in FR-eq 10")
     psi_init: float | None = Field(None, description="Psi_0; null = 1/N")
     performance_metric: Literal["accuracy", "f1_macro"] | None = Field(
-        None, description="P of FR-eq 8; null = metrics.metric (accuracy for images, f1_macro for fall detection)")
+        None, description="P of FR-eq 8; null = metrics.metric (accuracy for images, f1_macro for fall detection)"
+    )
 
 
 @register_selector
@@ -78,13 +80,17 @@ class FlashRL(DDQNSelector):
         opts = self.options
         if opts.reward == "reputation_accuracy":
             accs = [0.0 if o.failed is not None else self.ctx.evaluate(o.state).value(self.metric) for o in outcomes]
-            self.psi = update_reputations(self.psi, ids, "reputation_accuracy", local_accuracy=accs,
-                                          prev_global_accuracy=float(before), lam=opts.lam)
+            self.psi = update_reputations(
+                self.psi, ids, "reputation_accuracy", local_accuracy=accs, prev_global_accuracy=float(before), lam=opts.lam
+            )
         else:
-            zeta = [0.0 if o.failed is not None else
-                    utility(normalised_divergence(self.flat(o.state).numpy(), global_flat), improved) for o in outcomes]
-            self.psi = update_reputations(self.psi, ids, opts.reward, zeta=zeta, lnorm=lnorm,
-                                          lam=opts.lam, alpha1=opts.alpha1, alpha2=opts.alpha2)
+            zeta = [
+                0.0 if o.failed is not None else utility(normalised_divergence(self.flat(o.state).numpy(), global_flat), improved)
+                for o in outcomes
+            ]
+            self.psi = update_reputations(
+                self.psi, ids, opts.reward, zeta=zeta, lnorm=lnorm, lam=opts.lam, alpha1=opts.alpha1, alpha2=opts.alpha2
+            )
         return self.psi[ids]
 
     def state_dict(self):

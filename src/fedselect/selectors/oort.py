@@ -39,8 +39,14 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedselect.fl.types import ClientOutcome
-from fedselect.kernels.oort import (exploitation_scores, exploration_scores, pacer_update, preferred_duration, rank_desc,
-                                    statistical_utility)
+from fedselect.kernels.oort import (
+    exploitation_scores,
+    exploration_scores,
+    pacer_update,
+    preferred_duration,
+    rank_desc,
+    statistical_utility,
+)
 from fedselect.kernels.sampling import weighted_sample
 from fedselect.selectors import register_selector
 from fedselect.selectors.base import Feedback, RoundView, Selection, Selector
@@ -52,20 +58,32 @@ class OortOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     round_penalty: float = Field(2.0, ge=0, description="alpha, exponent of the speed penalty (T/t_k)^alpha (Oort Eq. (2))")
-    round_threshold: float = Field(30.0, ge=0, le=100, description="initial percentile (%) of the known durations that sets the preferred round duration T")
+    round_threshold: float = Field(
+        30.0, ge=0, le=100, description="initial percentile (%) of the known durations that sets the preferred round duration T"
+    )
     pacer_step: int = Field(20, ge=1, description="W, rounds between two pacer decisions (and the window compared)")
-    pacer_delta: float = Field(5.0, gt=0, le=100, description="percentile points the pacer adds to / removes from round_threshold")
+    pacer_delta: float = Field(
+        5.0, gt=0, le=100, description="percentile points the pacer adds to / removes from round_threshold"
+    )
     exploration_factor: float = Field(0.9, ge=0, le=1, description="eps of round 1: the share of slots left to exploration")
     exploration_decay: float = Field(0.98, gt=0, le=1, description="eps is multiplied by this after every round")
     exploration_min: float = Field(0.2, ge=0, le=1, description="eps never decays below this")
-    cut_off: float = Field(0.95, gt=0, le=1, description="exploitation candidates score >= cut_off x the score of the last exploited slot")
-    clip_bound: float = Field(0.95, gt=0, le=1, description="statistical utilities are clipped at this quantile before min-max normalisation")
-    sample_window: float = Field(5.0, ge=1, description="exploration draws among the best sample_window x (exploration slots) unexplored clients")
+    cut_off: float = Field(
+        0.95, gt=0, le=1, description="exploitation candidates score >= cut_off x the score of the last exploited slot"
+    )
+    clip_bound: float = Field(
+        0.95, gt=0, le=1, description="statistical utilities are clipped at this quantile before min-max normalisation"
+    )
+    sample_window: float = Field(
+        5.0, ge=1, description="exploration draws among the best sample_window x (exploration slots) unexplored clients"
+    )
 
     @model_validator(mode="after")
     def _eps_order(self) -> "OortOptions":
         if self.exploration_min > self.exploration_factor:
-            raise ValueError(f"exploration_min ({self.exploration_min}) must not exceed exploration_factor ({self.exploration_factor})")
+            raise ValueError(
+                f"exploration_min ({self.exploration_min}) must not exceed exploration_factor ({self.exploration_factor})"
+            )
         return self
 
 
@@ -111,8 +129,15 @@ class Oort(Selector):
 
         exploited: list[int] = []
         if n_exploit > 0:
-            scores = exploitation_scores(self.utility[known], self.last_round[known], self.duration[known], t, preferred,
-                                         opts.round_penalty, opts.clip_bound)
+            scores = exploitation_scores(
+                self.utility[known],
+                self.last_round[known],
+                self.duration[known],
+                t,
+                preferred,
+                opts.round_penalty,
+                opts.clip_bound,
+            )
             score_of = dict(zip(known.tolist(), scores.tolist()))
             ranked = rank_desc(known, scores)
             cut = opts.cut_off * score_of[int(ranked[n_exploit - 1])]
@@ -134,8 +159,13 @@ class Oort(Selector):
             rest = np.setdiff1d(np.arange(n), np.array(chosen, dtype=np.int64))
             chosen += [int(k) for k in self.rng.choice(rest, size=missing, replace=False)]
         self.exploited = exploited
-        self.pending = {"epsilon": eps, "exploited": len(exploited), "explored": len(explored),
-                        "preferred_duration_s": preferred, "round_threshold": self.threshold}
+        self.pending = {
+            "epsilon": eps,
+            "exploited": len(exploited),
+            "explored": len(explored),
+            "preferred_duration_s": preferred,
+            "round_threshold": self.threshold,
+        }
         return Selection(tuple(chosen))
 
     def observe(self, t: int, outcomes: Sequence[ClientOutcome], feedback: Feedback) -> dict[str, Any]:
@@ -161,14 +191,25 @@ class Oort(Selector):
         return {**self.pending, "mean_utility": float(np.mean(utilities)) if utilities else float("nan")}
 
     def finish(self) -> dict[str, Any]:
-        return {"explored_clients": int(self.explored.sum()), "final_round_threshold": self.threshold,
-                "final_epsilon": self.epsilon}
+        return {
+            "explored_clients": int(self.explored.sum()),
+            "final_round_threshold": self.threshold,
+            "final_epsilon": self.epsilon,
+        }
 
     def state_dict(self) -> dict[str, Any]:
         st = super().state_dict()
-        st.update(utility=self.utility.copy(), duration=self.duration.copy(), last_round=self.last_round.copy(),
-                  explored=self.explored.copy(), epsilon=self.epsilon, threshold=self.threshold,
-                  exploit_history=list(self.exploit_history), exploited=list(self.exploited), pending=dict(self.pending))
+        st.update(
+            utility=self.utility.copy(),
+            duration=self.duration.copy(),
+            last_round=self.last_round.copy(),
+            explored=self.explored.copy(),
+            epsilon=self.epsilon,
+            threshold=self.threshold,
+            exploit_history=list(self.exploit_history),
+            exploited=list(self.exploited),
+            pending=dict(self.pending),
+        )
         return st
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -59,12 +59,20 @@ class PowerOfChoiceOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     variant: Literal["pow-d", "cpow-d", "rpow-d"] = Field(
-        "pow-d", description="pow-d: loss on all local data; cpow-d: on a mini-batch; rpow-d: last reported training loss, no probing")
+        "pow-d",
+        description="pow-d: loss on all local data; cpow-d: on a mini-batch; rpow-d: last reported training loss, no probing",
+    )
     d: int | None = Field(
-        None, ge=1, description="candidates per round (>= clients_per_round; capped at num_clients); null = 2 x clients_per_round "
-                                "(the paper's FMNIST setting d = 6 for m = 3)")
+        None,
+        ge=1,
+        description="candidates per round (>= clients_per_round; capped at num_clients); null = 2 x clients_per_round "
+        "(the paper's FMNIST setting d = 6 for m = 3)",
+    )
     eval_compute_factor: float = Field(
-        1.0 / 3.0, gt=0, description="compute of a candidate's loss evaluation, in local epochs (a forward pass ~ 1/3 of forward + backward)")
+        1.0 / 3.0,
+        gt=0,
+        description="compute of a candidate's loss evaluation, in local epochs (a forward pass ~ 1/3 of forward + backward)",
+    )
     minibatch_size: int = Field(64, ge=1, description="cpow-d: samples each candidate scores (b of the paper)")
     report_bytes: int = Field(4, ge=0, description="bytes a candidate uploads (its loss: one float32)")
 
@@ -95,8 +103,10 @@ class PowerOfChoice(Selector):
     @classmethod
     def check(cls, options: PowerOfChoiceOptions, settings: RunSettings) -> list[str]:
         if options.d is not None and options.d < settings.clients_per_round:
-            return [f"options.d = {options.d} is below clients_per_round = {settings.clients_per_round}: "
-                    f"the U participants are chosen among the d candidates (d >= U)"]
+            return [
+                f"options.d = {options.d} is below clients_per_round = {settings.clients_per_round}: "
+                f"the U participants are chosen among the d candidates (d >= U)"
+            ]
         return []
 
     @property
@@ -120,8 +130,14 @@ class PowerOfChoice(Selector):
             if view.probe is None:
                 raise RuntimeError("power_of_choice needs RoundView.probe (the engine did not provide it)")
             if opts.variant == "cpow-d":
-                samples = [np.sort(self.rng.choice(int(self.num_samples[k]), size=min(opts.minibatch_size, int(self.num_samples[k])),
-                                                   replace=False)) for k in cands]
+                samples = [
+                    np.sort(
+                        self.rng.choice(
+                            int(self.num_samples[k]), size=min(opts.minibatch_size, int(self.num_samples[k])), replace=False
+                        )
+                    )
+                    for k in cands
+                ]
             losses = [float(x) for x in (view.probe(cands) if samples is None else view.probe(cands, samples))]
             scores_c = np.asarray(losses, dtype=np.float64)
             cost = self.probe_cost(cands, view.draws, None if samples is None else [len(x) for x in samples])
@@ -149,8 +165,9 @@ class PowerOfChoice(Selector):
             lat = c.download_s + c.compute_s + self.ctx.transmit_s(opts.report_bytes, int(k), draws)
             slowest = max(slowest, lat)
             down += int(c.download_bytes)
-        return SelectionCost(latency_s=slowest, upload_bytes=len(cands) * opts.report_bytes, download_bytes=down,
-                             candidates=len(cands))
+        return SelectionCost(
+            latency_s=slowest, upload_bytes=len(cands) * opts.report_bytes, download_bytes=down, candidates=len(cands)
+        )
 
     def observe(self, t: int, outcomes: Sequence[ClientOutcome], feedback: Feedback) -> dict[str, Any]:
         for o in outcomes:
