@@ -18,7 +18,9 @@ its clients one after another on one torch thread; the Flower engine runs 2 Ray 
 (``client_resources.num_cpus = 1``, ``init_args.num_cpus = 2``), each with one torch thread.
 ``flower_poll_0.01s`` repeats the Flower run with the strategy polling the SuperLink for replies
 every 10 ms instead of 100 ms (run config ``poll-interval``). ``quick`` measures the MLP only;
-the full run the MLP and the MNIST CNN.
+the full run the MLP and the MNIST CNN. ``python benchmarks/bench_flower.py --full`` runs the
+speed benchmark's workload instead (full MNIST, 100 SuperNodes, 10 per round, E = 5, B = 50, 5
+rounds; the simulator with its worker pool on all cores).
 """
 
 from __future__ import annotations
@@ -81,7 +83,8 @@ CHILD = textwrap.dedent("""
         FedselectStrategy.configure_train = configure_train
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            run_simulation(server_app=make_server_app(settings, run_dir=out), client_app=make_client_app(settings), num_supernodes=10,
+            run_simulation(server_app=make_server_app(settings, run_dir=out), client_app=make_client_app(settings),
+                           num_supernodes=int(settings.get("data.num_clients", 10)),
                            backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": 2}})
     marks["end"] = time.time()
     print("MARKS " + json.dumps(marks))
@@ -163,6 +166,35 @@ def measure(engine: str, settings: dict, out: Path) -> dict:
     }
 
 
+#: the workload of bench_speed.py (full MNIST, N = 100, U = 10, E = 5, B = 50): ``--full``
+FULL = {
+    **SETTINGS,
+    "data.dataset": "mnist",
+    "data.num_clients": 100,
+    "clients_per_round": 10,
+    "train.local_epochs": 5,
+    "train.batch_size": 50,
+    "train.lr": 0.01,
+    "train.momentum": 0.9,
+    "data.holdout_fraction": 0.0,
+    "model.name": "mnist_cnn",
+}
+
+
+def main_full() -> dict:
+    """The speed benchmark's workload (full MNIST, 100 SuperNodes, 10 per round, 5 rounds) in our
+    simulator (worker pool, all cores) and in Flower's simulation engine (2 Ray actors)."""
+    res: dict = {"load_avg_1min": os.getloadavg()[0], "cpus": os.cpu_count(), "workload": dict(FULL)}
+    with tempfile.TemporaryDirectory(prefix="bench-flower-full-") as tmp:
+        row = {engine: measure(engine, {**FULL, "torch-threads": 1}, Path(tmp) / engine) for engine in ("simulator", "flower")}
+        row["identical_metrics"] = (Path(tmp) / "simulator" / "metrics.csv").read_text() == (
+            Path(tmp) / "flower" / "metrics.csv"
+        ).read_text()
+        res["mnist_cnn_full"] = row
+    res["load_avg_1min_after"] = os.getloadavg()[0]
+    return res
+
+
 def main(quick: bool = False) -> dict:
     res: dict = {"load_avg_1min": os.getloadavg()[0], "cpus": os.cpu_count(), "workload": dict(SETTINGS)}
     models = {"mlp": {"model.name": "mlp", "model.options.hidden": "[64]"}}
@@ -187,4 +219,4 @@ def main(quick: bool = False) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(quick="--quick" in sys.argv), indent=2))
+    print(json.dumps(main_full() if "--full" in sys.argv else main(quick="--quick" in sys.argv), indent=2))
