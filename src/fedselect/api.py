@@ -26,7 +26,7 @@ from typing import Any, Callable
 from fedselect.config import ExperimentConfig, apply_overrides, load_config, parse_config
 from fedselect.experiment import RoundEvent, resume_experiment, run_experiment
 from fedselect.federation import Federation
-from fedselect.fl.metrics import read_csv_rows
+from fedselect.fl.metrics import read_csv_rows, read_json
 from fedselect.resolve import resolve
 
 __all__ = ["RunResult", "experiment_config", "load_run", "resume", "run"]
@@ -115,10 +115,9 @@ def load_run(run_dir: str | Path) -> RunResult:
     Raises:
         FileNotFoundError: no config.yaml in ``run_dir``.
     """
-    import json
 
     d = Path(run_dir)
     cfg = load_config(d / "config.yaml")
-    summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").exists() else {}
+    summary = read_json(d / "summary.json") if (d / "summary.json").exists() else {}
     metrics = read_csv_rows(d / "metrics.csv") if (d / "metrics.csv").exists() else []
     return RunResult(d, cfg, summary, metrics)

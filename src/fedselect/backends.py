@@ -25,7 +25,6 @@ Ray is an optional dependency (``pip install fedselect[flower]``, requirements-f
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -37,6 +36,7 @@ from typing import Any, Callable, Sequence
 from fedselect.config import ExperimentConfig
 from fedselect.experiment import RoundEvent, existing_run_files, run_experiment
 from fedselect.federation import Federation, build_federation, federation_key
+from fedselect.fl.metrics import read_json
 
 __all__ = [
     "RunSpec",
@@ -139,7 +139,7 @@ def run_one(
     """
     run_dir = Path(run_dir)
     if resume and is_finished(run_dir):
-        return json.loads((run_dir / "summary.json").read_text())
+        return read_json(run_dir / "summary.json")
     started = resume and run_dir.is_dir() and bool(existing_run_files(run_dir))
     return run_experiment(cfg, run_dir, on_round=on_round, resume=started, federation=federation, workers=workers)
 

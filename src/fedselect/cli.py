@@ -65,7 +65,7 @@ def _parse_seeds(text: str) -> list[int]:
         ValueError: not distinct comma-separated integers >= 0 (or nothing given).
     """
     try:
-        seeds = [int(x) for x in text.split(",") if x.strip()]
+        seeds = [int(x) for x in text.split(",")]
     except ValueError:
         seeds = []
     if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
@@ -271,7 +271,7 @@ def run(
                 )
             run_dir, summary = resume, None
             with _progress() as prog:
-                task = prog.add_task("resume", total=None, status="")
+                task = prog.add_task("resume", total=None, status="", visible=not quiet)
                 summary = resume_experiment(
                     resume, on_round=_advance(prog, task, quiet), rounds=rounds, workers=_workers(workers)
                 )
@@ -287,7 +287,7 @@ def run(
                 highlight=False,
             )
             with _progress() as prog:
-                task = prog.add_task(r.method, total=cfg.rounds, status="preparing")
+                task = prog.add_task(r.method, total=cfg.rounds, status="preparing", visible=not quiet)
                 summary = run_experiment(
                     cfg, run_dir, on_round=_advance(prog, task, quiet), overwrite=overwrite, workers=_workers(workers)
                 )
@@ -345,10 +345,12 @@ def compare(
     Output: <out>/table.md, table.csv, paired.csv (differences vs the baseline over seeds with
     95% intervals), plots/*.png, report.html (everything on one offline page) and
     runs/<method>-s<seed>/ (one run directory each).
-    With --backend ray every run is a Ray task; the results are the same as with the local
-    backend for the same torch thread count (--threads, default 1 per Ray task).
+    With --backend ray every run is a Ray task; the results are the same, byte for byte, as
+    with the local backend.
     """
     from fedselect.compare import DEFAULT_COMPARE, load_compare, parse_compare, run_comparison
+    from fedselect.experiment import check_output_dir
+    from fedselect.fl.metrics import read_json
     from fedselect.report import build_report
 
     try:
@@ -374,9 +376,7 @@ def compare(
                 )
             if not (resume / "compare.json").is_file():
                 raise FileNotFoundError(f"--resume {resume}: no compare.json there (not a comparison directory)")
-            import json
-
-            spec = json.loads((resume / "compare.json").read_text())
+            spec = read_json(resume / "compare.json")
             cc = parse_compare({k: v for k, v in spec.items() if k != "runs"}, str(resume / "compare.json"))
         elif config is None:
             from fedselect.config import apply_overrides
@@ -392,6 +392,8 @@ def compare(
             raise FileExistsError(
                 f"{out_dir} already holds a comparison; finish it with --resume {out_dir} or choose another --out (results there are kept)"
             )
+        if resume is None:
+            check_output_dir(out_dir, "comparison")
         console.print(f"[bold]{cc.name}[/bold]: {', '.join(m.label for m in cc.methods)}; seeds {cc.seeds}; output {out_dir}")
         with _progress() as prog:
             tasks = {}
@@ -456,7 +458,7 @@ def report(
         check_comparison_runs(directory)  # never a table that mixes results of different configs
         check_sweep_runs(directory)
         rep = build_report(directory, plots=not no_plots, window=window)
-    except (ValueError, FileNotFoundError) as e:
+    except (OSError, ValueError) as e:
         _fail(e)
     if rep.get("kind") == "sweep":
         console.print(rep["markdown"], highlight=False, markup=False)
@@ -539,9 +541,10 @@ def sweep(
     `baseline:` in the config, paired differences vs that method over seeds with 95%
     intervals), report.html (one offline page) and runs/<label>-<point>-s<seed>/ per run. Runs sharing data, model and seed share one federation.
     Finished runs are kept and interrupted ones continue from their checkpoints when the same
-    --out is given again. With --backend ray every run is a Ray task (same results as the local
-    backend for the same torch thread count: --threads, default 1 per Ray task).
+    --out is given again. With --backend ray every run is a Ray task (the same results, byte
+    for byte, as the local backend).
     """
+    from fedselect.experiment import check_output_dir
     from fedselect.sweep import build_sweep_table, load_sweep, run_sweep
 
     try:
@@ -552,8 +555,14 @@ def sweep(
             sc.seeds = _parse_seeds(seeds)
         out_dir = out or Path("runs") / f"{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}"
         if table_only:
+            if out is None or not (out / "sweep.json").is_file():
+                raise FileNotFoundError(
+                    "--table-only rebuilds the table of an existing sweep: give its directory with --out "
+                    + (f"({out} holds no sweep.json)" if out is not None else "(none given)")
+                )
             rep = build_sweep_table(out_dir, sc)
         else:
+            check_output_dir(out_dir, "sweep")
             console.print(
                 f"[bold]{sc.name}[/bold]: {', '.join(m.label for m in sc.methods)}; grid {sc.grid or '-'}; seeds {sc.seeds}; output {out_dir}"
             )
@@ -572,6 +581,15 @@ def sweep(
         _fail(e)
     console.print(rep["markdown"], highlight=False, markup=False)
     console.print(f"sweep directory: {out_dir} (table.md, table.csv, report.html, runs/)")
+
+
+def _first_sentence(doc: str) -> str:
+    """The first sentence of a docstring's first paragraph, reST roles and literals made plain."""
+    import re
+
+    para = " ".join(doc.strip().split("\n\n")[0].split())
+    para = re.sub(r":\w+:`~?([^`]+)`", r"\1", para).replace("``", "")
+    return re.split(r"(?<=\.)\s", para, maxsplit=1)[0]
 
 
 @app.command("list")
@@ -606,7 +624,7 @@ def list_components() -> None:
             cls = reg.get(name)
             opts = getattr(cls, "Options", None)
             fields = ", ".join(f"{k}={v.default!r}" for k, v in opts.model_fields.items()) if opts is not None else ""
-            doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+            doc = getattr(cls, "summary", "") or _first_sentence(cls.__doc__ or "")
             t.add_row(name, fields or "-", doc)
         wide.print(t)
 

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from fedselect.config import ConfigError, ExperimentConfig, MethodSpec, apply_overrides, validate_model
 from fedselect.experiment import RoundEvent, check_saved_runs
 from fedselect.federation import Federation
-from fedselect.fl.metrics import write_json_atomic
+from fedselect.fl.metrics import read_json, write_json_atomic
 from fedselect.resolve import parse_experiment
 from fedselect.system import BITS_PER_FLOAT, compute_time, transmit_time
 
@@ -186,12 +186,11 @@ def check_comparison_runs(directory: str | Path) -> None:
     Raises:
         ValueError: naming every differing run and key. ConfigError: compare.json is invalid.
     """
-    import json
 
     d = Path(directory)
     if not (d / "compare.json").is_file():
         return
-    spec = json.loads((d / "compare.json").read_text())
+    spec = read_json(d / "compare.json")
     cc = parse_compare({k: v for k, v in spec.items() if k != "runs"}, str(d / "compare.json"))
     check_saved_runs(
         [(d / run_dir_name(e.label, s), cc.experiment(e, s)) for s in cc.seeds for e in cc.methods],

@@ -353,6 +353,39 @@ def validate_model(model: type[BaseModel], doc: Any, source: str, what: str = "c
         raise ConfigError(_format_errors(e, source)) from None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the last
+    one silently, so ``rounds: 10`` then ``rounds: 100`` would run 100 rounds without a word)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: the base class reports it
+                continue
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"key {key!r} is given twice (line {first.start_mark.line + 1} and line "
+                    f"{key_node.start_mark.line + 1}); keep one",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
+def safe_load_unique(text: str) -> Any:
+    """``yaml.safe_load`` that refuses duplicate keys.
+
+    Raises:
+        yaml.YAMLError: invalid YAML or a key given twice in one mapping (line numbers named).
+    """
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
 def read_yaml_file(path: str | Path, what: str = "config") -> Any:
     """The parsed YAML of a file (None when empty).
 
@@ -365,7 +398,7 @@ def read_yaml_file(path: str | Path, what: str = "config") -> Any:
     if not p.is_file():
         raise FileNotFoundError(f"{what} file not found: {p}")
     try:
-        return yaml.safe_load(p.read_text())
+        return safe_load_unique(p.read_text())
     except yaml.YAMLError as e:
         raise ConfigError(f"invalid YAML in {p}: {e}") from None
     except UnicodeDecodeError as e:

@@ -60,7 +60,7 @@ from fedselect.config import (
     validate_model,
 )
 from fedselect.experiment import check_saved_runs
-from fedselect.fl.metrics import atomic_write, write_json_atomic
+from fedselect.fl.metrics import atomic_write, read_json, write_json_atomic
 from fedselect.resolve import parse_experiment
 
 DEFAULT_COLUMNS = ["final_accuracy", "candidates_evaluated", "competitive_ratio", "wall_s"]
@@ -160,6 +160,12 @@ def load_sweep(path: str | Path) -> SweepConfig:
     doc = read_yaml_file(path, "sweep")
     if "grid" not in (doc if isinstance(doc, dict) else {}) and config_kind(doc) == "compare":
         raise ConfigError(f"{path} is a comparison config (no grid): run it with `fedselect compare {path}`")
+    if isinstance(doc, dict) and config_kind(doc) == "experiment" and "methods" not in doc and "base" not in doc:
+        raise ConfigError(
+            f"{path} is an experiment config (no base, methods or grid): run it with `fedselect run {path}`; "
+            "a sweep config has `base:` (an experiment), `methods:`, `grid:` (dotted keys -> lists of values) and `seeds:` "
+            "(e.g. configs/budgeted-sweep-small.yaml)"
+        )
     return parse_sweep(doc, str(path))
 
 
@@ -195,7 +201,7 @@ def check_sweep_runs(directory: str | Path) -> None:
     d = Path(directory)
     if not (d / "sweep.json").is_file() or (d / "compare.json").exists():
         return
-    spec = json.loads((d / "sweep.json").read_text())
+    spec = read_json(d / "sweep.json")
     sc = parse_sweep({k: v for k, v in spec.items() if k != "runs"}, str(d / "sweep.json"))
     items = []
     for seed in sc.seeds:
@@ -278,7 +284,7 @@ def build_sweep_table(out_dir: str | Path, sc: SweepConfig | None = None) -> dic
     if sc is None:
         if not (out / "sweep.json").is_file():
             raise FileNotFoundError(f"{out}: no sweep.json (not a sweep directory)")
-        saved = json.loads((out / "sweep.json").read_text())
+        saved = read_json(out / "sweep.json")
         saved.pop("runs", None)
         sc = parse_sweep(saved, str(out / "sweep.json"))
     keys = list(sc.grid)
@@ -363,7 +369,7 @@ def _summaries(out: Path, label: str, rp: dict[str, Any], seeds: list[int]) -> d
     for seed in seeds:
         f = run_dir_for(out, label, rp, seed) / "summary.json"
         if f.exists():
-            found[seed] = json.loads(f.read_text())
+            found[seed] = read_json(f)
     return found
 
 
@@ -501,9 +507,7 @@ def _write_html(out: Path, sc: SweepConfig, rows: list[dict[str, Any]], cell, pa
     wrows = []
     for m in sc.methods:
         run_dirs = {run_dir_for(out, m.label, _restrict(p, m), s) for p in sc.points() for s in sc.seeds}
-        walls = [
-            json.loads((d / "summary.json").read_text()).get("wall_s") for d in sorted(run_dirs) if (d / "summary.json").exists()
-        ]
+        walls = [read_json(d / "summary.json").get("wall_s") for d in sorted(run_dirs) if (d / "summary.json").exists()]
         walls = [w for w in walls if isinstance(w, (int, float))]
         wrows.append([m.label, len(walls), f"{sum(walls):.1f}", f"{(sum(walls) / len(walls)) if walls else 0:.1f}"])
     wall = (["method", "finished runs", "total wall (s)", "mean per run (s)"], wrows)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -15,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from fedselect.fl.metrics import read_csv_rows, summarize
+from fedselect.fl.metrics import read_csv_rows, read_json, read_metrics, summarize
 
 #: table columns: key, header, digits, "higher is better"
 COLUMNS = [
@@ -63,12 +62,14 @@ def load_run(
     """Summarise one run directory from its metrics (see module docstring); the target,
     metric and summary window come from its ``config.yaml`` when it has one
     (``window_override`` replaces the window)."""
-    rows = read_csv_rows(run_dir / "metrics.csv") if (run_dir / "metrics.csv").exists() else []
+    rows = read_metrics(run_dir / "metrics.csv") if (run_dir / "metrics.csv").exists() else []
     planned = None
     if (run_dir / "config.yaml").exists():
-        import yaml
+        from fedselect.config import read_yaml_file
 
-        cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+        cfg = read_yaml_file(run_dir / "config.yaml", "run config") or {}
+        if not isinstance(cfg, dict):
+            raise ValueError(f"{run_dir / 'config.yaml'}: expected a mapping (a run's config), got {type(cfg).__name__}")
         planned = cfg.get("rounds")
         target = cfg.get("metrics", {}).get("target", target) if target is None else target
         metric = cfg.get("metrics", {}).get("metric", metric)
@@ -85,7 +86,9 @@ def load_run(
     complete = summary_path.exists()
     extra = {}
     if complete:
-        saved = json.loads(summary_path.read_text())
+        saved = read_json(summary_path)
+        if not isinstance(saved, dict):
+            raise ValueError(f"{summary_path}: expected a JSON object (a run's summary), got {type(saved).__name__}")
         if isinstance(saved.get("wall_s"), (int, float)):  # includes the method's finish()
             s["wall_s"] = saved["wall_s"]
         # communication: a method may add bytes after the last round (CEFL's transfer to members)
@@ -411,18 +414,24 @@ def collect(
     """Results of a comparison directory or of a single run directory (``window`` overrides
     each run's metrics.summary_window)."""
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise NotADirectoryError(f"{directory} is a file; give a comparison, sweep or run directory")
     if not directory.is_dir():
-        raise FileNotFoundError(f"{directory}: no such directory (give a comparison or run directory)")
+        raise FileNotFoundError(f"{directory}: no such directory (give a comparison, sweep or run directory)")
     if (directory / "compare.json").exists():
-        spec = json.loads((directory / "compare.json").read_text())
-        labels = [m["label"] for m in spec["methods"]]
-        results = [
-            load_run(directory / r["dir"], r["label"], r["seed"], window_override=window)
-            for r in spec["runs"]
-            if (directory / r["dir"]).exists()
-        ]
+        spec = read_json(directory / "compare.json")
+        try:
+            labels = [m["label"] for m in spec["methods"]]
+            runs = [(directory / r["dir"], r["label"], int(r["seed"])) for r in spec["runs"]]
+            name = spec["name"]
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(
+                f"{directory / 'compare.json'}: not a comparison record fedselect wrote (bad or missing {e}); "
+                "was it edited? Restore it or rerun the comparison"
+            ) from None
+        results = [load_run(d, label, seed, window_override=window) for d, label, seed in runs if d.exists()]
         return (
-            spec["name"],
+            name,
             results,
             labels,
             spec.get("baseline"),
@@ -431,9 +440,11 @@ def collect(
             load_federations(directory),
         )
     if (directory / "metrics.csv").exists():
-        import yaml
+        from fedselect.config import read_yaml_file
 
-        cfg = yaml.safe_load((directory / "config.yaml").read_text()) if (directory / "config.yaml").exists() else {}
+        cfg = (read_yaml_file(directory / "config.yaml", "run config") or {}) if (directory / "config.yaml").exists() else {}
+        if not isinstance(cfg, dict):
+            raise ValueError(f"{directory / 'config.yaml'}: expected a mapping (a run's config), got {type(cfg).__name__}")
         label = cfg.get("method", directory.name)
         return (
             cfg.get("name", directory.name),
@@ -444,7 +455,10 @@ def collect(
             None,
             [],
         )
-    raise FileNotFoundError(f"{directory}: neither a comparison directory (compare.json) nor a run directory (metrics.csv)")
+    raise FileNotFoundError(
+        f"{directory}: neither a comparison directory (compare.json), a sweep directory (sweep.json) nor a run directory "
+        "(metrics.csv)"
+    )
 
 
 def load_federations(directory: Path) -> list[dict[str, Any]]:
@@ -454,7 +468,7 @@ def load_federations(directory: Path) -> list[dict[str, Any]]:
     for p in Path(directory).glob("federation-s*.json"):
         m = re.fullmatch(r"federation-s(\d+)\.json", p.name)
         if m:
-            feds.append({**json.loads(p.read_text()), "seed": int(m.group(1))})
+            feds.append({**read_json(p), "seed": int(m.group(1))})
     return sorted(feds, key=lambda f: f["seed"])
 
 

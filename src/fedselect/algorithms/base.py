@@ -163,12 +163,14 @@ class Algorithm:
 
     Class attributes:
         name: the config name (``algorithm: {name: NAME}``).
+        summary: one line for ``fedselect list`` (else the docstring's first sentence).
         Options: pydantic model of the options (unknown keys are errors).
         needs_groups: needs a selector that clusters clients and names leaders (CEFL).
         shares_model: exchanges a model with the server (False: Individual training).
     """
 
     name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
     Options: ClassVar[type[BaseModel]] = AlgorithmOptions
     needs_groups: ClassVar[bool] = False
     shares_model: ClassVar[bool] = True

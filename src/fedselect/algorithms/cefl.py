@@ -226,6 +226,7 @@ class CEFL(Personalised):
     """
 
     name = "cefl"
+    summary = "CEFL: FL among cluster leaders on the base layers, then transfer to members"
     Options = CEFLOptions
     needs_groups = True
 

@@ -16,3 +16,4 @@ class FedAvg(Algorithm):
     """Whole-model FedAvg (module docstring). Options: ``evaluation`` (``global`` default)."""
 
     name = "fedavg"
+    summary = "FedAvg: sample-weighted average of whole models"

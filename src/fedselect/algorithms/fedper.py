@@ -176,6 +176,7 @@ class FedPer(Personalised):
     """
 
     name = "fedper"
+    summary = "FedPer: base layers averaged, personalised head layers kept by each client"
     Options = BaseLayerOptions
 
     def __init__(self, ctx, options=None):

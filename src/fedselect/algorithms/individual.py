@@ -22,6 +22,7 @@ class Individual(Personalised):
     """
 
     name = "individual"
+    summary = "each client trains alone, no communication"
     shares_model = False
 
     def shared_keys(self) -> list[str]:

@@ -87,9 +87,79 @@ class CsvLog:
         self._fh.close()
 
 
+def _read_text(path: Path, what: str) -> str:
+    try:
+        return path.read_text()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not a UTF-8 text file ({e.reason} at byte {e.start}); is it a {what}?") from None
+
+
+def read_json(path: str | Path) -> Any:
+    """The parsed JSON of one of fedselect's output files (``summary.json``, ``compare.json``,
+    ``sweep.json``, ``federation-s0.json``).
+
+    Raises:
+        FileNotFoundError: no such file. ValueError: not UTF-8 or not valid JSON (the message
+        names the file and where the text stops being JSON).
+    """
+    p = Path(path)
+    text = _read_text(p, "JSON file")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(
+            f"{p}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); was it edited or cut off? "
+            "Restore it or rerun what wrote it"
+        ) from None
+
+
+#: the columns a report reads from every run's metrics.csv
+REPORT_COLUMNS = ("round", "accuracy", "f1_macro", "e2e_latency_s", "cum_upload_bytes", "cum_download_bytes")
+
+
+def read_metrics(path: str | Path) -> list[dict[str, str]]:
+    """The rows of a run's ``metrics.csv`` for a report, checked: every column a report needs
+    is there and every row's ``round`` is an integer and its other report columns numbers
+    (``nan`` and empty allowed: rounds not evaluated). A trailing incomplete line (a run
+    killed mid-write) is ignored, as in :func:`read_csv_rows`.
+
+    Raises:
+        ValueError: not UTF-8, missing columns, or a malformed row (the message names the
+        file, the line and the column).
+    """
+    p = Path(path)
+    text = _read_text(p, "metrics CSV")
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines = lines[:-1]
+    if not lines:
+        return []
+    reader = csv.DictReader(lines)
+    missing = [c for c in REPORT_COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise ValueError(f"{p}: missing column(s) {', '.join(missing)} (a fedselect metrics.csv has {', '.join(CORE_COLUMNS)})")
+    rows = []
+    for line_no, r in enumerate(reader, start=2):
+        if None in r or None in r.values():
+            raise ValueError(f"{p}, line {line_no}: {len(reader.fieldnames)} fields expected, the row has another number")
+        for c in REPORT_COLUMNS:
+            v = r[c].strip()
+            ok = v.lstrip("-").isdigit() if c == "round" else (v == "" or not math.isnan(_num(v)) or v.lower() == "nan")
+            if not ok:
+                raise ValueError(
+                    f"{p}, line {line_no}, column {c}: {r[c]!r} is not " + ("an integer round" if c == "round" else "a number")
+                )
+        rows.append(r)
+    return rows
+
+
 def read_csv_rows(path: str | Path) -> list[dict[str, str]]:
-    """Rows of a metrics CSV as dicts of strings; a trailing incomplete line is ignored."""
-    text = Path(path).read_text()
+    """Rows of a metrics CSV as dicts of strings; a trailing incomplete line is ignored.
+
+    Raises:
+        ValueError: not a UTF-8 text file (the file named).
+    """
+    text = _read_text(Path(path), "CSV file")
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines = lines[:-1]

@@ -48,6 +48,7 @@ starts no process. On ``device="cuda"`` everything runs in the calling process o
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import signal
@@ -72,6 +73,8 @@ from fedselect.fl.faults import ClientFailure
 from fedselect.fl.train import TrainConfig, train_steps
 from fedselect.models import build_model, prefers_channels_last
 from fedselect.seeding import torch_rng
+
+log = logging.getLogger("fedselect")
 
 State = dict[str, torch.Tensor]
 
@@ -315,7 +318,8 @@ class ClientTrainer:
             :class:`ArrayDataset` (client k = ``data[k]``; concatenated into one shared copy).
         train_cfg: local-training hyper-parameters (SGD/Adam, lr, batch size, ...).
         workers: worker processes; None = :func:`usable_cores`; 0 = train in the calling
-            process (one torch thread while training, no process started).
+            process (one torch thread while training, no process started); more than
+            :func:`usable_cores` starts :func:`usable_cores` of them, with a warning.
         eval_sets: named evaluation sets (e.g. ``{"test": fed.test_set}``) for :meth:`evaluate`.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (cuda when available).
             On a GPU the trainer works in the calling process and ``workers`` is ignored.
@@ -358,6 +362,14 @@ class ClientTrainer:
             workers = usable_cores()
         if int(workers) != workers or workers < 0:
             raise ValueError(f"workers must be an integer >= 0 (0 = in the calling process), got {workers!r}")
+        if workers > usable_cores():  # more processes than cores only add start-up time and memory
+            log.warning(
+                "%d workers asked for but this process may use %d cores: starting %d (results do not depend on it)",
+                workers,
+                usable_cores(),
+                usable_cores(),
+            )
+            workers = usable_cores()
         if start_method not in ("forkserver", "spawn"):
             raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
         if job_timeout_s is not None and not job_timeout_s > 0:

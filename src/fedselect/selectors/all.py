@@ -12,6 +12,7 @@ class AllClients(Selector):
     """Every client, ids in order."""
 
     name = "all"
+    summary = "every client every round (full participation)"
 
     def select(self, view: RoundView) -> Selection:
         return Selection(range(self.settings.num_clients))

@@ -211,6 +211,7 @@ class Selector:
 
     Class attributes:
         name: the config name (``selector: {name: NAME}``).
+        summary: one line for ``fedselect list`` (else the docstring's first sentence).
         Options: pydantic model of the selector's options (unknown keys are errors).
         extra_columns: per-round columns this selector adds to ``metrics.csv`` (from ``observe``).
         rng_stream: name of the selector's generator stream (default ``selector/<name>``).
@@ -226,6 +227,7 @@ class Selector:
     """
 
     name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
     Options: ClassVar[type[BaseModel]] = NoOptions
     extra_columns: ClassVar[tuple[str, ...]] = ()
     rng_stream: ClassVar[str | None] = None

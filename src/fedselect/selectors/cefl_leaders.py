@@ -48,6 +48,7 @@ class CeflLeaders(Selector):
     """
 
     name = "cefl_leaders"
+    summary = "CEFL: cluster clients by warm-up model similarity (Louvain), pick one leader per cluster"
     Options = CeflLeadersOptions
     rng_stream = "selector/cefl"
     provides_groups = True

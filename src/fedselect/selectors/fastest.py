@@ -32,6 +32,7 @@ class Fastest(Selector):
     """The U clients of lowest latency, ties to the lowest id (module docstring)."""
 
     name = "fastest"
+    summary = "oracle: the U clients of lowest expected latency (the latency lower bound)"
     Options = FastestOptions
 
     def select(self, view: RoundView) -> Selection:

@@ -47,6 +47,7 @@ class Favor(DDQNSelector):
     """
 
     name = "favor"
+    summary = "FAVOR: DDQN selection with an accuracy-based reward (64^(acc - target) - 1)"
     Options = FavorOptions
     wants_global_state = True
 

@@ -51,6 +51,7 @@ class FlashRL(DDQNSelector):
     """
 
     name = "flashrl"
+    summary = "FLASH-RL: DDQN selection rewarded by the reputation-based utility (divergence, accuracy change, latency)"
     Options = FlashRLOptions
 
     def __init__(self, ctx, options=None):

@@ -16,6 +16,7 @@ from fedselect.selectors._online import OnlineSelection
 @register_selector
 class OfflineBest(OnlineSelection):
     name = "offline_best"
+    summary = "budgeted online baseline: knows every candidate's score in advance, accepts the best R"
 
     def choose(self, scores, budget):
         return offline_best_rule(scores, budget)

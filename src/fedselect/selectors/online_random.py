@@ -17,6 +17,7 @@ from fedselect.selectors._online import OnlineSelection
 @register_selector
 class OnlineRandom(OnlineSelection):
     name = "online_random"
+    summary = "budgeted online baseline: accepts R arriving candidates at random"
 
     def choose(self, scores, budget):
         return online_random_rule(len(scores), budget, self.rng)

@@ -99,6 +99,7 @@ class Oort(Selector):
     """
 
     name = "oort"
+    summary = "Oort: statistical utility (data size x loss) x speed penalty, staleness bonus, explore / exploit"
     Options = OortOptions
     wants_sample_losses = True
     extra_columns = ("epsilon", "exploited", "explored", "preferred_duration_s", "round_threshold", "mean_utility")

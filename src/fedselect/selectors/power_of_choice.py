@@ -86,6 +86,7 @@ class PowerOfChoice(Selector):
     """
 
     name = "power_of_choice"
+    summary = "Power-of-Choice: d candidates drawn by data share probe their loss, the U highest train"
     Options = PowerOfChoiceOptions
     probes = True
     extra_columns = ("candidate_ids", "mean_candidate_loss")

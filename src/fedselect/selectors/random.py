@@ -13,6 +13,7 @@ class RandomSelector(Selector):
     ``selector/fedavg`` (kept from the ``fedavg`` method, so results are unchanged)."""
 
     name = "random"
+    summary = "FedAvg's choice: U distinct clients uniformly at random each round"
     rng_stream = "selector/fedavg"
 
     def select(self, view: RoundView) -> Selection:

@@ -17,6 +17,7 @@ class Secretary(OnlineSelection):
     the shared online options."""
 
     name = "secretary"
+    summary = "budgeted online selection: the secretary rule (stopping index alpha*) accepts R arriving candidates"
 
     def choose(self, scores, budget):
         a = alpha_star(len(scores), self.options.r1, self.options.r2, budget=budget)
