@@ -249,7 +249,7 @@ def test_measured_latency_deadline_and_error(tmp_path):
     s, _ = flower(doc, tmp_path / "run", grid, latency="measured")
     r1, r2 = s.results
     f1 = {o.client_id: o for o in r1.outcomes}
-    assert f1[2].failed == "timeout" and f1[2].latency_s == pytest.approx(0.5, abs=0.2)
+    assert f1[2].failed == "timeout" and f1[2].latency_s == 0.5  # charged the deadline, not the polling overhead
     assert all(f1[k].ok and 0 < f1[k].latency_s < 0.5 for k in (0, 1, 3))
     assert [o.failed for o in r2.outcomes] == [None, None, None, "error"] and r2.aggregated == 3
     assert r2.after.accuracy > r1.after.accuracy or r2.after.loss < r1.after.loss

@@ -871,7 +871,9 @@ class FedselectStrategy(Strategy):
         if reply is None or (reply.has_error() and reply.error.code in DROPOUT_CODES):
             silent = reply is None and k in rnd.nodes
             kind = "timeout" if measured and silent and deadline is not None else "dropout"
-            if measured:
+            if measured and kind == "timeout":
+                lat = float(deadline)  # the server gave up at the deadline (docs/flower.md); polling overhead not charged
+            elif measured:
                 lat = arrival if arrival is not None else (waited if k in rnd.nodes else 0.0)
             else:
                 lat = deadline if deadline is not None else 0.0
