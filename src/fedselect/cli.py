@@ -110,7 +110,8 @@ def _backend(backend: str, address, cpus_per_run, ray_cpus, workers):
 SET_HELP = "override a config key, e.g. --set train.lr=0.1 --set data.options.path=/data/MobiAct (repeatable; values are YAML)"
 WORKERS_HELP = (
     "worker processes training the clients of a round side by side, one torch thread each (default: train.workers, "
-    "else FEDSELECT_WORKERS, else the usable cores; 0 = in this process); results are identical for any value"
+    "else FEDSELECT_WORKERS, else the usable cores; 0 = in this process; more than the usable cores start only those); "
+    "results are identical for any value"
 )
 DEVICE_HELP = "where clients train: auto (a GPU when one is available; default), cpu, cuda or cuda:N (sets train.device)"
 
