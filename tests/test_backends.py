@@ -246,6 +246,10 @@ def test_interrupted_ray_sweep_leaves_no_processes(tmp_path, sig):
         stderr=subprocess.STDOUT,
         start_new_session=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
+        # a test run started in the background by a non-interactive shell (`cmd &`) inherits
+        # SIGINT ignored, and Python then installs no KeyboardInterrupt handler: give the child
+        # the default disposition, as a terminal would
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 90  # until a Ray worker runs one of the sweep's tasks
