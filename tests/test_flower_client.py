@@ -5,7 +5,6 @@ in a real SuperLink + SuperNodes deployment on 127.0.0.1."""
 import importlib.util
 import json
 import math
-import os
 import shutil
 from pathlib import Path
 
@@ -15,14 +14,6 @@ import torch
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("flwr") is None, reason="Flower is the optional extra fedselect[flower] (make test installs it)"
 )
-os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
-os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
-if "FLWR_HOME" not in os.environ:  # Flower writes an id file there even with telemetry off; keep it out of $HOME
-    import atexit
-    import tempfile
-
-    os.environ["FLWR_HOME"] = tempfile.mkdtemp(prefix="fedselect-test-flwr-home-")
-    atexit.register(shutil.rmtree, os.environ["FLWR_HOME"], True)
 
 from fedselect.config import ConfigError  # noqa: E402
 

@@ -4,8 +4,6 @@ rounds. The strategy's logic is tested in-process in tests/test_flower_strategy.
 
 import importlib.util
 import json
-import os
-import shutil
 import sys
 import threading
 import time
@@ -20,14 +18,6 @@ pytestmark = [
     ),
     pytest.mark.slow,
 ]
-os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
-os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
-if "FLWR_HOME" not in os.environ:  # Flower writes an id file there even with telemetry off; keep it out of $HOME
-    import atexit
-    import tempfile
-
-    os.environ["FLWR_HOME"] = tempfile.mkdtemp(prefix="fedselect-test-flwr-home-")
-    atexit.register(shutil.rmtree, os.environ["FLWR_HOME"], True)
 sys.path.insert(0, str(Path(__file__).parent))
 
 #: what every node builds (the run config of a Flower app; num-partitions comes from the engine)

@@ -9,8 +9,6 @@ Flower's simulation engine and a real SuperLink with SuperNodes: tests/test_flow
 import copy
 import importlib.util
 import math
-import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -21,14 +19,6 @@ import torch
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("flwr") is None, reason="Flower is the optional extra fedselect[flower] (make test installs it)"
 )
-os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
-os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
-if "FLWR_HOME" not in os.environ:  # Flower writes an id file there even with telemetry off; keep it out of $HOME
-    import atexit
-    import tempfile
-
-    os.environ["FLWR_HOME"] = tempfile.mkdtemp(prefix="fedselect-test-flwr-home-")
-    atexit.register(shutil.rmtree, os.environ["FLWR_HOME"], True)
 sys.path.insert(0, str(Path(__file__).parent))
 
 from fedselect.config import ConfigError  # noqa: E402
