@@ -94,6 +94,12 @@ def _read_text(path: Path, what: str) -> str:
         raise ValueError(f"{path}: not a UTF-8 text file ({e.reason} at byte {e.start}); is it a {what}?") from None
 
 
+def _complete_lines(text: str) -> list[str]:
+    """The lines of ``text`` that end with a newline (a last line cut off mid-write is dropped)."""
+    lines = text.splitlines(keepends=True)
+    return lines if not lines or lines[-1].endswith("\n") else lines[:-1]
+
+
 def read_json(path: str | Path) -> Any:
     """The parsed JSON of one of fedselect's output files (``summary.json``, ``compare.json``,
     ``sweep.json``, ``federation-s0.json``).
@@ -128,10 +134,7 @@ def read_metrics(path: str | Path) -> list[dict[str, str]]:
         file, the line and the column).
     """
     p = Path(path)
-    text = _read_text(p, "metrics CSV")
-    lines = text.splitlines(keepends=True)
-    if lines and not lines[-1].endswith("\n"):
-        lines = lines[:-1]
+    lines = _complete_lines(_read_text(p, "metrics CSV"))
     if not lines:
         return []
     reader = csv.DictReader(lines)
@@ -159,11 +162,7 @@ def read_csv_rows(path: str | Path) -> list[dict[str, str]]:
     Raises:
         ValueError: not a UTF-8 text file (the file named).
     """
-    text = _read_text(Path(path), "CSV file")
-    lines = text.splitlines(keepends=True)
-    if lines and not lines[-1].endswith("\n"):
-        lines = lines[:-1]
-    reader = csv.DictReader(lines)
+    reader = csv.DictReader(_complete_lines(_read_text(Path(path), "CSV file")))
     n = len(reader.fieldnames or [])
     return [r for r in reader if len(r) == n and None not in r.values()]
 

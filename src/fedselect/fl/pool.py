@@ -362,14 +362,15 @@ class ClientTrainer:
             workers = usable_cores()
         if int(workers) != workers or workers < 0:
             raise ValueError(f"workers must be an integer >= 0 (0 = in the calling process), got {workers!r}")
-        if workers > usable_cores():  # more processes than cores only add start-up time and memory
+        cores = usable_cores()
+        if workers > cores:  # more processes than cores only add start-up time and memory
             log.warning(
                 "%d workers asked for but this process may use %d cores: starting %d (results do not depend on it)",
                 workers,
-                usable_cores(),
-                usable_cores(),
+                cores,
+                cores,
             )
-            workers = usable_cores()
+            workers = cores
         if start_method not in ("forkserver", "spawn"):
             raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
         if job_timeout_s is not None and not job_timeout_s > 0:
