@@ -43,6 +43,9 @@ METHODS = [
     "budgeted_online",
     "online_random",
     "offline_best",
+    "oort",
+    "power_of_choice",
+    "fastest",
 ]
 
 #: options that make each method exercise its state on the tiny configs
@@ -54,6 +57,7 @@ OPTIONS = {
     "budgeted_online": {"rerun_every": 2},
     "online_random": {"rerun_every": 2},
     "offline_best": {"rerun_every": 2, "initial_available": 0.7, "mean_stay": 3.0},
+    "power_of_choice": {"d": 4},
 }
 
 
