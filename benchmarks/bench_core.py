@@ -13,7 +13,7 @@ def main(quick: bool = False) -> dict:
 
     from fedselect.config import parse_config
     from fedselect.data.partition import make_partitioner
-    from fedselect.runner import run_experiment
+    from fedselect.experiment import run_experiment
     from fedselect.system import Fleet
 
     res = {"torch_threads": torch.get_num_threads()}

@@ -72,7 +72,7 @@ def main(quick: bool = False) -> dict:
     @ray.remote(num_cpus=1)
     def heavy() -> float:
         t = time.perf_counter()
-        import fedselect.runner  # noqa: F401  (what a sweep task imports)
+        import fedselect.fl.round  # noqa: F401  (what a sweep task imports)
 
         return time.perf_counter() - t
 

@@ -28,7 +28,6 @@ LAYERS = {
     "fedselect.algorithms": 4,
     "fedselect.resolve": 5,
     "fedselect.simulation": 6,
-    "fedselect.runner": 6,
     "fedselect.runfiles": 6,
     "fedselect.experiment": 7,
     "fedselect.api": 7,

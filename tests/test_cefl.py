@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from fedselect.fl.round import updates
 from fedselect.kernels.similarity import (
     ClusterCountWarning,
     edge_weights,
@@ -292,7 +293,7 @@ def test_fedper_round_shares_base_keeps_heads(fed):
     draws = fed.fleet.draw(1)
     sel = sim.selector.select(RoundView(1, draws))
     assert list(sel.clients) == list(range(8))
-    ups = sim.train(1, sel.clients, state, draws)
+    ups = updates(sim, 1, sel.clients, state)
     assert all(u.upload_bytes == u.download_bytes == BASE for u in ups)
     init_head = state.clients[1]["net.3.weight"].clone()
     new = alg.aggregate(1, state, ups)
@@ -314,7 +315,7 @@ def test_individual_sends_nothing_and_regular_fl_scores_clients(fed):
     ind = make_simulation(_cfg("individual"), fed)
     state = ind.algorithm.initial_state()
     draws = fed.fleet.draw(1)
-    ups = ind.train(1, ind.selector.select(RoundView(1, draws)).clients, state, draws)
+    ups = updates(ind, 1, ind.selector.select(RoundView(1, draws)).clients, state)
     assert all(u.upload_bytes == 0 and u.download_bytes == 0 for u in ups)
     new = ind.algorithm.aggregate(1, state, ups)
     assert all(torch.equal(new.clients[k]["net.3.bias"], ups[k].state["net.3.bias"]) for k in range(8))

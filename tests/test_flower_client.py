@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from fedselect.fl.round import updates
+
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("flwr") is None, reason="Flower is the optional extra fedselect[flower] (make test installs it)"
 )
@@ -58,7 +60,7 @@ def _expected(n: int, t: int = 1) -> dict[int, tuple]:
     sim = make_simulation(parse_experiment(_cfg_doc(n)))
     fed = sim.fed
     state = sim.algorithm.initial_state()
-    outcomes = sim.train(t, list(range(n)), state, fed.fleet.draw(t))
+    outcomes = updates(sim, t, list(range(n)), state)
     return {
         o.client_id: (arrays_digest(o.state), o.train_loss, o.latency_s, o.upload_bytes, fed.fleet.describe(o.client_id))
         for o in outcomes

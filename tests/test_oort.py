@@ -19,6 +19,7 @@ from fedselect.data.datasets import ArrayDataset
 from fedselect.experiment import run_experiment
 from fedselect.federation import build_federation
 from fedselect.fl.metrics import read_csv_rows
+from fedselect.fl.round import updates
 from fedselect.fl.train import TrainConfig, iterate_minibatches, local_train, make_optimizer
 from fedselect.fl.types import ClientOutcome, RunSettings
 from fedselect.kernels.oort import (
@@ -226,8 +227,7 @@ def test_outcome_sample_losses_match_a_replay_of_local_training(fed):
     r = resolve(tiny())
     sim = Simulation(r, fed)
     state = sim.algorithm.initial_state()
-    draws = fed.fleet.draw(1)
-    outs = sim.train(1, [0, 5], state, draws)
+    outs = updates(sim, 1, [0, 5], state)
     for o in outs:
         k = o.client_id
         model = fed.new_model()
@@ -248,7 +248,7 @@ def test_outcome_sample_losses_match_a_replay_of_local_training(fed):
         assert o.sample_loss_sq_sum == pytest.approx(sq, rel=1e-12)
         assert all(torch.equal(o.state[n], v) for n, v in model.state_dict().items())  # training unchanged
     # a selector that does not ask gets no statistics
-    plain = Simulation(resolve(tiny("fedavg")), fed).train(1, [0], state, draws)[0]
+    plain = updates(Simulation(resolve(tiny("fedavg")), fed), 1, [0], state)[0]
     assert (plain.sample_loss_sq_sum, plain.sample_loss_count) == (0.0, 0)
 
 

@@ -2,7 +2,7 @@
 
 :func:`run_experiment` validates and resolves the config, builds (or reuses) the federation and
 the simulation, refuses to touch a directory that holds another run, plays the rounds
-(:mod:`fedselect.runner`) into the run files (:mod:`fedselect.runfiles`), and returns the
+(:mod:`fedselect.fl.round`) into the run files (:mod:`fedselect.runfiles`), and returns the
 summary. :func:`resume_experiment` continues a killed or finished run exactly.
 
 Reliability (docs/reliability.md): checkpoints every ``checkpoint_every`` rounds hold the
@@ -25,10 +25,10 @@ import torch
 from fedselect.config import ExperimentConfig, parse_config, read_yaml_file
 from fedselect.federation import Federation, build_federation
 from fedselect.fl.checkpoint import FORMAT_VERSION, NoCheckpointError, load_checkpoint, remove_stale_temp_files
+from fedselect.fl.round import run_rounds
 from fedselect.fl.types import Evaluation
 from fedselect.resolve import Resolved, resolve
 from fedselect.runfiles import RUN_FILES, RoundEvent, RunFiles
-from fedselect.runner import run_rounds
 from fedselect.simulation import Simulation
 
 log = logging.getLogger("fedselect")

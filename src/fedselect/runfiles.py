@@ -1,4 +1,4 @@
-"""A run directory's files, written from the loop's typed results (:mod:`fedselect.runner`).
+"""A run directory's files, written from the loop's typed results (:mod:`fedselect.fl.round`).
 
 * ``config.yaml`` — the resolved config (every default written out);
 * ``metrics.csv`` — a row per round (round 0: the preparation and the initial model), appended
@@ -25,9 +25,9 @@ from fedselect.algorithms.base import Finished, RunTotals, ServerState
 from fedselect.config import dump_config
 from fedselect.fl.checkpoint import save_checkpoint
 from fedselect.fl.metrics import TIMING_COLUMNS, CsvLog, _fmt, atomic_write, read_csv_rows, summarize, write_json_atomic
+from fedselect.fl.round import RoundResult
 from fedselect.fl.types import Evaluation
 from fedselect.resolve import Resolved
-from fedselect.runner import RoundResult
 from fedselect.selectors.base import Prepared
 from fedselect.simulation import Simulation
 
@@ -68,7 +68,7 @@ def write_csv(path: Path, columns: list[str], rows: list[dict[str, str]]) -> Non
 
 
 class RunFiles:
-    """The files of one run (module docstring); the loop's :class:`fedselect.runner.Recorder`.
+    """The files of one run (module docstring); the loop's :class:`fedselect.fl.round.Recorder`.
 
     Args:
         run_dir: the run directory (exists).

@@ -1,9 +1,11 @@
-"""One experiment's simulated system: a resolved selector and algorithm on a federation, with the
-fault model, the client trainer and the selector's context wired together.
+"""One run's components on one federation: the resolved selector and algorithm, the fault
+model, the selector's context with its cost model, and the transport that carries the clients'
+jobs (:mod:`fedselect.fl.work`).
 
-:class:`Simulation` is what the round loop (:mod:`fedselect.runner`) plays with. It knows how to
-run the selected clients' local updates with faults applied (:meth:`Simulation.train`), which
-metric columns a run writes, and how to snapshot / restore every piece of state for checkpoints.
+:class:`Simulation` is what the round (:mod:`fedselect.fl.round`) plays with, whatever the
+engine: the simulator gives it the :class:`~fedselect.fl.work.LocalTransport` over the worker
+pool, Flower a transport whose jobs are messages to the nodes. It knows which metric columns a
+run writes and how to snapshot / restore every piece of state for checkpoints.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import copy
 import logging
 import math
 import os
-from dataclasses import replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -21,12 +22,11 @@ import torch
 from fedselect.algorithms.base import Algorithm, AlgorithmContext, ServerState
 from fedselect.config import ConfigError
 from fedselect.federation import Federation
-from fedselect.fl.clients import TrainJob
-from fedselect.fl.faults import FaultModel, Injection, corrupt_state, non_finite_entries
+from fedselect.fl.faults import FaultModel, Injection
 from fedselect.fl.metrics import CORE_COLUMNS
 from fedselect.fl.pool import ClientTrainer, usable_cores
-from fedselect.fl.services import FederationContext, SimulatedContext
-from fedselect.fl.types import ClientOutcome
+from fedselect.fl.services import FederationContext
+from fedselect.fl.work import LocalTransport
 from fedselect.resolve import Resolved
 from fedselect.selectors.base import RoundView, Selection, Selector
 from fedselect.system import RoundDraws
@@ -112,60 +112,83 @@ def check_model(r: Resolved, fed: Federation) -> None:
 class Simulation:
     """The components of one run on one federation (module docstring).
 
+    Args:
+        resolved, fed: the resolved experiment and its federation.
+        trainer: the training engine of the local transport (default: a worker pool of
+            ``workers`` processes, :func:`make_trainer`).
+        workers: None = ``train.workers``.
+        transport: carries the jobs (default: :class:`fedselect.fl.work.LocalTransport` over
+            ``trainer``); Flower's engine passes its own.
+
     Attributes:
         resolved, fed, settings: what it was built from.
         algorithm, selector: the two plug-ins.
-        ctx: the selector's context (:class:`fedselect.fl.services.SimulatedContext`).
-        faults: the fault model. trainer: runs local updates.
+        ctx: the selector's context (:class:`fedselect.fl.services.FederationContext`).
+        faults: the fault model. transport: carries the clients' jobs.
         columns: the ``metrics.csv`` header of this run.
     """
 
-    def __init__(self, resolved: Resolved, fed: Federation, trainer=None, workers: int | None = None):
+    def __init__(self, resolved: Resolved, fed: Federation, trainer=None, workers: int | None = None, transport=None):
         self.resolved, self.fed, self.settings = resolved, fed, resolved.settings
         check_model(resolved, fed)
         tr = resolved.config.train
-        self.trainer = trainer or make_trainer(fed, resolved.train_cfg, tr.workers if workers is None else workers, tr.device)
+        if transport is None:
+            trainer = trainer or make_trainer(fed, resolved.train_cfg, tr.workers if workers is None else workers, tr.device)
+            transport = LocalTransport(fed, trainer, resolved.train_cfg)
+        self.transport = transport
         try:
             self.algorithm: Algorithm = resolved.algorithm(
-                AlgorithmContext(fed, resolved.train_cfg, resolved.settings, self.trainer.evaluate), resolved.algorithm_options
+                AlgorithmContext(fed, resolved.train_cfg, resolved.settings, transport), resolved.algorithm_options
             )
             self.upload_keys = self.algorithm.upload_keys()
-            self.ctx = self.make_context()
+            self.ctx = FederationContext(
+                fed,
+                self.settings,
+                resolved.train_cfg,
+                self.upload_keys,
+                self.algorithm.download_keys(),
+                self.algorithm.payload_bytes(),
+                transport,
+            )
             self.selector: Selector = resolved.selector(self.ctx, resolved.selector_options)
             self.faults = make_fault_model(resolved, fed)
         except BaseException:
-            self.trainer.close()
+            self.transport.close()
             raise
         base = CORE_COLUMNS + [c for c in RELIABILITY_COLUMNS if c not in CORE_COLUMNS]
         extra = (PROBE_COLUMNS if self.selector.probes else []) + list(self.selector.extra_columns) + self.algorithm.columns()
         self.columns = base + [c for i, c in enumerate(extra) if c not in base and c not in extra[:i]]
 
-    def make_context(self) -> FederationContext:
-        """The selector's context: the simulator's (the Flower strategy's run returns one whose
-        client services are messages to the nodes)."""
-        return SimulatedContext(
-            self.fed,
-            self.settings,
-            self.resolved.train_cfg,
-            self.upload_keys,
-            self.algorithm.download_keys(),
-            self.algorithm.payload_bytes(),
-            self.trainer,
-        )
-
     @property
     def rounds(self) -> int:
         return self.settings.rounds
 
-    # ---------------------------------------------------------------- a round's pieces
+    @property
+    def trainer(self):
+        """The local transport's training engine (None over Flower)."""
+        return getattr(self.transport, "trainer", None)
+
+    # ---------------------------------------------------------------- what the round asks
     def view(self, t: int, draws: RoundDraws, state: ServerState) -> RoundView:
-        """What the selector sees at the start of round ``t``."""
+        """What the selector sees at the start of round ``t``: the global model only when it
+        asks for it, and a probe only when it probes. A client the round's fault draws make
+        unreachable cannot answer a probe: its loss is NaN and nothing is sent to it."""
         probe = None
         if self.selector.probes:
+            unreachable = set()  # PROBE-FIX: self.faults.unreachable(t)
 
             def probe(ids: Sequence[int], samples: Sequence[Sequence[int]] | None = None) -> list[float]:
                 ids = [int(k) for k in ids]
-                return self.ctx.client_losses([self.algorithm.start_state(state, k) for k in ids], ids, samples)
+                ask = [i for i, k in enumerate(ids) if k not in unreachable]
+                got = self.ctx.client_losses(
+                    [self.algorithm.start_state(state, ids[i]) for i in ask],
+                    [ids[i] for i in ask],
+                    None if samples is None else [samples[i] for i in ask],
+                )
+                out = [math.nan] * len(ids)
+                for i, loss in zip(ask, got):
+                    out[i] = loss
+                return out
 
         return RoundView(t, draws, state.model if self.selector.wants_global_state else None, probe)
 
@@ -177,127 +200,6 @@ class Simulation:
                 f"selector {self.selector.name!r} selected invalid clients {list(sel.clients)} in round {t} "
                 f"(ids must be distinct, in 0..{n - 1})"
             )
-
-    def train(self, t: int, clients: Sequence[int], state: ServerState, draws: RoundDraws) -> list[ClientOutcome]:
-        """Local updates of the selected ``clients`` in round ``t`` with faults applied, one
-        outcome per client in selection order; a failed one has ``failed`` set to a kind of
-        :data:`fedselect.fl.types.FAILURE_KINDS`, ``state`` None and the failure's latency
-        (docs/reliability.md)."""
-        faults, epochs = self.faults, self.settings.local_epochs
-        dropped = faults.dropped(t)
-        kinds = {}
-        for k in clients:
-            kind = faults.injected(t, k)
-            kinds[k] = "drop" if kind is None and dropped[k] else kind
-        jobs = [
-            TrainJob(
-                k,
-                self.algorithm.start_state(state, k),
-                epochs,
-                self.fed.seed,
-                f"train/{t}/{k}",
-                self.selector.wants_sample_losses,
-            )
-            for k in clients
-            if kinds[k] not in ("drop", "raise")
-        ]
-        results = {r.client_id: r for r in self.trainer.train(jobs)}
-        deadline = faults.deadline_s
-        out = []
-        for k in clients:
-            kind = kinds[k]
-            n_k = self.fed.clients[k].num_samples
-            if kind == "drop":
-                lat = deadline if deadline is not None else 0.0
-                log.info(
-                    "round %d: client %d dropped out (%s); failure latency %.4g s",
-                    t,
-                    k,
-                    "injected" if faults.injected(t, k) else f"p={faults.dropout[k]:.3g}",
-                    lat,
-                )
-                out.append(ClientOutcome(k, t, None, n_k, math.nan, 0, 0.0, 0.0, 0.0, lat, 0, 0, failed="dropout"))
-                continue
-            cost = self.ctx.client_cost(k, epochs, draws)
-            res = results.get(k)
-            error = "injected client error" if kind == "raise" else (res.error if res is not None else None)
-            if error is not None:
-                lat = cost.compute_s + (cost.download_s if self.settings.count_download else 0.0)
-                log.warning("round %d: client %d failed during local training (%s); failure latency %.4g s", t, k, error, lat)
-                out.append(
-                    ClientOutcome(
-                        k,
-                        t,
-                        None,
-                        n_k,
-                        math.nan,
-                        epochs,
-                        cost.compute_s,
-                        0.0,
-                        cost.download_s,
-                        lat,
-                        0,
-                        cost.download_bytes,
-                        failed="error",
-                    )
-                )
-                continue
-            o = ClientOutcome(
-                k,
-                t,
-                res.state,
-                n_k,
-                res.loss,
-                epochs,
-                cost.compute_s,
-                cost.upload_s,
-                cost.download_s,
-                cost.latency_s,
-                cost.upload_bytes,
-                cost.download_bytes,
-                None,
-                res.sum_sq_sample_loss,
-                res.num_sample_losses,
-            )
-            if kind in ("nan", "inf"):
-                o = replace(o, state=corrupt_state(o.state, kind, self.upload_keys))
-            if kind == "timeout" or (deadline is not None and o.latency_s > deadline):
-                why = "injected timeout" if kind == "timeout" else f"latency {o.latency_s:.4g} s"
-                log.info("round %d: client %d missed the deadline of %.4g s (%s); update discarded", t, k, deadline, why)
-                o = replace(o, state=None, upload_bytes=0, latency_s=float(deadline), failed="timeout")
-            else:
-                bad = non_finite_entries(o.state)
-                if bad:
-                    code = "nan" if "nan" in bad.values() else "inf"
-                    log.warning(
-                        "round %d: client %d update rejected, not averaged: non-finite values (%s) in %s", t, k, code, sorted(bad)
-                    )
-                    o = replace(o, state=None, failed=code)
-            out.append(o)
-        return out
-
-    def commit(self, t: int, old: ServerState, new: ServerState | None) -> tuple[ServerState, bool]:
-        """The state to keep after round ``t``'s aggregation: ``new`` when it exists and is
-        finite everywhere it changed, else ``old``. Returns (state, committed)."""
-        if new is None:
-            return old, False
-        for where, st in new.changed_entries(old):
-            bad = non_finite_entries(st)
-            if bad:  # finite inputs can still overflow: keep the previous state
-                log.error(
-                    "round %d: the aggregate holds non-finite values in %s (%s); the server state is left unchanged",
-                    t,
-                    where,
-                    sorted(bad),
-                )
-                return old, False
-        return new, True
-
-    def for_selector(self, outcomes: Sequence[ClientOutcome]) -> list[ClientOutcome]:
-        """Outcomes as the selector may see them (weights only if it asked for them)."""
-        if self.selector.wants_weights:
-            return list(outcomes)
-        return [replace(o, state=None) if o.state is not None else o for o in outcomes]
 
     # ---------------------------------------------------------------- checkpoints
     def snapshot(self, state: ServerState) -> dict[str, Any]:
@@ -321,7 +223,7 @@ class Simulation:
         return {"selector": self.selector, "algorithm": self.algorithm}
 
     def close(self) -> None:
-        self.trainer.close()
+        self.transport.close()
 
 
 # ------------------------------------------------------------------------ RNG coverage

@@ -26,6 +26,8 @@ by :func:`fedselect.algorithms.register_algorithm` (docs/architecture.md).
 
 from __future__ import annotations
 
+import logging
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal, Sequence
 
@@ -34,15 +36,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fedselect.federation import Federation
 from fedselect.fl.aggregate import fedavg, state_bytes
-from fedselect.fl.evaluate import evaluate
 from fedselect.fl.train import TrainConfig
-from fedselect.fl.types import ClientOutcome, Evaluation, PhaseCost, RunSettings, State
+from fedselect.fl.types import ClientOutcome, Evaluation, PhaseCost, RunSettings, ServerState, State, clone_state
+from fedselect.fl.work import EvalJob
 from fedselect.selectors.base import Prepared
 
-
-def clone_state(state: State) -> State:
-    """A detached deep copy of a state dict."""
-    return {k: v.detach().clone() for k, v in state.items()}
+log = logging.getLogger("fedselect")
 
 
 def client_evaluation(results: Sequence[dict[str, float]]) -> Evaluation:
@@ -56,49 +55,6 @@ def client_evaluation(results: Sequence[dict[str, float]]) -> Evaluation:
         float(np.mean([r["loss"] for r in results])),
         {"accuracy_std": float(acc.std()), "client_accuracy": [float(a) for a in acc]},
     )
-
-
-@dataclass(frozen=True)
-class ServerState:
-    """The server's side of an experiment, owned by the round loop.
-
-    Attributes:
-        model: the server (global) model's state; for partial-layer algorithms only the shared
-            entries are averages, the others keep the initial values.
-        clients: per-client model states (personalised algorithms), client order, or None.
-        aggregated: the server holds an average of the shared entries (before the first
-            aggregation a personalised client starts from its own state alone).
-    """
-
-    model: State
-    clients: tuple[State, ...] | None = None
-    aggregated: bool = False
-
-    def changed_entries(self, old: "ServerState") -> list[tuple[str, State]]:
-        """The states that differ (by identity) from ``old``'s: ``("model", s)`` and
-        ``("client k", s)`` pairs (what a commit would change)."""
-        out = [("model", self.model)] if self.model is not old.model else []
-        if self.clients is not None:
-            before = old.clients or ()
-            out += [(f"client {k}", s) for k, s in enumerate(self.clients) if k >= len(before) or s is not before[k]]
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data for checkpoints."""
-        return {
-            "model": self.model,
-            "clients": None if self.clients is None else list(self.clients),
-            "aggregated": self.aggregated,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ServerState":
-        clients = d.get("clients")
-        return cls(
-            clone_state(d["model"]),
-            None if clients is None else tuple(clone_state(s) for s in clients),
-            bool(d.get("aggregated", False)),
-        )
 
 
 @dataclass(frozen=True)
@@ -147,15 +103,20 @@ class PerClientOptions(AlgorithmOptions):
 
 @dataclass(frozen=True)
 class AlgorithmContext:
-    """What an algorithm gets: the federation's data (clients' training and held-out sets,
-    the test set, fresh models), the local-training settings, the run settings, and
-    ``evaluate_test(state) -> {"accuracy", "f1_macro", "loss"}`` scoring a model on the test
-    set with the run's engine (the worker pool: the same figures for any number of workers)."""
+    """What an algorithm gets: the federation's description (clients' sizes, fresh models),
+    the local-training settings, the run settings, and the run's ``transport``
+    (:class:`fedselect.fl.work.Transport`), which carries out the work on clients' data —
+    per-client evaluation, CEFL's fine-tuning — and scores models on the test set, in the
+    simulator's worker pool or on Flower nodes alike."""
 
     fed: Federation
     train_cfg: TrainConfig
     settings: RunSettings
-    evaluate_test: Any = None
+    transport: Any = None
+
+    def run(self, jobs: Sequence[Any]) -> list[Any]:
+        """The results of ``jobs`` (:mod:`fedselect.fl.work`), in order."""
+        return self.transport.run(jobs)
 
 
 class Algorithm:
@@ -178,7 +139,7 @@ class Algorithm:
     def __init__(self, ctx: AlgorithmContext, options: BaseModel | None = None):
         self.ctx, self.fed, self.train_cfg, self.settings = ctx, ctx.fed, ctx.train_cfg, ctx.settings
         self.options = options if options is not None else self.Options()
-        self.worker = self.fed.new_model()  # scratch model for evaluations
+        self.worker = self.fed.new_model()  # the model's structure (layer names, sizes)
         self.per_client = getattr(self.options, "evaluation", "global") == "per_client"
         if self.per_client:
             empty = [c.id for c in self.fed.clients if len(c.holdout) == 0]
@@ -244,20 +205,27 @@ class Algorithm:
     def evaluate(self, t: int, state: ServerState) -> Evaluation:
         """Figures after round ``t`` (0 = before round 1): see the module docstring."""
         if not self.per_client:
-            if self.ctx.evaluate_test is not None:
-                return Evaluation.from_dict(self.ctx.evaluate_test(state.model))
-            self.worker.load_state_dict(state.model)
-            return Evaluation.from_dict(evaluate(self.worker, self.fed.test_set))
+            r = self.ctx.run([EvalJob(None, state.model, "test")])[0]
+            return Evaluation(r.accuracy, r.f1_macro, r.loss)
         return self.evaluate_clients(lambda k: self.eval_state(state, k))
 
     def evaluate_clients(self, state_of) -> Evaluation:
-        """Every client's model ``state_of(k)`` on its held-out split; mean over clients,
-        population std of the accuracies and the per-client accuracies."""
-        results = []
-        for k, client in enumerate(self.fed.clients):
-            self.worker.load_state_dict(state_of(k))
-            results.append(evaluate(self.worker, client.holdout))
-        return client_evaluation(results)
+        """Every client's model ``state_of(k)`` on its held-out split (one job per client);
+        mean over clients, population std of the accuracies and the per-client accuracies. A
+        client that could not be scored counts as NaN in ``client_accuracy`` and is left out
+        of the means (logged)."""
+        n = self.fed.num_clients
+        results = self.ctx.run([EvalJob(k, state_of(k), "holdout") for k in range(n)])
+        ok = [r for r in results if r.error is None]
+        if len(ok) == n:
+            return client_evaluation([r.as_dict() for r in results])
+        missing = [r.client_id for r in results if r.error is not None]
+        log.warning("per-client evaluation: clients %s could not be scored (%s); means over the others", missing, results[missing[0]].error)
+        if not ok:
+            return Evaluation(math.nan, math.nan, math.nan, {"accuracy_std": math.nan, "client_accuracy": [math.nan] * n})
+        part = client_evaluation([r.as_dict() for r in ok])
+        acc = [r.accuracy if r.error is None else math.nan for r in results]
+        return Evaluation(part.accuracy, part.f1_macro, part.loss, {"accuracy_std": part.per_client["accuracy_std"], "client_accuracy": acc})
 
     def finish(self, state: ServerState, totals: RunTotals, last: Evaluation) -> Finished:
         """Work after the last round; per-client evaluation reports the last figures."""

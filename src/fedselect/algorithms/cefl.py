@@ -33,27 +33,23 @@ loop recorded, :func:`cefl_communication` gives the same numbers from the formul
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
-import torch
 from pydantic import Field
 
 from fedselect.algorithms import register_algorithm
 from fedselect.algorithms.base import Finished, RunTotals, ServerState, clone_state
 from fedselect.algorithms.fedper import BaseLayerOptions, Personalised, base_layer_names
-from fedselect.data.datasets import ArrayDataset
-from fedselect.data.partition import local_holdout
 from fedselect.fl.aggregate import State, state_bytes
-from fedselect.fl.evaluate import evaluate
-from fedselect.fl.train import TrainConfig, iterate_minibatches, make_optimizer
+from fedselect.fl.cost import CostModel
+from fedselect.fl.finetune import fine_tune
 from fedselect.fl.types import ClientOutcome, PhaseCost
-from fedselect.seeding import np_rng
+from fedselect.fl.work import FineTuneJob
 from fedselect.selectors.base import ClientGroups, Prepared
-from fedselect.system import compute_time, to_mb, transmit_time
+from fedselect.system import to_mb
 
 log = logging.getLogger(__name__)
 
@@ -137,72 +133,6 @@ def _counts(per_round: Sequence[int] | int, rounds: int | None) -> list[int]:
     return [int(c) for c in per_round]
 
 
-# ------------------------------------------------------------------------ transfer learning
-def fine_tune(
-    model: torch.nn.Module,
-    train: ArrayDataset,
-    val: ArrayDataset,
-    cfg: TrainConfig,
-    max_epochs: int,
-    patience: int,
-    generator: torch.Generator,
-    holdout: ArrayDataset | None = None,
-) -> dict[str, Any]:
-    """Train ``model`` in place for at most ``max_epochs`` epochs with early stopping on the
-    validation loss, then load the best state (CEFL transfer step; SPEC 2 item 6).
-
-    One optimizer (``cfg``) for all epochs. The validation loss is measured before training
-    (epoch 0) and after every epoch; training stops after ``patience`` epochs in a row
-    without a strictly lower loss; the state with the lowest loss is kept (the earliest on
-    ties). With an empty ``val`` every epoch runs and the last state is kept.
-
-    Args:
-        holdout: optional set scored after every epoch for the convergence curve only (it
-            never influences training or the choice of state).
-
-    Returns:
-        ``{"epochs": epochs run, "best_epoch": e, "val_loss": best loss (nan without val),
-        "curve": holdout accuracy after epochs 0..epochs (empty without holdout)}``.
-
-    Raises:
-        ValueError: ``max_epochs < 0`` or ``patience < 1``.
-    """
-    if max_epochs < 0 or patience < 1:
-        raise ValueError(f"need max_epochs >= 0 and patience >= 1, got {max_epochs}, {patience}")
-    curve = [evaluate(model, holdout)["accuracy"]] if holdout is not None and len(holdout) else []
-    use_val = len(val) > 0
-    best_loss = evaluate(model, val)["loss"] if use_val else math.nan
-    best_state, best_epoch, bad, epochs = clone_state(model.state_dict()), 0, 0, 0
-    if len(train) == 0 or max_epochs == 0:
-        return {"epochs": 0, "best_epoch": 0, "val_loss": best_loss, "curve": curve}
-    x, y = torch.from_numpy(train.x), torch.from_numpy(train.y)
-    opt = make_optimizer(model, cfg)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    for epoch in range(1, max_epochs + 1):
-        model.train()
-        for idx in iterate_minibatches(len(train), cfg.batch_size, generator):
-            opt.zero_grad(set_to_none=True)
-            loss_fn(model(x[idx]), y[idx]).backward()
-            opt.step()
-        epochs = epoch
-        if curve:
-            curve.append(evaluate(model, holdout)["accuracy"])
-        if not use_val:
-            continue
-        v = evaluate(model, val)["loss"]
-        if v < best_loss:
-            best_loss, best_state, best_epoch, bad = v, clone_state(model.state_dict()), epoch, 0
-        else:
-            bad += 1
-            if bad >= patience:
-                break
-    if use_val:
-        model.load_state_dict(best_state)
-    else:
-        best_epoch = epochs
-    return {"epochs": epochs, "best_epoch": best_epoch, "val_loss": best_loss, "curve": curve}
-
-
 # ------------------------------------------------------------------------ the algorithm
 class CEFLOptions(BaseLayerOptions):
     """Options of CEFL's algorithm (defaults: SPEC 2 and the paper). The clustering options
@@ -276,33 +206,32 @@ class CEFL(Personalised):
         clients = list(state.clients)
         groups = self.groups
         draws = fed.fleet.draw(self.settings.rounds + 1)  # the transfer happens after the last round
+        jobs = [
+            FineTuneJob(
+                m,
+                clients[lead],
+                o.transfer_epochs,
+                o.patience,
+                o.validation_fraction,
+                self.settings.seed,
+                f"cefl-transfer/0/{m}",
+                f"cefl/validation/{m}",
+            )
+            for cluster, lead in zip(groups.clusters, groups.leaders)
+            for m in cluster
+            if m != lead
+        ]
+        cost = CostModel(fed, self.settings, self.payload_bytes())
         transfer_latency = 0.0
-        for cluster, lead in zip(groups.clusters, groups.leaders):
-            for m in cluster:
-                if m == lead:
-                    continue
-                client = fed.clients[m]
-                tr, va = local_holdout(
-                    np.arange(client.num_samples), o.validation_fraction, np_rng(self.settings.seed, f"cefl/validation/{m}")
-                )
-                self.worker.load_state_dict(clients[lead])
-                res = fine_tune(
-                    self.worker,
-                    client.train.subset(tr),
-                    client.train.subset(va),
-                    self.train_cfg,
-                    o.transfer_epochs,
-                    o.patience,
-                    fed.train_generator(0, m, tag="cefl-transfer"),
-                    holdout=client.holdout,
-                )
-                clients[m] = clone_state(self.worker.state_dict())
-                epochs[m], curves[m] = res["epochs"], res["curve"]
-                # the member receives the leader's whole model, then trains the epochs it ran (FR-eq 3, 4)
-                lat = compute_time(
-                    res["epochs"], fed.client_bits(m), self.settings.cycles_per_bit, fed.fleet.cores[m], draws.freq_mhz[m]
-                ) + transmit_time(self.full_bytes * 8, draws.bandwidth_mbps[m])
-                transfer_latency = max(transfer_latency, lat)
+        for job, res in zip(jobs, self.ctx.run(jobs)):
+            m = job.client_id
+            if res.error is not None:  # the member keeps its leader's model
+                log.warning("cefl transfer: member %d could not fine-tune (%s); it keeps its leader's model", m, res.error)
+                clients[m], epochs[m], curves[m] = clone_state(job.start_state), 0, []
+            else:
+                clients[m], epochs[m], curves[m] = res.state, res.epochs, list(res.curve)
+            # the member receives the leader's whole model, then trains the epochs it ran (FR-eq 3, 4)
+            transfer_latency = max(transfer_latency, cost.receive_and_train_s(m, epochs[m], self.full_bytes, draws))
         final_state = ServerState(state.model, tuple(clients), state.aggregated)
         final = self.evaluate_clients(lambda k: clients[k])
         sizes = [len(c) for c in groups.clusters]

@@ -16,7 +16,7 @@ from typing import Sequence
 from fedselect.data.datasets import ArrayDataset
 from fedselect.fl.faults import ClientFailure
 from fedselect.fl.train import TrainConfig, local_train
-from fedselect.fl.types import State
+from fedselect.fl.types import Measured, State
 from fedselect.seeding import torch_rng
 
 
@@ -49,8 +49,15 @@ class TrainJob:
 
 @dataclass(frozen=True)
 class TrainResult:
-    """The outcome of a :class:`TrainJob`: the new state and mean loss, or an error message
-    (the client then failed with kind ``error``)."""
+    """The outcome of a :class:`TrainJob`: the new state and mean loss, or an error message.
+
+    Attributes:
+        error: why the job failed (None: it did not).
+        failure: the failure's kind when the transport knows it (``dropout``: the client
+            never answered; ``timeout``: still silent at a wall-clock deadline); None with
+            ``error`` set means ``error``.
+        measured: the measured round trip and bytes (Flower with measured latency), or None.
+    """
 
     client_id: int
     state: State | None
@@ -58,6 +65,8 @@ class TrainResult:
     sum_sq_sample_loss: float = 0.0
     num_sample_losses: int = 0
     error: str | None = None
+    failure: str | None = None
+    measured: Measured | None = None
 
 
 class SequentialTrainer:

@@ -1,6 +1,6 @@
 """Client faults in the simulator: random dropout, injected failures, non-finite updates.
 
-Knows no method: the round loop (``fedselect.runner``) asks a :class:`FaultModel` what happens
+Knows no method: the round loop (``fedselect.fl.round``) asks a :class:`FaultModel` what happens
 to each selected client and uses :func:`non_finite_entries` to reject poisoned updates. See
 ``docs/reliability.md`` for the semantics, summarised here.
 
@@ -144,6 +144,26 @@ class FaultModel:
             if inj.applies(t, k):
                 return inj.kind
         return None
+
+
+    def unreachable(self, t: int) -> set[int]:
+        """Clients that cannot answer anything in round ``t``: drawn out by ``dropout`` or
+        with an injected ``drop`` (the same draws as :meth:`round_faults`)."""
+        dropped = self.dropped(t)
+        return {k for k in range(len(self.dropout)) if self.round_fault(t, k, dropped) == "drop"}
+
+    def round_fault(self, t: int, k: int, dropped: np.ndarray | None = None) -> str | None:
+        """Client ``k``'s simulated fault in round ``t``: an injected kind, else ``drop`` when
+        the dropout draw took it, else None."""
+        kind = self.injected(t, k)
+        if kind is None and (self.dropped(t) if dropped is None else dropped)[k]:
+            return "drop"
+        return kind
+
+    def round_faults(self, t: int, clients) -> dict[int, str | None]:
+        """:meth:`round_fault` of each of ``clients`` (one draw for the round)."""
+        dropped = self.dropped(t)
+        return {int(k): self.round_fault(t, int(k), dropped) for k in clients}
 
 
 def _check_prob(label: str, p) -> None:

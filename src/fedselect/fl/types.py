@@ -90,6 +90,17 @@ class ClientOutcome:
 
 
 @dataclass(frozen=True)
+class Measured:
+    """What a real transport measured for one job: the round trip from sending it to its
+    reply (s), the client's handler time (s), and the bytes that moved each way."""
+
+    round_trip_s: float
+    handler_s: float
+    upload_bytes: int
+    download_bytes: int
+
+
+@dataclass(frozen=True)
 class Evaluation:
     """The figures of one evaluation.
 
@@ -180,3 +191,103 @@ class WarmClient:
     client_id: int
     state: State
     loss: float
+
+
+def clone_state(state: State) -> State:
+    """A detached deep copy of a state dict."""
+    return {k: v.detach().clone() for k, v in state.items()}
+
+
+@dataclass(frozen=True)
+class SelectionCost:
+    """What choosing cost before training started (e.g. Power-of-Choice's probing).
+
+    Attributes:
+        latency_s: seconds added to the round before its training (candidates in parallel).
+        upload_bytes, download_bytes: bytes moved for the probing.
+        candidates: clients contacted to decide.
+    """
+
+    latency_s: float = 0.0
+    upload_bytes: int = 0
+    download_bytes: int = 0
+    candidates: int = 0
+
+
+@dataclass(frozen=True)
+class Selection:
+    """A selector's answer for one round.
+
+    Attributes:
+        clients: distinct client ids that train this round (selection order).
+        cost: the probing cost charged to the round (recorded in its row).
+        restart: ask the algorithm to start again from the initial model before training
+            (budgeted online selection re-runs, BO Algorithm 1).
+    """
+
+    clients: tuple[int, ...]
+    cost: SelectionCost = SelectionCost()
+    restart: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "clients", tuple(int(k) for k in self.clients))
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """What the server knows at the end of round t, for :meth:`Selector.observe`.
+
+    Attributes:
+        before: the evaluation before the round (the last one made).
+        after: the evaluation after it (equal to ``before`` when not evaluated this round).
+        evaluated: whether the model was evaluated this round.
+        global_state: the server model after this round's aggregation. Read-only.
+    """
+
+    before: Evaluation
+    after: Evaluation
+    evaluated: bool
+    global_state: State
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """The server's side of an experiment, owned by the round loop.
+
+    Attributes:
+        model: the server (global) model's state; for partial-layer algorithms only the shared
+            entries are averages, the others keep the initial values.
+        clients: per-client model states (personalised algorithms), client order, or None.
+        aggregated: the server holds an average of the shared entries (before the first
+            aggregation a personalised client starts from its own state alone).
+    """
+
+    model: State
+    clients: tuple[State, ...] | None = None
+    aggregated: bool = False
+
+    def changed_entries(self, old: "ServerState") -> list[tuple[str, State]]:
+        """The states that differ (by identity) from ``old``'s: ``("model", s)`` and
+        ``("client k", s)`` pairs (what a commit would change)."""
+        out = [("model", self.model)] if self.model is not old.model else []
+        if self.clients is not None:
+            before = old.clients or ()
+            out += [(f"client {k}", s) for k, s in enumerate(self.clients) if k >= len(before) or s is not before[k]]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for checkpoints."""
+        return {
+            "model": self.model,
+            "clients": None if self.clients is None else list(self.clients),
+            "aggregated": self.aggregated,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ServerState":
+        clients = d.get("clients")
+        return cls(
+            clone_state(d["model"]),
+            None if clients is None else tuple(clone_state(s) for s in clients),
+            bool(d.get("aggregated", False)),
+        )

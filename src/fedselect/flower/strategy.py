@@ -93,13 +93,13 @@ from fedselect.config import ConfigError, ExperimentConfig
 from fedselect.experiment import _setup_logging, check_run_dir
 from fedselect.federation import Federation, build_federation
 from fedselect.fl.faults import non_finite_entries
+from fedselect.fl.round import RoundResult
 from fedselect.fl.services import FederationContext, clone
 from fedselect.fl.types import ClientOutcome, Evaluation, State, WarmClient
 from fedselect.flower.client_app import federation_hash
 from fedselect.flower.messaging import Exchange, exchange
 from fedselect.resolve import Resolved, resolve
 from fedselect.runfiles import RUN_FILES, RunFiles
-from fedselect.runner import RoundResult
 from fedselect.selectors.base import Feedback, Selection
 from fedselect.simulation import Simulation
 from fedselect.system import RoundDraws

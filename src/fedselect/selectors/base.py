@@ -3,7 +3,7 @@ manager), kept apart from WHAT happens to their updates (``fedselect.algorithms`
 
 A selector sees a read-only view of the round and returns a :class:`Selection`; it learns from
 per-client outcomes in :meth:`Selector.observe`; it owns its generator and its ``state_dict``;
-it never touches the global model. The round loop (``fedselect.runner``) calls::
+it never touches the global model. The round loop (``fedselect.fl.round``) calls::
 
     prepared  = selector.prepare()                          # once: warm-up, PCA, clustering ...
     for t in 1..T:
@@ -31,7 +31,18 @@ from typing import Any, Callable, ClassVar, Iterator, Protocol, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from fedselect.fl.types import ClientCost, ClientOutcome, Evaluation, PhaseCost, RunSettings, State, WarmClient
+from fedselect.fl.types import (  # noqa: F401 - the values a selector speaks, re-exported
+    ClientCost,
+    ClientOutcome,
+    Evaluation,
+    Feedback,
+    PhaseCost,
+    RunSettings,
+    Selection,
+    SelectionCost,
+    State,
+    WarmClient,
+)
 from fedselect.seeding import np_rng
 from fedselect.system import Fleet, RoundDraws
 
@@ -40,41 +51,6 @@ class NoOptions(BaseModel):
     """A component without options (unknown keys are errors)."""
 
     model_config = ConfigDict(extra="forbid")
-
-
-@dataclass(frozen=True)
-class SelectionCost:
-    """What choosing cost before training started (e.g. Power-of-Choice's probing).
-
-    Attributes:
-        latency_s: seconds added to the round before its training (candidates in parallel).
-        upload_bytes, download_bytes: bytes moved for the probing.
-        candidates: clients contacted to decide.
-    """
-
-    latency_s: float = 0.0
-    upload_bytes: int = 0
-    download_bytes: int = 0
-    candidates: int = 0
-
-
-@dataclass(frozen=True)
-class Selection:
-    """A selector's answer for one round.
-
-    Attributes:
-        clients: distinct client ids that train this round (selection order).
-        cost: the probing cost charged to the round (recorded in its row).
-        restart: ask the algorithm to start again from the initial model before training
-            (budgeted online selection re-runs, BO Algorithm 1).
-    """
-
-    clients: tuple[int, ...]
-    cost: SelectionCost = SelectionCost()
-    restart: bool = False
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "clients", tuple(int(k) for k in self.clients))
 
 
 @dataclass(frozen=True)
@@ -129,23 +105,6 @@ class RoundView:
     draws: RoundDraws
     global_state: State | None = None
     probe: Callable[..., list[float]] | None = None
-
-
-@dataclass(frozen=True)
-class Feedback:
-    """What the server knows at the end of round t, for :meth:`Selector.observe`.
-
-    Attributes:
-        before: the evaluation before the round (the last one made).
-        after: the evaluation after it (equal to ``before`` when not evaluated this round).
-        evaluated: whether the model was evaluated this round.
-        global_state: the server model after this round's aggregation. Read-only.
-    """
-
-    before: Evaluation
-    after: Evaluation
-    evaluated: bool
-    global_state: State
 
 
 class SelectorContext(Protocol):

@@ -1,0 +1,326 @@
+"""THE round, in three phases that every engine drives (the papers' Algorithm 1)::
+
+    plan    = begin(run, t, state)              # draws, selector.select, restart, faults, the jobs
+    results = run.transport.run(plan.jobs)      # the simulator's pool, or messages to Flower nodes
+    settled = settle(run, plan, results)        # outcomes (failures, deadline, cost), aggregate, commit
+    result  = close(run, plan, settled, before) # evaluation cadence, selector.observe, the RoundResult
+
+and the experiment around it::
+
+    prepared = selector.prepare()                       # warm-up, PCA, clustering, candidates
+    state    = algorithm.prepare(initial_state, prepared)
+    for t in 1..T:
+        state, result = play_round(run, t, state, before)
+        recorder.round(result, state)                   # the row, the CSVs, the checkpoint
+    final = algorithm.finish(state, totals, last)       # e.g. CEFL's transfer to members
+
+Every rule of a round exists here once: the restart (budgeted online re-runs), the failure kinds
+and their latencies (docs/reliability.md), the deadline, the failed round, the commit of finite
+aggregates only, the evaluation cadence. ``run`` is a :class:`fedselect.simulation.Simulation`
+(selector, algorithm, fault model, context with the cost model, transport); an engine only
+carries ``plan.jobs`` out and the results back.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, Sequence
+
+from fedselect.fl.faults import corrupt_state, non_finite_entries, survivor_weights
+from fedselect.fl.types import ClientOutcome, Evaluation, Feedback, Selection, ServerState
+from fedselect.fl.work import TrainJob, TrainResult
+from fedselect.system import RoundDraws
+
+log = logging.getLogger("fedselect")
+
+__all__ = ["RoundPlan", "Settled", "RoundResult", "Recorder", "begin", "settle", "close", "play_round", "run_rounds", "updates"]
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """Round ``round`` once the selector has chosen: what the engines carry out.
+
+    Attributes:
+        draws: the round's CPU frequencies (MHz) and bandwidths (Mb/s).
+        selection: the selector's answer.
+        state: the server state the chosen clients start from (fresh after a restart).
+        faults: chosen client -> the simulated fault drawn for it this round (``drop``,
+            ``raise``, ``nan``, ``inf``, ``timeout``) or None.
+        jobs: the training jobs to carry out (clients not dropped and not failing at once).
+    """
+
+    round: int
+    draws: RoundDraws
+    selection: Selection
+    state: ServerState
+    faults: dict[int, str | None]
+    jobs: tuple[TrainJob, ...]
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What came back, turned into outcomes, and the state kept after aggregation."""
+
+    outcomes: tuple[ClientOutcome, ...]
+    state: ServerState
+    aggregated: int
+    round_failed: bool
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What happened in round ``round``.
+
+    Attributes:
+        selection: the selector's answer (ids, probing cost).
+        outcomes: one per selected client, selection order, failures included.
+        aggregated: updates averaged into the committed state (0 when none was committed).
+        round_failed: clients were selected but no aggregate was committed.
+        evaluated: the model was evaluated this round; ``after`` is then its figures, else the
+            last evaluation's.
+        columns: the selector's extra per-round values (``Selector.extra_columns``).
+    """
+
+    round: int
+    selection: Selection
+    outcomes: tuple[ClientOutcome, ...]
+    aggregated: int
+    round_failed: bool
+    evaluated: bool
+    after: Evaluation
+    columns: dict[str, Any]
+
+    @property
+    def latency_s(self) -> float:
+        """Round latency (s): the probing, then the slowest participant (SPEC 0.3)."""
+        from fedselect.fl.cost import CostModel
+
+        return CostModel.round_latency_s(self.selection.cost.latency_s, [o.latency_s for o in self.outcomes])
+
+    @property
+    def upload_bytes(self) -> int:
+        return sum(o.upload_bytes for o in self.outcomes) + self.selection.cost.upload_bytes
+
+    @property
+    def download_bytes(self) -> int:
+        return sum(o.download_bytes for o in self.outcomes) + self.selection.cost.download_bytes
+
+    @property
+    def train_loss(self) -> float:
+        """Mean local loss of the surviving participants (nan without any)."""
+        losses = [o.train_loss for o in self.outcomes if o.ok and not math.isnan(o.train_loss)]
+        return sum(losses) / len(losses) if losses else math.nan
+
+
+# ============================================================================ the phases
+def begin(run, t: int, state: ServerState) -> RoundPlan:
+    """The selector chooses (after the round's draws), a restart is applied, the simulated
+    faults are drawn, and the chosen clients' training jobs are planned."""
+    draws = run.ctx.draw(t)
+    selection = run.selector.select(run.view(t, draws, state))
+    run.check_selection(t, selection)
+    if selection.restart:  # budgeted online re-runs start from a fresh model (BO Algorithm 1)
+        state = run.algorithm.initial_state()
+    return _plan(run, t, draws, selection, state)
+
+
+def _plan(run, t: int, draws: RoundDraws, selection: Selection, state: ServerState) -> RoundPlan:
+    faults = run.faults.round_faults(t, selection.clients)
+    epochs, wants = run.settings.local_epochs, run.selector.wants_sample_losses
+    jobs = tuple(
+        TrainJob(k, run.algorithm.start_state(state, k), epochs, run.fed.seed, f"train/{t}/{k}", wants)
+        for k in selection.clients
+        if faults[k] not in ("drop", "raise")
+    )
+    return RoundPlan(t, draws, selection, state, faults, jobs)
+
+
+def outcomes_of(run, plan: RoundPlan, results: Sequence[TrainResult]) -> tuple[ClientOutcome, ...]:
+    """One outcome per chosen client, selection order, from the jobs' results."""
+    got = {r.client_id: r for r in results}
+    return tuple(_outcome(run, plan, k, got.get(k)) for k in plan.selection.clients)
+
+
+def updates(run, t: int, clients: Sequence[int], state: ServerState) -> tuple[ClientOutcome, ...]:
+    """The local updates of ``clients`` in round ``t`` from ``state`` with the round's faults
+    applied, without aggregating them (tests, notebooks)."""
+    plan = _plan(run, t, run.ctx.draw(t), Selection(tuple(clients)), state)
+    return outcomes_of(run, plan, run.transport.run(plan.jobs) if plan.jobs else [])
+
+
+def settle(run, plan: RoundPlan, results: Sequence[TrainResult]) -> Settled:
+    """One outcome per chosen client (selection order) from what came back, the algorithm's
+    aggregate of the survivors, committed only when finite."""
+    outcomes = outcomes_of(run, plan, results)
+    survivors = [o for o in outcomes if o.ok]
+    new = run.algorithm.aggregate(plan.round, plan.state, survivors) if survivors else None
+    state, committed = commit(plan.round, plan.state, new)
+    failed = bool(plan.selection.clients) and (not survivors or (new is not None and not committed))
+    _log_failures(plan.round, outcomes, survivors, failed)
+    return Settled(outcomes, state, len(survivors) if committed else 0, failed)
+
+
+def close(run, plan: RoundPlan, settled: Settled, before: Evaluation) -> RoundResult:
+    """Evaluate on the cadence (every ``eval_every`` rounds and the last), let the selector
+    learn from the round, and return its :class:`RoundResult`."""
+    t, state = plan.round, settled.state
+    evaluated = t % run.settings.eval_every == 0 or t == run.settings.rounds
+    after = run.algorithm.evaluate(t, state) if evaluated else before
+    seen = settled.outcomes if run.selector.wants_weights else [replace(o, state=None) for o in settled.outcomes]
+    columns = run.selector.observe(t, list(seen), Feedback(before, after, evaluated, state.model)) or {}
+    return RoundResult(
+        t, plan.selection, settled.outcomes, settled.aggregated, settled.round_failed, evaluated, after, dict(columns)
+    )
+
+
+def play_round(run, t: int, state: ServerState, before: Evaluation) -> tuple[ServerState, RoundResult]:
+    """One round through the run's transport: begin, carry the jobs out, settle, close."""
+    plan = begin(run, t, state)
+    settled = settle(run, plan, run.transport.run(plan.jobs) if plan.jobs else [])
+    return settled.state, close(run, plan, settled, before)
+
+
+# ============================================================================ the experiment
+class Recorder(Protocol):
+    """Where a run's results go (:class:`fedselect.runfiles.RunFiles` writes them to disk)."""
+
+    def prepared(self, prepared, before: Evaluation) -> None: ...
+
+    def round(self, result: RoundResult, state: ServerState) -> bool:
+        """Record round ``result.round``; True asks the loop to stop there (tests of interruption)."""
+
+    def totals(self): ...
+
+
+def prepare(run) -> tuple[Any, ServerState, Evaluation]:
+    """Before round 1: the selector's preparation, the algorithm's, the round-0 evaluation."""
+    prepared = run.selector.prepare()
+    state = run.algorithm.prepare(run.algorithm.initial_state(), prepared)
+    return prepared, state, run.algorithm.evaluate(0, state)
+
+
+def run_rounds(run, recorder: Recorder, state: ServerState | None = None, before: Evaluation | None = None, start: int = 0):
+    """Play rounds ``start + 1 .. T`` (from round 0: prepare first), then finish.
+
+    Returns what the algorithm's ``finish`` did, or None when the recorder stopped the run early.
+    """
+    if start == 0:
+        prepared, state, before = prepare(run)
+        recorder.prepared(prepared, before)
+    for t in range(start + 1, run.settings.rounds + 1):
+        state, result = play_round(run, t, state, before)
+        before = result.after
+        if recorder.round(result, state):
+            return None
+    return run.algorithm.finish(state, recorder.totals(), before)
+
+
+# ============================================================================ the rules
+def commit(t: int, old: ServerState, new: ServerState | None) -> tuple[ServerState, bool]:
+    """The state to keep after round ``t``'s aggregation: ``new`` when it exists and is finite
+    everywhere it changed, else ``old``. Returns (state, committed)."""
+    if new is None:
+        return old, False
+    for where, st in new.changed_entries(old):
+        bad = non_finite_entries(st)
+        if bad:  # finite inputs can still overflow: keep the previous state
+            log.error(
+                "round %d: the aggregate holds non-finite values in %s (%s); the server state is left unchanged",
+                t,
+                where,
+                sorted(bad),
+            )
+            return old, False
+    return new, True
+
+
+def _failed(k: int, t: int, n_k: int, kind: str, latency_s: float, epochs: int = 0, cost=None) -> ClientOutcome:
+    """The outcome of a client that failed: its failure latency and the bytes that moved."""
+    if cost is None:
+        return ClientOutcome(k, t, None, n_k, math.nan, 0, 0.0, 0.0, 0.0, float(latency_s), 0, 0, failed=kind)
+    return ClientOutcome(
+        k, t, None, n_k, math.nan, epochs, cost.compute_s, 0.0, cost.download_s, float(latency_s), 0, cost.download_bytes, kind
+    )
+
+
+def _outcome(run, plan: RoundPlan, k: int, res: TrainResult | None) -> ClientOutcome:
+    """Client ``k``'s outcome (docs/reliability.md): a simulated fault, what the transport
+    reports (a node that never answered: ``dropout``; silent past a wall-clock deadline:
+    ``timeout``; an error: ``error``), the deadline, non-finite uploads."""
+    t, epochs, cost_model = plan.round, run.settings.local_epochs, run.ctx.cost
+    fault, deadline, n_k = plan.faults[k], run.faults.deadline_s, run.fed.clients[k].num_samples
+    measured = run.transport.measured
+    if fault == "drop" or (res is not None and res.failure == "dropout"):
+        lat = cost_model.dropout_latency_s(deadline)
+        if measured and res is not None and res.measured is not None:
+            lat = res.measured.round_trip_s
+        why = res.error if fault != "drop" else ("injected" if run.faults.injected(t, k) else f"p={run.faults.dropout[k]:.3g}")
+        log.info("round %d: client %d dropped out (%s); failure latency %.4g s", t, k, why, lat)
+        return _failed(k, t, n_k, "dropout", lat)
+    if res is not None and res.failure == "timeout":  # silent at a wall-clock deadline (measured)
+        log.info("round %d: client %d missed the deadline of %.4g s (%s); update discarded", t, k, deadline, res.error)
+        return _failed(k, t, n_k, "timeout", float(deadline))
+    cost = cost_model.client_cost(k, epochs, plan.draws)
+    error = "injected client error" if fault == "raise" else ("no result" if res is None else res.error)
+    if error is not None:
+        lat = cost_model.error_latency_s(cost)
+        if measured and res is not None and res.measured is not None:
+            lat = res.measured.round_trip_s
+        log.warning("round %d: client %d failed during local training (%s); failure latency %.4g s", t, k, error, lat)
+        return _failed(k, t, n_k, "error", lat, epochs, cost)
+    up_b, down_b, comp, up_s, lat = cost.upload_bytes, cost.download_bytes, cost.compute_s, cost.upload_s, cost.latency_s
+    if measured and res.measured is not None:
+        m = res.measured
+        up_b, down_b, comp, lat = m.upload_bytes, m.download_bytes, m.handler_s, m.round_trip_s
+        up_s = max(0.0, lat - comp)
+    down_s = 0.0 if measured and res.measured is not None else cost.download_s
+    o = ClientOutcome(
+        k,
+        t,
+        res.state,
+        n_k,
+        res.loss,
+        epochs,
+        comp,
+        up_s,
+        down_s,
+        lat,
+        up_b,
+        down_b,
+        None,
+        res.sum_sq_sample_loss,
+        res.num_sample_losses,
+    )
+    if fault in ("nan", "inf"):
+        o = replace(o, state=corrupt_state(o.state, fault, run.algorithm.upload_keys()))
+    if fault == "timeout" or (deadline is not None and o.latency_s > deadline):
+        why = "injected timeout" if fault == "timeout" else f"latency {o.latency_s:.4g} s"
+        log.info("round %d: client %d missed the deadline of %.4g s (%s); update discarded", t, k, deadline, why)
+        return replace(o, state=None, upload_bytes=0, latency_s=float(deadline), failed="timeout")
+    bad = non_finite_entries(o.state)
+    if bad:
+        code = "nan" if "nan" in bad.values() else "inf"
+        log.warning("round %d: client %d update rejected, not averaged: non-finite values (%s) in %s", t, k, code, sorted(bad))
+        return replace(o, state=None, failed=code)
+    return o
+
+
+def _log_failures(t: int, outcomes, survivors, failed: bool) -> None:
+    bad = [o for o in outcomes if not o.ok]
+    if not bad:
+        return
+    listed = ", ".join(f"{o.client_id}:{o.failed}" for o in bad)
+    if failed and not survivors:
+        log.warning("round %d failed: no update survived (%s); the global model is unchanged", t, listed)
+    elif survivors:
+        weights = survivor_weights({o.client_id: o.num_samples for o in survivors})
+        log.info(
+            "round %d: %d of %d clients failed (%s); aggregated the survivors with weights n_k/sum n %s",
+            t,
+            len(bad),
+            len(outcomes),
+            listed,
+            {k: round(w, 6) for k, w in weights.items()},
+        )
