@@ -165,6 +165,8 @@ def run_experiment(
     stop_after: int | None = None,
     overwrite: bool = False,
     workers: int | None = None,
+    engine: str | None = None,
+    transport=None,
 ) -> dict[str, Any]:
     """Run ``cfg`` into ``run_dir`` and return the summary (also in ``summary.json``).
 
@@ -185,6 +187,11 @@ def run_experiment(
         overwrite: replace the run files of a run already in ``run_dir`` (only with
             ``resume=False``; files that are not run files are left alone).
         workers: override ``train.workers`` (how the run executes, not what it computes).
+        engine: where the rounds run (default the config's ``engine``): ``simulator`` here, or
+            ``flower`` on Flower's simulation engine (:mod:`fedselect.flower.engine`; the same
+            run directory and results). Engines are looked up by name (:data:`ENGINES`).
+        transport: carry the clients' jobs with this transport instead of the local one (an
+            engine passes its own; :mod:`fedselect.fl.work`).
 
     Raises:
         FileExistsError: ``run_dir`` already holds a run and neither ``resume`` nor ``overwrite``.
@@ -199,13 +206,42 @@ def run_experiment(
     elif not run_dir.is_dir():
         raise FileNotFoundError(f"--resume {run_dir}: no such run directory")
     r = resolve(cfg, cfg.name)
+    engine = engine or r.config.engine
+    if engine != "simulator" and transport is None:
+        kwargs = dict(on_round=on_round, resume=resume, stop_after=stop_after, overwrite=overwrite)
+        return engine_function(engine)(r.config, run_dir, workers=workers, **kwargs)
     with single_threaded():  # results never depend on this machine's thread settings
         fed = federation or build_federation(r.config)
-        sim = Simulation(r, fed, workers=workers)
+        sim = Simulation(r, fed, workers=workers, transport=transport)
         try:
             return _run(sim, r, cfg, run_dir, on_round, resume, stop_after, overwrite)
         finally:
             sim.close()
+
+
+#: engines other than the simulator, by name: ``module:function`` with the signature of
+#: :func:`run_experiment` (imported when first used: Flower is an optional extra)
+ENGINES = {"flower": "fedselect.flower.engine:run_experiment"}
+
+
+def engine_function(name: str) -> Callable[..., dict[str, Any]]:
+    """The function running an experiment on engine ``name``.
+
+    Raises:
+        ValueError: an unknown engine. ImportError: its optional extra is not installed (says how).
+    """
+    import importlib
+
+    if name not in ENGINES:
+        raise ValueError(f"unknown engine {name!r}; allowed: 'simulator', {', '.join(repr(e) for e in ENGINES)}")
+    module, _, func = ENGINES[name].partition(":")
+    try:
+        return getattr(importlib.import_module(module), func)
+    except ImportError as e:
+        raise ImportError(
+            f"engine {name!r} needs Flower: install the optional extra with `pip install fedselect[flower]` "
+            f"(or `make install-flower`) ({e})"
+        ) from None
 
 
 def _run(
@@ -256,7 +292,7 @@ def _run(
             finished = run_rounds(sim, files, start=0)
         if finished is None:
             return {"stopped_after": stop_after}
-        return files.finish(finished, sim.selector.finish())
+        return files.finish(finished, {**(sim.selector.finish() or {}), **sim.transport_summary()})
     finally:
         files.close()
         logging.getLogger("fedselect").removeHandler(handler)
@@ -275,7 +311,7 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 _MISSING = object()
 #: settings of how a run is executed, not of what it computes: results are identical for any
 #: value, so comparisons of saved and current configs leave them out
-EXECUTION_KEYS = ("train.workers",)
+EXECUTION_KEYS = ("train.workers", "engine")
 
 
 def config_differences(saved: dict[str, Any], now: dict[str, Any], ignore: tuple[str, ...] = ()) -> list[str]:

@@ -163,6 +163,11 @@ class Simulation:
     def rounds(self) -> int:
         return self.settings.rounds
 
+    def transport_summary(self) -> dict[str, Any]:
+        """What the transport tells about itself for ``summary.json`` ({} for the simulator's)."""
+        summary = getattr(self.transport, "summary", None)
+        return summary() if summary is not None else {}
+
     @property
     def trainer(self):
         """The local transport's training engine (None over Flower)."""

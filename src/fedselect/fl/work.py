@@ -235,5 +235,9 @@ class LocalTransport:
     def arrival_order(self, seeded: list[int]) -> Sequence[int]:
         return seeded
 
+    def summary(self) -> dict:
+        """Nothing to add to ``summary.json``."""
+        return {}
+
     def close(self) -> None:
         self.trainer.close()

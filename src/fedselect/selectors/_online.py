@@ -106,6 +106,7 @@ class OnlineSelection(Selector):
 
     Options: ClassVar[type[BaseModel]] = OnlineOptions
     extra_columns: ClassVar[tuple[str, ...]] = ("selection_run", "competitive_ratio")
+    candidate_stream = True
 
     def __init__(self, ctx, options=None):
         super().__init__(ctx, options)

@@ -183,6 +183,8 @@ class Selector:
         provides_groups: ``prepare`` returns clusters and leaders (CEFL).
         needs_shared_model: meaningless with an algorithm that exchanges no model (Individual).
         needs_every_round_evaluation: rewards need the global metric every round (eval_every 1).
+        candidate_stream: candidates arrive one by one (budgeted online selection): an engine
+            with real nodes may let them arrive as the nodes connect instead of waiting for all.
     """
 
     name: ClassVar[str] = ""
@@ -197,6 +199,7 @@ class Selector:
     provides_groups: ClassVar[bool] = False
     needs_shared_model: ClassVar[bool] = False
     needs_every_round_evaluation: ClassVar[bool] = False
+    candidate_stream: ClassVar[bool] = False
 
     def __init__(self, ctx: SelectorContext, options: BaseModel | None = None):
         self.ctx = ctx

@@ -1,0 +1,140 @@
+"""``engine: flower``: an experiment played on Flower, through the round the simulator plays.
+
+:func:`run_on_grid` runs a whole experiment on a Flower grid: it learns the nodes, then calls
+:func:`fedselect.experiment.run_experiment` with a :class:`~fedselect.flower.transport.FlowerTransport`,
+so the preparation, the rounds, the faults, the checkpoints, ``--resume`` and the run files are
+exactly the simulator's; only the jobs travel as messages. :func:`run_experiment` (what
+``fedselect run --engine flower`` calls) starts Flower's simulation engine with one SuperNode
+per client (:func:`flwr.simulation.run_simulation`, the Ray backend, one CPU per node) and runs
+:func:`run_on_grid` in its ServerApp; :func:`run_many` runs several experiments of one
+federation in one simulation (comparisons, the contract test).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+
+from fedselect.config import ExperimentConfig, dump_config
+from fedselect.federation import Federation, build_federation
+from fedselect.fl.pool import ClientTrainer
+from fedselect.fl.work import LocalTransport
+from fedselect.flower.client_app import CONFIG_FILE_KEY, make_client_app
+from fedselect.flower.nodes import FlowerOptions
+from fedselect.flower.transport import FlowerTransport
+from fedselect.resolve import resolve
+
+log = logging.getLogger("fedselect.flower")
+
+__all__ = ["run_on_grid", "run_experiment", "run_many", "node_settings"]
+
+
+def run_on_grid(
+    grid: Grid,
+    cfg: ExperimentConfig,
+    run_dir: str | Path,
+    options: FlowerOptions | None = None,
+    federation: Federation | None = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """Run ``cfg`` on ``grid``'s nodes into ``run_dir``; returns the summary.
+
+    Args:
+        grid: a ServerApp's grid (nodes serving clients 0..N-1 of the same federation).
+        options: how to talk to the nodes (default :class:`FlowerOptions`).
+        federation: the server's federation (default: built from ``cfg``).
+        kwargs: :func:`fedselect.experiment.run_experiment`'s (``resume``, ``overwrite``,
+            ``on_round``, ``stop_after``).
+
+    Raises:
+        what :func:`fedselect.experiment.run_experiment` raises; ConfigError / RuntimeError:
+        a node of another federation, or one whose query failed.
+    """
+    from fedselect.experiment import check_run_dir, run_experiment as run_here
+
+    options = options or FlowerOptions()
+    r = resolve(cfg, cfg.name)
+    if not kwargs.get("resume"):
+        check_run_dir(run_dir, kwargs.get("overwrite", False))
+    fed = federation or build_federation(r.config)
+    server = LocalTransport(fed, ClientTrainer.from_federation(fed, r.train_cfg, workers=0, device="cpu"), r.train_cfg)
+    transport = FlowerTransport(grid, fed, r.train_cfg, options, server, r.config.system.round_deadline_s)
+    try:
+        stream = r.selector.candidate_stream and options.arrival_mode == "nodes"
+        transport.connect(wait_for_all=not stream)  # nodes of another federation are refused before any file is written
+        return run_here(r.config, run_dir, federation=fed, transport=transport, engine="simulator", **kwargs)
+    finally:
+        transport.close()
+
+
+def node_settings(cfg: ExperimentConfig, path: Path) -> dict[str, Any]:
+    """What every node of ``cfg``'s simulation reads: the experiment written to ``path``."""
+    path.write_text(dump_config(cfg))
+    return {CONFIG_FILE_KEY: str(path), "torch-threads": 1}
+
+
+def _simulate(cfg: ExperimentConfig, main: Callable[[Grid], Any]) -> Any:
+    """Start Flower's simulation engine with one SuperNode per client of ``cfg`` and run
+    ``main(grid)`` as its ServerApp; returns what it returned, raises what it raised."""
+    from flwr.simulation import run_simulation
+
+    out: dict[str, Any] = {}
+    server = ServerApp()
+
+    @server.main()
+    def _main(grid: Grid, context: Context) -> None:
+        try:
+            out["value"] = main(grid)
+        except BaseException as e:  # the engine would only log it
+            out["error"] = e
+
+    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+    os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+    with tempfile.TemporaryDirectory(prefix="fedselect-flower-") as tmp:
+        settings = node_settings(cfg, Path(tmp) / "experiment.yaml")
+        log.info("fedselect on Flower: simulation engine, %d SuperNodes", cfg.data.num_clients)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            run_simulation(
+                server_app=server,
+                client_app=make_client_app(settings),
+                num_supernodes=cfg.data.num_clients,
+                backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": os.cpu_count() or 1}},
+            )
+    if "error" in out:
+        raise out["error"]
+    if "value" not in out:
+        raise RuntimeError("Flower's simulation engine ended without running the experiment (see its log above)")
+    return out["value"]
+
+
+def run_experiment(cfg: ExperimentConfig, run_dir: str | Path, workers: int | None = None, **kwargs: Any) -> dict[str, Any]:
+    """``fedselect run --engine flower``: ``cfg`` on Flower's simulation engine (module
+    docstring), the same run directory as the simulator's. ``workers`` is the simulator's and
+    is not used (each node trains in its own process)."""
+    from fedselect.experiment import check_run_dir
+
+    if not kwargs.get("resume"):
+        check_run_dir(run_dir, kwargs.get("overwrite", False))  # before the engine starts
+    return _simulate(cfg, lambda grid: run_on_grid(grid, cfg, run_dir, **kwargs))
+
+
+def run_many(
+    runs: list[tuple[ExperimentConfig, str | Path]], options: FlowerOptions | None = None, **kwargs: Any
+) -> list[dict[str, Any]]:
+    """Several experiments of one federation (same data, model, system and seed) one after
+    another in one simulation (one engine start); returns their summaries."""
+    fed_cfg = runs[0][0]
+
+    def main(grid: Grid) -> list[dict[str, Any]]:
+        fed = build_federation(resolve(fed_cfg, fed_cfg.name).config)
+        return [run_on_grid(grid, c, d, options, federation=fed, **kwargs) for c, d in runs]
+
+    return _simulate(fed_cfg, main)
