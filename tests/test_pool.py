@@ -464,3 +464,91 @@ def test_worker_killed_mid_round_is_an_error_and_the_run_completes(tmp_path, tin
     assert rows[1]["failed"] == rows[3]["failed"] == ""
     assert summary["complete"] and summary["client_failures"] == {"error": 1}
     assert "SIGKILL" in (tmp_path / "kill" / "run.log").read_text()
+
+
+# ------------------------------------------------------------------ a main module the workers cannot import
+def test_main_importable(monkeypatch, tmp_path):
+    import sys
+    import types
+
+    from fedselect.fl.pool import main_importable
+
+    script = tmp_path / "script.py"
+    script.write_text("")
+    cases = [(None, None, False), (None, "<stdin>", False), (None, str(script), True), ("mypkg.tool", None, True)]
+    for spec_name, file, want in cases:
+        main = types.ModuleType("__main__")
+        main.__spec__ = None if spec_name is None else types.SimpleNamespace(name=spec_name)
+        if file is not None:
+            main.__file__ = file
+        monkeypatch.setitem(sys.modules, "__main__", main)
+        assert main_importable() is want, (spec_name, file)
+    monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+    assert main_importable() is False
+
+
+def test_workers_train_in_process_where_the_main_module_is_not_importable(data, monkeypatch, caplog):
+    import logging
+
+    import fedselect.fl.pool as pool
+
+    monkeypatch.setattr(pool, "main_importable", lambda: False)
+    with caplog.at_level(logging.WARNING, logger="fedselect"):
+        with ClientTrainer(SPEC, data, CFG, workers=2) as tr:
+            assert tr.workers == 0 and tr.worker_pids() == []
+    assert "the main module cannot be imported by worker processes" in caplog.text
+
+
+STDIN_SCRIPT = """
+import sys
+
+import fedselect
+
+
+@fedselect.register_selector
+class FirstClients(fedselect.Selector):
+    name = "first_clients_stdin"
+
+    def select(self, view):
+        return fedselect.Selection(list(range(self.settings.clients_per_round)))
+
+
+fedselect.run(
+    {
+        "name": "stdin",
+        "seed": 1,
+        "rounds": 2,
+        "clients_per_round": 2,
+        "selector": {"name": "first_clients_stdin"},
+        "data": {"dataset": "mnist-embedded", "num_clients": 6, "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10}},
+        "model": {"name": "mlp", "options": {"hidden": [8]}},
+        "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05, "workers": 2},
+    },
+    sys.argv[1],
+)
+"""
+
+
+def test_selector_registered_in_a_script_on_stdin_runs_with_the_default_pool(tmp_path):
+    """``python -`` (as a notebook): the workers could not re-import the main module, so the run
+    trains in its own process, says so once, and completes."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import fedselect
+
+    env = {k: v for k, v in os.environ.items() if k != "FEDSELECT_WORKERS"}
+    env["PYTHONPATH"] = str(Path(fedselect.__file__).resolve().parents[1])
+    r = subprocess.run(
+        [sys.executable, "-", str(tmp_path / "run")],
+        input=STDIN_SCRIPT,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stderr.count("the main module cannot be imported by worker processes (a notebook or stdin)") == 1, r.stderr
+    assert (tmp_path / "run" / "metrics.csv").read_text().count("\n") == 4  # header + rounds 0, 1, 2

@@ -1,0 +1,132 @@
+"""What :class:`fedselect.fl.pool.ClientTrainer` and its worker processes send each other.
+
+A worker starts from a :class:`WorkerInit` (passed as the process's argument) and announces
+itself with :class:`Ready`. The parent then sends :class:`TrainTask` or :class:`EvalTask` (a
+start state travels in the worker's shared input buffer, not in the message) and finally
+:class:`Stop`; the worker answers each task with :class:`TrainDone` (the trained state is in its
+shared output buffer), :class:`EvalDone` or :class:`Failed`, carrying the task's ``seq`` back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedselect.fl.clientdata import ClientData
+from fedselect.fl.train import TrainConfig
+from fedselect.fl.types import State
+from fedselect.models import build_model
+from fedselect.seeding import torch_rng
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a worker needs to build the model: ``build_model(name, input_shape, num_classes,
+    **options)`` (:mod:`fedselect.models`). The initial weights do not matter (every job loads
+    its start state)."""
+
+    name: str
+    input_shape: tuple[int, ...]
+    num_classes: int
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def build(self) -> nn.Module:
+        return build_model(
+            self.name,
+            tuple(self.input_shape),
+            int(self.num_classes),
+            generator=torch_rng(0, "pool/scratch-model"),
+            **dict(self.options),
+        )
+
+
+@dataclass
+class WorkerInit:
+    """A worker's start-up: the model, the shared data and evaluation sets, its two shared
+    state buffers (``in_buf``: the start state of the next task; ``out_buf``: a trained state)."""
+
+    spec: ModelSpec
+    data: ClientData
+    eval_sets: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    train_cfg: TrainConfig
+    channels_last: bool
+    in_buf: State
+    out_buf: State
+    eval_forward_batch: int
+
+
+# ---------------------------------------------------------------------------- parent -> worker
+@dataclass(frozen=True)
+class TrainTask:
+    """Train client ``client_id`` from the state in the input buffer (a :class:`TrainJob`
+    without its state)."""
+
+    seq: int
+    client_id: int
+    epochs: int
+    seed: int
+    stream: str
+    trainable: frozenset[str] | None
+    sample_losses: bool
+    crash_after: int | None
+
+
+@dataclass(frozen=True)
+class EvalTask:
+    """Predict rows ``[start, stop)`` of evaluation set ``name``; ``load``: load the input
+    buffer first (False: the model already holds that state)."""
+
+    seq: int
+    name: str
+    start: int
+    stop: int
+    load: bool = True
+
+
+@dataclass(frozen=True)
+class Stop:
+    """The worker ends its loop."""
+
+
+# ---------------------------------------------------------------------------- worker -> parent
+@dataclass(frozen=True)
+class Ready:
+    """The worker built its model and waits for tasks."""
+
+    pid: int
+
+
+@dataclass(frozen=True)
+class TrainDone:
+    """A :class:`TrainTask` trained: the state is in the worker's output buffer; the parent
+    fills in ``state`` with a copy of it."""
+
+    seq: int
+    loss: float
+    sum_sq_sample_loss: float
+    num_sample_losses: int
+    state: State | None = None
+
+
+@dataclass(frozen=True)
+class EvalDone:
+    """An :class:`EvalTask`'s predicted labels and summed cross-entropy."""
+
+    seq: int
+    pred: np.ndarray
+    loss: float
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A task that gave no result: a client failure (``bug`` False: the job reports
+    ``reason``), or any other exception (``bug`` True: ``reason`` is its traceback and the run
+    stops). The parent also reports a worker that died or ran past its time this way."""
+
+    seq: int
+    reason: str
+    bug: bool = False
