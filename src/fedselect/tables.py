@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from fedselect.fl.metrics import read_csv_rows, read_json, read_metrics, summarize
+from fedselect.stats import mean_std
 
 #: table columns: key, header, digits, "higher is better"
 COLUMNS = [
@@ -99,13 +97,6 @@ def load_run(
     return RunResult(label, seed, run_dir, rows, s, complete, planned, extra, metric)
 
 
-def _mean_std(values: list[float | None]) -> tuple[float | None, float | None, int]:
-    xs = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    if not xs:
-        return None, None, 0
-    return float(np.mean(xs)), float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0, len(xs)
-
-
 def _value(r: RunResult, key: str):
     v = r.summary.get(key, r.extra.get(key))
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
@@ -156,7 +147,7 @@ def aggregate_table(results: list[RunResult], labels: list[str], baseline: str |
             ],
         }
         for key, *_ in columns:
-            mean, std, n = _mean_std([_value(r, key) for r in rs])
+            mean, std, n = mean_std(_value(r, key) for r in rs)
             entry[key], entry[key + "_std"], entry[key + "_n"] = mean, std, n
         table.append(entry)
     base = next((e for e in table if e["label"] == baseline), None)
