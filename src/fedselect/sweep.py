@@ -28,7 +28,8 @@ and an interrupted run continues from its last checkpoint, so an interrupted swe
 where it stopped. The runs execute in this process or as Ray tasks
 (:mod:`fedselect.backends`, ``fedselect sweep --backend ray``), with the same results. The table (``table.csv``, ``table.md``)
 gives, per grid point and method, the mean and sample standard deviation over seeds of each
-column (a column missing from a method's summary is left empty). With a ``baseline`` method,
+column (:func:`fedselect.stats.mean_std`: a seed whose summary lacks the column or holds null
+there is left out; a column no seed has is left empty). With a ``baseline`` method,
 each other method gets, per grid point, the mean paired difference over seeds against the
 baseline's run of the same seed and point (same federation) with a 95% Student-t interval
 (:mod:`fedselect.stats`). ``report.html`` beside the table shows all of it on one page.

@@ -1,5 +1,6 @@
-"""Tables from saved metrics: per-run summaries, the mean ± std table over seeds, paired
-differences against the baseline, and their Markdown / CSV renderings (used by
+"""Tables from saved metrics: per-run summaries (:func:`load_run`), the mean ± std table over
+seeds (:func:`aggregate_table`, with :func:`fedselect.stats.mean_std`), paired differences
+against the baseline (:func:`paired_table`), and their Markdown / CSV renderings (used by
 :mod:`fedselect.report`, :mod:`fedselect.sweep` and :mod:`fedselect.html_report`)."""
 
 from __future__ import annotations
@@ -57,9 +58,10 @@ def load_run(
     window: int = 10,
     window_override: int | None = None,
 ) -> RunResult:
-    """Summarise one run directory from its metrics (see module docstring); the target,
-    metric and summary window come from its ``config.yaml`` when it has one
-    (``window_override`` replaces the window)."""
+    """Summarise one run directory from its ``metrics.csv`` and ``timing.csv`` (final figures
+    and wall time from ``summary.json`` when the run finished); the target, metric and summary
+    window come from its ``config.yaml`` when it has one (``window_override`` replaces the
+    window)."""
     rows = read_metrics(run_dir / "metrics.csv") if (run_dir / "metrics.csv").exists() else []
     planned = None
     if (run_dir / "config.yaml").exists():
@@ -133,8 +135,9 @@ def columns_for(results: list[RunResult]) -> list[tuple[str, str, int, bool]]:
 
 
 def aggregate_table(results: list[RunResult], labels: list[str], baseline: str | None, columns=None) -> list[dict[str, Any]]:
-    """Per label: mean and spread (sample std) over seeds of every column, the runs reaching
-    the target, and the change vs ``baseline`` (percent; accuracy/F1 in points)."""
+    """Per label: mean and spread (sample std) over seeds of every column
+    (:func:`fedselect.stats.mean_std`; ``<key>_n`` seeds have a value, e.g. the runs reaching
+    the target), and the change vs ``baseline`` (percent; accuracy/F1 in points)."""
     columns = columns or columns_for(results)
     table = []
     for lab in labels:
