@@ -237,6 +237,10 @@ class ExperimentConfig(_Strict):
     )
     eval_every: int = Field(1, ge=1, description="evaluate the global model every k rounds (and at the last)")
     checkpoint_every: int = Field(1, ge=0, description="checkpoint every k rounds; 0 = never")
+    engine: Literal["simulator", "flower"] = Field(
+        "simulator",
+        description="where the rounds run: 'simulator' (this process and its worker pool) or 'flower' (Flower's simulation engine, one SuperNode per client)",
+    )
     comment: str | None = None
 
     @model_validator(mode="after")
