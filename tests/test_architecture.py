@@ -40,6 +40,7 @@ LAYERS = {
     "fedselect.backends": 8,  # compare and sweep hand their runs to a backend
     "fedselect.flower": 9,
     "fedselect.cli": 9,
+    "fedselect.console": 9,  # what the command line prints
 }
 
 

@@ -3,6 +3,7 @@
 import json
 import math
 import re
+import shutil
 
 import pytest
 
@@ -287,3 +288,60 @@ def test_sweep_pair_across_federations_is_flagged(tmp_path):
     )
     same = [p["same_federation"] for p in sweep_paired(tmp_path, sc)]
     assert same == [True, False]  # N = 16 is compared with the baseline at the base N = 8
+
+
+# -- mean ± std over seeds: one helper for the comparison and the sweep tables -----------------
+
+
+def test_mean_std_leaves_nan_out_and_counts_the_values_used():
+    from fedselect.stats import mean_std
+
+    # 0.8 and 0.9 are used: mean 0.85, sample std sqrt(2 * 0.05^2 / 1) = 0.0707107
+    mean, std, n = mean_std([0.8, math.nan, 0.9, None])
+    assert (mean, std, n) == (pytest.approx(0.85), pytest.approx(0.0707107, rel=1e-6), 2)
+    # 1, 2, 3, 4: mean 2.5, sample std sqrt(5 / 3) = 1.2909944
+    assert mean_std([1, 2, 3, 4]) == (2.5, pytest.approx(1.2909944, rel=1e-7), 4)
+    assert mean_std([7.0, math.nan]) == (7.0, 0.0, 1)  # one value: no spread
+    assert mean_std([math.nan, math.nan]) == (None, None, 0)  # all NaN: no value (printed "-")
+    assert mean_std([]) == (None, None, 0)
+    assert mean_std(["x", True, 2.0, 4.0]) == (3.0, pytest.approx(math.sqrt(2)), 2)  # not numbers: missing
+    mean, std, n = mean_std([math.inf, 1.0])  # an infinity is a value
+    assert mean == math.inf and math.isnan(std) and n == 2
+
+
+def test_mean_std_without_nan_is_numpys_mean_and_sample_std_bit_for_bit():
+    """The formula both tables used before the helper (NaN-free data: identical numbers)."""
+    import numpy as np
+
+    from fedselect.stats import mean_std
+
+    rng = np.random.default_rng(0)
+    for size in (1, 2, 3, 5, 10):
+        xs = [float(x) for x in rng.uniform(-1e3, 1e3, size)]
+        std = float(np.std(xs, ddof=1)) if size > 1 else 0.0
+        assert mean_std(xs) == (float(np.mean(xs)), std, size)
+
+
+def test_comparison_and_sweep_tables_leave_a_missing_seed_out_alike(tmp_path):
+    from fedselect.sweep import parse_sweep, run_dir_for
+    from test_compare import _fake_run
+
+    # comparison: B's seed-1 run stopped after a round that was not evaluated (accuracy nan)
+    c = _fabricated(tmp_path / "c")
+    shutil.rmtree(c / "runs/B-s1")
+    _fake_run(c / "runs/B-s1", [(0, 0.1, 0, 0), (1, 0.81, 70, 2.5), (2, math.nan, 140, 5)], 2, complete=False)
+    rep = build_report(c, plots=False)
+    b = rep["table"][1]
+    assert (b["final_accuracy"], b["final_accuracy_std"], b["final_accuracy_n"]) == (pytest.approx(0.86), 0.0, 1)
+    assert b["best_accuracy"] == pytest.approx((0.86 + 0.81) / 2) and b["best_accuracy_n"] == 2
+    # sweep: one seed's summary has no value (NaN is written as null): mean and std of the other two
+    methods = [{"label": "m", "method": "fedavg"}]
+    sc = parse_sweep({"name": "sw", "base": {"rounds": 1}, "seeds": [0, 1, 2], "methods": methods, "columns": ["final_accuracy"]})
+    for s, acc in zip(sc.seeds, [0.8, None, 0.9]):
+        d = run_dir_for(tmp_path / "s", "m", {}, s)
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps({"final_accuracy": acc}))
+    (tmp_path / "s" / "sweep.json").write_text(json.dumps({**sc.model_dump(mode="json"), "runs": 3}))
+    (row,) = build_report(tmp_path / "s")["rows"]
+    assert (row["final_accuracy"], row["final_accuracy_std"]) == (pytest.approx(0.85), pytest.approx(0.0707107, rel=1e-6))
+    assert "| m | 3 | 0.8500 ± 0.0707 |" in (tmp_path / "s" / "table.md").read_text()

@@ -10,6 +10,12 @@ object, a mapping or a YAML path.
     res = fedselect.run({"selector": {"name": "mypkg.selectors:MySelector"}, "algorithm": {"name": "fedper"}})
     fedselect.resume("runs/oort", rounds=40)
 
+The command line (:mod:`fedselect.cli`) runs through this module, so both follow one policy:
+a run without ``out`` goes to ``runs/<name>-<method>-s<seed>-<time>`` (:func:`default_run_dir`),
+a comparison or a sweep to ``runs/<name>-<time>`` (:func:`output_dir`), and an ``out`` that
+already holds a run is refused, before anything is built or written, unless it is resumed
+(:func:`resume`, ``fedselect run --resume``) or replaced (``overwrite``).
+
 Users' own selectors and algorithms: subclass :class:`fedselect.Selector` /
 :class:`fedselect.Algorithm`, then name them ``"package.module:ClassName"`` in the config, or
 decorate them with :func:`fedselect.register_selector` / :func:`fedselect.register_algorithm`
@@ -21,15 +27,29 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from fedselect.config import ExperimentConfig, apply_overrides, load_config, parse_config
-from fedselect.experiment import RoundEvent, resume_experiment, run_experiment
+from fedselect.experiment import RoundEvent, check_output_dir, check_run_dir, resume_experiment, run_experiment
 from fedselect.federation import Federation
 from fedselect.fl.metrics import read_csv_rows, read_json
-from fedselect.resolve import resolve
+from fedselect.resolve import Resolved, resolve
 
-__all__ = ["RunResult", "experiment_config", "load_run", "resume", "run"]
+__all__ = [
+    "RunPlan",
+    "RunResult",
+    "default_run_dir",
+    "experiment_config",
+    "load_run",
+    "output_dir",
+    "plan_run",
+    "resume",
+    "run",
+    "run_plan",
+]
+
+#: the embedded default experiment (``fedselect run`` without CONFIG)
+DEFAULT_EXPERIMENT: dict[str, Any] = {"name": "default", "metrics": {"target": 0.9}}
 
 
 @dataclass(frozen=True)
@@ -54,14 +74,34 @@ class RunResult:
         return pd.read_csv(self.run_dir / "metrics.csv")
 
 
-def experiment_config(config: ExperimentConfig | dict | str | Path | None = None, **overrides: Any) -> ExperimentConfig:
-    """A resolved experiment config from a config object, a mapping, a YAML path, or None (the
-    embedded default); ``overrides`` are dotted keys with ``__`` or ``.`` (``train__lr=0.1``).
+@dataclass(frozen=True)
+class RunPlan:
+    """A run checked and placed, nothing built or written yet (:func:`plan_run`).
 
-    Raises:
-        ConfigError: invalid config (every problem named). FileNotFoundError: no such YAML file.
+    Attributes:
+        config: the resolved config. method: its display name (the preset, or
+        ``selector+algorithm``). run_dir: where it goes. overwrite: replace a run there.
     """
-    over = {k.replace("__", "."): v for k, v in overrides.items()}
+
+    config: ExperimentConfig
+    method: str
+    run_dir: Path
+    overwrite: bool = False
+
+
+def _timestamp() -> str:
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
+def default_run_dir(name: str, method: str, seed: int) -> Path:
+    """``runs/<name>-<method>-s<seed>-<YYYYmmdd-HHMMSS>``: a run's directory when none is given
+    (``method``: the resolved display name; the ``:`` and ``/`` of a ``package.module:Class``
+    become ``_``)."""
+    slug = method.replace(":", "_").replace("/", "_")
+    return Path("runs") / f"{name}-{slug}-s{seed}-{_timestamp()}"
+
+
+def _resolve(config: ExperimentConfig | dict | str | Path | None, over: dict[str, Any]) -> Resolved:
     if isinstance(config, ExperimentConfig):
         doc, source = config.model_dump(mode="json"), config.name
         cfg = parse_config(apply_overrides(doc, over), source)
@@ -69,8 +109,61 @@ def experiment_config(config: ExperimentConfig | dict | str | Path | None = None
         source, cfg = str(config), load_config(config, over)
     else:
         source = "<dict>" if config is not None else "<embedded default>"
-        cfg = parse_config(apply_overrides(dict(config or {"name": "default", "metrics": {"target": 0.9}}), over), source)
-    return resolve(cfg, source).config
+        cfg = parse_config(apply_overrides(dict(config or DEFAULT_EXPERIMENT), over), source)
+    return resolve(cfg, source)
+
+
+def _dotted(sets: Mapping[str, Any] | None, overrides: dict[str, Any]) -> dict[str, Any]:
+    return {**(sets or {}), **{k.replace("__", "."): v for k, v in overrides.items()}}
+
+
+def experiment_config(config: ExperimentConfig | dict | str | Path | None = None, **overrides: Any) -> ExperimentConfig:
+    """A resolved experiment config from a config object, a mapping, a YAML path, or None (the
+    embedded default); ``overrides`` are dotted keys with ``__`` or ``.`` (``train__lr=0.1``).
+
+    Raises:
+        ConfigError: invalid config (every problem named). FileNotFoundError: no such YAML file.
+    """
+    return _resolve(config, _dotted(None, overrides)).config
+
+
+def plan_run(
+    config: ExperimentConfig | dict | str | Path | None = None,
+    out: str | Path | None = None,
+    *,
+    overwrite: bool = False,
+    sets: Mapping[str, Any] | None = None,
+    **overrides: Any,
+) -> RunPlan:
+    """Resolve a run and choose its directory, refusing a conflict before anything is built or
+    written: ``out`` (default :func:`default_run_dir`) must not hold a comparison or a sweep,
+    nor a run unless ``overwrite`` (continue one with :func:`resume` instead).
+
+    Args:
+        config, overrides: see :func:`experiment_config`. sets: dotted overrides taken as they
+            are (the command line's ``--set``), applied before ``overrides``.
+
+    Raises:
+        ConfigError, FileNotFoundError: see :func:`experiment_config`. FileExistsError: ``out``
+        holds a run (the message says to resume or overwrite it), a comparison or a sweep.
+        ValueError, PermissionError, NotADirectoryError: ``out`` cannot be a run directory.
+    """
+    r = _resolve(config, _dotted(sets, overrides))
+    run_dir = Path(out) if out is not None else default_run_dir(r.config.name, r.method, r.config.seed)
+    check_run_dir(run_dir, overwrite)
+    return RunPlan(r.config, r.method, run_dir, overwrite)
+
+
+def run_plan(
+    plan: RunPlan,
+    *,
+    federation: Federation | None = None,
+    on_round: Callable[[RoundEvent], None] | None = None,
+    workers: int | None = None,
+) -> RunResult:
+    """Run a :func:`plan_run` plan and return its result (``workers``: see :func:`run`)."""
+    run_experiment(plan.config, plan.run_dir, on_round=on_round, federation=federation, overwrite=plan.overwrite, workers=workers)
+    return load_run(plan.run_dir)
 
 
 def run(
@@ -80,33 +173,60 @@ def run(
     federation: Federation | None = None,
     overwrite: bool = False,
     on_round: Callable[[RoundEvent], None] | None = None,
+    workers: int | None = None,
     **overrides: Any,
 ) -> RunResult:
     """Run one experiment and return its result (the files are in ``out``).
 
     Args:
         config: see :func:`experiment_config`.
-        out: run directory (default ``runs/<name>-<method>-s<seed>-<time>``).
+        out: run directory (default :func:`default_run_dir`: ``runs/<name>-<method>-s<seed>-<time>``).
         federation: reuse a federation built for the same data, model, system and seed.
         overwrite: replace a run already in ``out``.
         on_round: progress callback.
-        overrides: dotted config keys (``rounds=10``, ``train__lr=0.1``).
+        workers: worker processes training the clients (default ``train.workers``); results
+            are the same for any number.
+        overrides: dotted config keys (``rounds=10``, ``train__lr=0.1``, ``engine="flower"``).
 
     Raises:
-        ConfigError, FileExistsError, DatasetNotFoundError: as ``fedselect run``.
+        ConfigError, FileExistsError, DatasetNotFoundError: as ``fedselect run`` (see :func:`plan_run`).
     """
-    cfg = experiment_config(config, **overrides)
-    if out is None:
-        method = (cfg.method or f"{cfg.selector.name}+{cfg.algorithm.name}").replace(":", "_").replace("/", "_")
-        out = Path("runs") / f"{cfg.name}-{method}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_experiment(cfg, out, on_round=on_round, federation=federation, overwrite=overwrite)
-    return load_run(out)
+    plan = plan_run(config, out, overwrite=overwrite, **overrides)
+    return run_plan(plan, federation=federation, on_round=on_round, workers=workers)
 
 
-def resume(run_dir: str | Path, rounds: int | None = None, on_round: Callable[[RoundEvent], None] | None = None) -> RunResult:
-    """Continue a killed or finished run exactly (``rounds`` may extend the budget)."""
-    resume_experiment(run_dir, on_round=on_round, rounds=rounds)
+def resume(
+    run_dir: str | Path,
+    rounds: int | None = None,
+    on_round: Callable[[RoundEvent], None] | None = None,
+    workers: int | None = None,
+) -> RunResult:
+    """Continue a killed or finished run exactly, with the config saved in ``run_dir`` (its
+    engine too); only ``rounds`` may change (extend the budget), ``workers`` is how it runs."""
+    resume_experiment(run_dir, on_round=on_round, rounds=rounds, workers=workers)
     return load_run(run_dir)
+
+
+def output_dir(kind: str, name: str, out: str | Path | None = None, resume: str | Path | None = None) -> Path:
+    """The directory of a comparison or a sweep (``kind``: ``"comparison"`` or ``"sweep"``):
+    ``resume``, else ``out``, else ``runs/<name>-<YYYYmmdd-HHMMSS>``, checked before anything
+    is written. A new comparison is refused where one already is (finish that one with
+    ``--resume``); a sweep directory given again is continued (its finished runs are kept).
+
+    Raises:
+        FileExistsError: a comparison there already (and not ``resume``), or another kind of
+        output. ValueError, PermissionError, NotADirectoryError: see
+        :func:`fedselect.experiment.check_output_dir`.
+    """
+    if resume is not None:
+        return Path(resume)
+    d = Path(out) if out is not None else Path("runs") / f"{name}-{_timestamp()}"
+    if kind == "comparison" and (d / "compare.json").exists():
+        raise FileExistsError(
+            f"{d} already holds a comparison; finish it with --resume {d} or choose another --out (results there are kept)"
+        )
+    check_output_dir(d, kind)
+    return d
 
 
 def load_run(run_dir: str | Path) -> RunResult:

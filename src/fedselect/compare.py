@@ -6,8 +6,8 @@ run is a Ray task that builds the same federation itself: :mod:`fedselect.backen
 come from selection and aggregation alone (SPEC 0.2). Each run keeps its own run directory
 under ``<out>/runs/<label>-s<seed>``; the comparison directory gets ``compare.json`` (what was
 run), ``federation-s<seed>.json`` (clients' sizes, labels, profiles, expected latency),
-``table.md`` / ``table.csv`` and ``plots/*.png`` (built by :mod:`fedselect.report`, which
-``fedselect report`` re-runs from the saved metrics alone).
+``table.md`` / ``table.csv`` / ``paired.csv``, ``plots/*.png`` and ``report.html`` (built by
+:mod:`fedselect.report`, which ``fedselect report`` re-runs from the saved metrics alone).
 """
 
 from __future__ import annotations
@@ -117,15 +117,19 @@ def parse_compare(doc: dict[str, Any], source: str = "<dict>") -> CompareConfig:
     return cc
 
 
-def load_compare(path: str | Path, overrides: dict[str, Any] | None = None) -> CompareConfig:
-    """Read a comparison YAML. A plain experiment YAML (no ``methods:``) is accepted too: it
-    becomes a one-method comparison. ``overrides`` (dotted keys) apply to ``base``.
+def load_compare(path: str | Path | None, overrides: dict[str, Any] | None = None) -> CompareConfig:
+    """Read a comparison YAML (None: the embedded default, :data:`DEFAULT_COMPARE`). A plain
+    experiment YAML (no ``methods:``) is accepted too: it becomes a one-method comparison.
+    ``overrides`` (dotted keys) apply to ``base``.
 
     Raises:
         FileNotFoundError, ConfigError.
     """
     from fedselect.config import config_kind, read_yaml_file
 
+    if path is None:
+        doc = {**DEFAULT_COMPARE, "base": apply_overrides(DEFAULT_COMPARE["base"], overrides or {})}
+        return parse_compare(doc, "<embedded default comparison>")
     p = Path(path)
     doc = read_yaml_file(p, "comparison") or {}
 
@@ -190,13 +194,25 @@ def check_comparison_runs(directory: str | Path) -> None:
     d = Path(directory)
     if not (d / "compare.json").is_file():
         return
-    spec = read_json(d / "compare.json")
-    cc = parse_compare({k: v for k, v in spec.items() if k != "runs"}, str(d / "compare.json"))
+    cc = saved_compare(d)
     check_saved_runs(
         [(d / run_dir_name(e.label, s), cc.experiment(e, s)) for s in cc.seeds for e in cc.methods],
         f"comparison {d}",
         "The table would mix results of different configs: re-run the comparison into another --out",
     )
+
+
+def saved_compare(directory: str | Path) -> CompareConfig:
+    """The comparison a directory's ``compare.json`` records (what ``--resume`` finishes).
+
+    Raises:
+        FileNotFoundError: no compare.json there. ConfigError: compare.json is invalid.
+    """
+    d = Path(directory)
+    if not (d / "compare.json").is_file():
+        raise FileNotFoundError(f"--resume {d}: no compare.json there (not a comparison directory)")
+    spec = read_json(d / "compare.json")
+    return parse_compare({k: v for k, v in spec.items() if k != "runs"}, str(d / "compare.json"))
 
 
 def run_dir_name(label: str, seed: int) -> str:

@@ -26,7 +26,6 @@ from fedselect.tables import (  # noqa: F401  (re-exported: the report's tables)
     POINT_KEYS,
     RunResult,
     _cell,
-    _mean_std,
     _short,
     _value,
     aggregate_table,

@@ -1,4 +1,9 @@
-"""Paired comparisons over seeds: mean difference and a Student-t confidence interval.
+"""Statistics over seeds: the mean ± std of a quantity, and paired comparisons (mean
+difference and a Student-t confidence interval).
+
+:func:`mean_std` is the one mean and sample standard deviation over seeds of the tables
+(:mod:`fedselect.tables` for comparisons, :mod:`fedselect.sweep` for sweeps); its rule for
+missing values is in its docstring.
 
 The methods of a comparison share one federation per seed (SPEC 0.2), so for a method and the
 baseline the runs of one seed form a pair, and the per-seed differences ``d_s = ours_s -
@@ -18,11 +23,31 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
+
+import numpy as np
 
 #: units of a paired difference: "pts" = 100 x (ours - baseline) for fractions such as
 #: accuracy; "%" = 100 x (ours - baseline) / baseline, per seed; "abs" = ours - baseline
 UNITS = ("pts", "%", "abs")
+
+
+def mean_std(values: Iterable[Any]) -> tuple[float | None, float | None, int]:
+    """Mean and sample standard deviation (n - 1 degrees of freedom) of one quantity over
+    seeds, and ``n``, the number of values they are computed from.
+
+    NaN rule: a missing value is left out and not counted in ``n``. Missing: None, NaN, and
+    anything that is not a real number (a string, a boolean). Infinities are values: one makes
+    the mean infinite (and the std NaN). No value left (empty or all missing): ``(None, None,
+    0)``, which the tables print as ``-`` (an empty CSV cell). One value: std 0.0.
+
+    Example: ``[0.8, nan, 0.9, None]`` -> ``(0.85, 0.0707..., 2)``.
+    """
+    xs = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)]
+    if not xs:
+        return None, None, 0
+    with np.errstate(invalid="ignore"):  # inf - inf in the std of infinite values: NaN, said above
+        return float(np.mean(xs)), (float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0), len(xs)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ and an interrupted run continues from its last checkpoint, so an interrupted swe
 where it stopped. The runs execute in this process or as Ray tasks
 (:mod:`fedselect.backends`, ``fedselect sweep --backend ray``), with the same results. The table (``table.csv``, ``table.md``)
 gives, per grid point and method, the mean and sample standard deviation over seeds of each
-column (a column missing from a method's summary is left empty). With a ``baseline`` method,
+column (:func:`fedselect.stats.mean_std`: a seed whose summary lacks the column or holds null
+there is left out; a column no seed has is left empty). With a ``baseline`` method,
 each other method gets, per grid point, the mean paired difference over seeds against the
 baseline's run of the same seed and point (same federation) with a 95% Student-t interval
 (:mod:`fedselect.stats`). ``report.html`` beside the table shows all of it on one page.
@@ -41,13 +42,11 @@ import csv
 import io
 import itertools
 import json
-import math
 import re
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedselect.config import (
@@ -62,6 +61,7 @@ from fedselect.config import (
 from fedselect.experiment import check_saved_runs
 from fedselect.fl.metrics import atomic_write, read_json, write_json_atomic
 from fedselect.resolve import parse_experiment
+from fedselect.stats import mean_std
 
 DEFAULT_COLUMNS = ["final_accuracy", "candidates_evaluated", "competitive_ratio", "wall_s"]
 
@@ -266,13 +266,6 @@ def run_sweep(
     return build_sweep_table(out, sc)
 
 
-def _mean_std(xs: list[Any]) -> tuple[float | None, float | None, int]:
-    v = [float(x) for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(float(x))]
-    if not v:
-        return None, None, 0
-    return float(np.mean(v)), (float(np.std(v, ddof=1)) if len(v) > 1 else 0.0), len(v)
-
-
 def build_sweep_table(out_dir: str | Path, sc: SweepConfig | None = None) -> dict[str, Any]:
     """Rebuild ``table.csv`` / ``table.md`` from the run directories' ``summary.json``.
 
@@ -301,7 +294,7 @@ def build_sweep_table(out_dir: str | Path, sc: SweepConfig | None = None) -> dic
             row: dict[str, Any] = {k: rp.get(k, "-") for k in keys}
             row.update(method=m.label, seeds=len(summaries))
             for c in sc.columns:
-                mean, std, _ = _mean_std([s.get(c) for s in summaries])
+                mean, std, _ = mean_std(s.get(c) for s in summaries)
                 row[c], row[c + "_std"] = mean, std
             rows.append(row)
     header = keys + ["method", "seeds"] + [x for c in sc.columns for x in (c, c + "_std")]

@@ -1,20 +1,19 @@
-"""Tables from saved metrics: per-run summaries, the mean ± std table over seeds, paired
-differences against the baseline, and their Markdown / CSV renderings (used by
+"""Tables from saved metrics: per-run summaries (:func:`load_run`), the mean ± std table over
+seeds (:func:`aggregate_table`, with :func:`fedselect.stats.mean_std`), paired differences
+against the baseline (:func:`paired_table`), and their Markdown / CSV renderings (used by
 :mod:`fedselect.report`, :mod:`fedselect.sweep` and :mod:`fedselect.html_report`)."""
 
 from __future__ import annotations
 
 import csv
 import io
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from fedselect.fl.metrics import read_csv_rows, read_json, read_metrics, summarize
+from fedselect.stats import mean_std
 
 #: table columns: key, header, digits, "higher is better"
 COLUMNS = [
@@ -59,9 +58,10 @@ def load_run(
     window: int = 10,
     window_override: int | None = None,
 ) -> RunResult:
-    """Summarise one run directory from its metrics (see module docstring); the target,
-    metric and summary window come from its ``config.yaml`` when it has one
-    (``window_override`` replaces the window)."""
+    """Summarise one run directory from its ``metrics.csv`` and ``timing.csv`` (final figures
+    and wall time from ``summary.json`` when the run finished); the target, metric and summary
+    window come from its ``config.yaml`` when it has one (``window_override`` replaces the
+    window)."""
     rows = read_metrics(run_dir / "metrics.csv") if (run_dir / "metrics.csv").exists() else []
     planned = None
     if (run_dir / "config.yaml").exists():
@@ -97,13 +97,6 @@ def load_run(
                 s[key] = saved[key]
         extra = {k: v for k, v in saved.items() if k not in s}
     return RunResult(label, seed, run_dir, rows, s, complete, planned, extra, metric)
-
-
-def _mean_std(values: list[float | None]) -> tuple[float | None, float | None, int]:
-    xs = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    if not xs:
-        return None, None, 0
-    return float(np.mean(xs)), float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0, len(xs)
 
 
 def _value(r: RunResult, key: str):
@@ -142,8 +135,9 @@ def columns_for(results: list[RunResult]) -> list[tuple[str, str, int, bool]]:
 
 
 def aggregate_table(results: list[RunResult], labels: list[str], baseline: str | None, columns=None) -> list[dict[str, Any]]:
-    """Per label: mean and spread (sample std) over seeds of every column, the runs reaching
-    the target, and the change vs ``baseline`` (percent; accuracy/F1 in points)."""
+    """Per label: mean and spread (sample std) over seeds of every column
+    (:func:`fedselect.stats.mean_std`; ``<key>_n`` seeds have a value, e.g. the runs reaching
+    the target), and the change vs ``baseline`` (percent; accuracy/F1 in points)."""
     columns = columns or columns_for(results)
     table = []
     for lab in labels:
@@ -156,7 +150,7 @@ def aggregate_table(results: list[RunResult], labels: list[str], baseline: str |
             ],
         }
         for key, *_ in columns:
-            mean, std, n = _mean_std([_value(r, key) for r in rs])
+            mean, std, n = mean_std(_value(r, key) for r in rs)
             entry[key], entry[key + "_std"], entry[key + "_n"] = mean, std, n
         table.append(entry)
     base = next((e for e in table if e["label"] == baseline), None)

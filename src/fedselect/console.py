@@ -1,0 +1,198 @@
+"""What the command line prints: progress bars, a run's summary, the comparison tables, the
+component lists and the error / interruption messages with their exit codes
+(:mod:`fedselect.cli` parses the options and calls these)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+# typer 0.17-0.20 (the versions flwr 1.42 allows) escape "[default: ...]" / "[required]" for rich
+# even with rich markup off, which plain --help then shows with a stray backslash; the escape only
+# serves HTML export of help, which fedselect does not use.
+try:
+    from typer import rich_utils as _typer_rich_utils
+
+    if hasattr(_typer_rich_utils, "escape_before_html_export"):
+        _typer_rich_utils.escape_before_html_export = lambda text: text.strip()
+except ImportError:  # typer without rich
+    pass
+
+console = Console()
+
+
+def fail(e: Exception) -> None:
+    """Print ``error: <e>`` and exit with status 2 (a user error)."""
+    from rich.markup import escape
+
+    console.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
+    raise SystemExit(2)
+
+
+def interrupted(where: Path | None, how: str) -> None:
+    """Ctrl-C: say what is kept in ``where`` and ``how`` to continue; exit with status 130."""
+    console.print(
+        f"interrupted: results written so far are kept in {where}; {how}" if where else "interrupted before anything was written"
+    )
+    raise SystemExit(130)
+
+
+def progress() -> Progress:
+    """The progress bars of ``run`` and ``compare`` (round, accuracy, end-to-end latency)."""
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+def fmt(v: Any, digits: int = 4) -> str:
+    """A table cell: ``-`` for None, floats with ``digits`` decimals."""
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def _round_status(ev) -> str:
+    acc, e2e = ev.row.get("accuracy"), ev.row.get("e2e_latency_s")
+    return f"round {ev.round}  acc {acc:.4f}  e2e {e2e:.1f} s"
+
+
+def advance(prog: Progress, task, quiet: bool):
+    """``on_round`` callback of one run: moves its bar."""
+
+    def cb(ev):
+        prog.update(task, completed=ev.round, total=ev.rounds, status=_round_status(ev), visible=not quiet)
+
+    return cb
+
+
+def compare_callbacks(prog: Progress, quiet: bool) -> dict[str, Any]:
+    """``on_start`` / ``on_round`` / ``on_done`` of :func:`fedselect.compare.run_comparison`:
+    one bar per (method, seed)."""
+    tasks = {}
+
+    def on_start(label, seed, total):
+        tasks[(label, seed)] = prog.add_task(f"{label} seed {seed}", total=total, status="preparing", visible=not quiet)
+
+    def on_round(label, seed, ev):
+        prog.update(tasks[(label, seed)], completed=ev.round, status=_round_status(ev))
+
+    def on_done(label, seed, summary):
+        acc, e2e = summary.get("final_accuracy"), summary.get("e2e_latency_s")
+        prog.update(tasks[(label, seed)], completed=summary.get("rounds"), status=f"done  acc {fmt(acc)}  e2e {fmt(e2e, 1)} s")
+
+    return {"on_start": on_start, "on_round": on_round, "on_done": on_done}
+
+
+def print_summary(summary: dict, run_dir: Path) -> None:
+    """The table that ends ``fedselect run``."""
+    table = Table(title=f"{summary.get('name')} ({summary.get('method')}, seed {summary.get('seed')})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [
+        ("final accuracy", fmt(summary.get("final_accuracy"))),
+        ("best accuracy", fmt(summary.get("best_accuracy"))),
+        ("final macro-F1", fmt(summary.get("final_f1_macro"))),
+        ("end-to-end latency (s)", fmt(summary.get("e2e_latency_s"), 1)),
+        ("rounds to target", fmt(summary.get("rounds_to_target"))),
+        ("latency to target (s)", fmt(summary.get("latency_to_target_s"), 1)),
+        ("communication (MB)", fmt(summary.get("communication_mb"), 2)),
+        ("rounds", fmt(summary.get("rounds"))),
+        ("wall time (s)", fmt(summary.get("wall_s"), 1)),
+    ]
+    for k, v in rows:
+        table.add_row(k, v)
+    console.print(table)
+    console.print(f"run directory: {run_dir}")
+
+
+def print_table(rep: dict) -> None:
+    """A comparison's table, its "relative to" lines and its paired differences
+    (:func:`fedselect.report.build_report`'s result)."""
+    from fedselect.tables import _cell, paired_cell, paired_intro, relative_phrases
+
+    wide = Console(width=max(console.width, 160))
+    table = Table(title=rep["title"])
+    table.add_column("method")
+    for _, head, _, _ in rep["columns"]:
+        table.add_column(head, justify="right")
+    for e in rep["table"]:
+        table.add_row(e["label"], *[_cell(e, k, d) for k, _, d, _ in rep["columns"]])
+    wide.print(table)
+    name = rep.get("baseline")
+    if name and len(rep["table"]) > 1:
+        console.print(f"Relative to {name}:", markup=False, highlight=False)
+        for e in rep["table"]:
+            if e["label"] != name:
+                console.print(
+                    f"  {e['label']}: " + (", ".join(relative_phrases(e, name, rep.get("window"))) or "no comparable figures"),
+                    markup=False,
+                    highlight=False,
+                )
+    if rep.get("paired"):
+        nseeds = max(len(p["seeds"]) for p in rep["paired"])
+        pt = Table(
+            title=f"paired differences vs {name}"
+            + (f" over {nseeds} seeds: mean [95% CI], * = excludes 0" if nseeds > 1 else " (1 seed: no interval possible)")
+        )
+        pt.add_column("method")
+        for _, head, unit in rep["quantities"]:
+            pt.add_column(f"{head} ({unit})", justify="right")
+        for p in rep["paired"]:
+            pt.add_row(p["label"], *[paired_cell(p["cells"][k], nseeds) for k, _, _ in rep["quantities"]])
+        wide.print(pt)
+        if nseeds <= 1:
+            console.print(paired_intro(name, nseeds), markup=False, highlight=False)
+    for line in rep["markdown"].splitlines():
+        if line.startswith(("Incomplete runs", "Caution:")):
+            console.print(f"[yellow]{line}[/yellow]")
+
+
+def first_sentence(doc: str) -> str:
+    """The first sentence of a docstring's first paragraph, reST roles and literals made plain."""
+    para = " ".join(doc.strip().split("\n\n")[0].split())
+    para = re.sub(r":\w+:`~?([^`]+)`", r"\1", para).replace("``", "")
+    return re.split(r"(?<=\.)\s", para, maxsplit=1)[0]
+
+
+def print_components() -> None:
+    """``fedselect list``: the method presets, selectors and algorithms with their options."""
+    from fedselect.algorithms import ALGORITHMS
+    from fedselect.presets import PRESETS
+    from fedselect.selectors import SELECTORS
+
+    wide = Console(width=max(console.width, 160))
+    t = Table(title="method presets (method: NAME)")
+    for c in ("method", "selector", "algorithm", "what it is"):
+        t.add_column(c)
+    for p in PRESETS.values():
+        extra = f" ({', '.join(f'{k}: {v}' for k, v in p.algorithm_options.items())})" if p.algorithm_options else ""
+        t.add_row(p.name, p.selector, p.algorithm + extra, p.description)
+    wide.print(t)
+    for title, reg in (
+        ("selectors (selector: {name, options})", SELECTORS),
+        ("algorithms (algorithm: {name, options})", ALGORITHMS),
+    ):
+        t = Table(title=title)
+        t.add_column("name")
+        t.add_column("options (default)")
+        t.add_column("what it is")
+        for name in reg.builtin_names():
+            cls = reg.get(name)
+            opts = getattr(cls, "Options", None)
+            fields = ", ".join(f"{k}={v.default!r}" for k, v in opts.model_fields.items()) if opts is not None else ""
+            doc = getattr(cls, "summary", "") or first_sentence(cls.__doc__ or "")
+            t.add_row(name, fields or "-", doc)
+        wide.print(t)
