@@ -220,12 +220,18 @@ class Algorithm:
         if len(ok) == n:
             return client_evaluation([r.as_dict() for r in results])
         missing = [r.client_id for r in results if r.error is not None]
-        log.warning("per-client evaluation: clients %s could not be scored (%s); means over the others", missing, results[missing[0]].error)
+        log.warning(
+            "per-client evaluation: clients %s could not be scored (%s); means over the others",
+            missing,
+            results[missing[0]].error,
+        )
         if not ok:
             return Evaluation(math.nan, math.nan, math.nan, {"accuracy_std": math.nan, "client_accuracy": [math.nan] * n})
         part = client_evaluation([r.as_dict() for r in ok])
         acc = [r.accuracy if r.error is None else math.nan for r in results]
-        return Evaluation(part.accuracy, part.f1_macro, part.loss, {"accuracy_std": part.per_client["accuracy_std"], "client_accuracy": acc})
+        return Evaluation(
+            part.accuracy, part.f1_macro, part.loss, {"accuracy_std": part.per_client["accuracy_std"], "client_accuracy": acc}
+        )
 
     def finish(self, state: ServerState, totals: RunTotals, last: Evaluation) -> Finished:
         """Work after the last round; per-client evaluation reports the last figures."""

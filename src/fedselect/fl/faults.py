@@ -145,7 +145,6 @@ class FaultModel:
                 return inj.kind
         return None
 
-
     def unreachable(self, t: int) -> set[int]:
         """Clients that cannot answer anything in round ``t``: drawn out by ``dropout`` or
         with an injected ``drop`` (the same draws as :meth:`round_faults`)."""

@@ -19,6 +19,7 @@ like the ClientApp's so that the server and the nodes build the same experiment:
 * ``run-dir``: the run directory (default ``fedselect-runs/<name>-flower-<run id>`` under the
   ServerApp process's working directory: give an absolute path in a deployment).
 * ``overwrite``: replace the run files of a run already in ``run-dir`` (default false).
+* ``resume``: continue the run in ``run-dir`` from its last checkpoint (default false).
 * ``latency``: ``simulated`` (default) or ``measured``; ``arrival-order``: ``seeded`` or
   ``nodes`` (default: ``seeded`` with simulated latency, ``nodes`` with measured);
   ``reply-timeout`` (s, default 600), ``connect-timeout`` (s, default 300), ``poll-interval``
@@ -42,8 +43,9 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedselect.config import ConfigError, ExperimentConfig, apply_overrides
-from fedselect.flower.client_app import set_threads, settings_document
-from fedselect.flower.strategy import ARRIVAL_MODES, LATENCY_MODES, FedselectStrategy
+from fedselect.flower.nodes import ARRIVAL_MODES, LATENCY_MODES
+from fedselect.flower.settings import set_threads, settings_document
+from fedselect.flower.strategy import FedselectStrategy
 from fedselect.resolve import parse_experiment
 
 __all__ = ["app", "make_server_app", "server_experiment", "strategy_settings", "SERVER_KEYS"]
@@ -54,6 +56,7 @@ log = logging.getLogger("fedselect.flower")
 SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "run-dir": str,
     "overwrite": bool,
+    "resume": bool,
     "latency": str,
     "arrival-order": str,
     "reply-timeout": (int, float),
@@ -95,6 +98,7 @@ def strategy_settings(run_config: dict[str, Any]) -> dict[str, Any]:
         "latency": rc.get("latency", "simulated"),
         "arrival": rc.get("arrival-order"),
         "overwrite": bool(rc.get("overwrite", False)),
+        "resume": bool(rc.get("resume", False)),
     }
     if "reply-timeout" in rc:
         out["reply_timeout"] = float(rc["reply-timeout"])

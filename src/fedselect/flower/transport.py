@@ -110,7 +110,7 @@ class FlowerTransport:
                 continue
             node = self.nodes.node(j.client_id)
             if node is None:
-                out[i] = failed_result(j, "its node is not connected", "dropout")
+                out[i] = self.unreachable(j)
                 continue
             wave = next((w for w in waves if node not in w), None)
             if wave is None:
@@ -121,7 +121,7 @@ class FlowerTransport:
             self.messages += len(msgs)
             ex = self._exchange(msgs, any(isinstance(jobs[i], TrainJob) for i in wave.values()))
             for node, i in wave.items():
-                out[i] = self._result(jobs[i], ex, node)
+                out[i] = self.result(jobs[i], ex, node)
         return out  # type: ignore[return-value]
 
     def _exchange(self, msgs: list[Message], training: bool) -> Exchange:
@@ -130,7 +130,8 @@ class FlowerTransport:
             wait = min(wait, float(self.deadline_s))
         return exchange(self.grid, msgs, wait, self.options.poll_s)
 
-    def _result(self, job: Job, ex: Exchange, node: int) -> Result:
+    def result(self, job: Job, ex: Exchange, node: int) -> Result:
+        """``job``'s result from node ``node``'s reply in ``ex`` (module docstring: failures)."""
         reply = ex.replies.get(node)
         measured = None
         if self.measured:
@@ -151,6 +152,26 @@ class FlowerTransport:
         if res.error is not None:
             log.warning("client %d: its reply was refused (%s)", job.client_id, res.error)
         return res
+
+    @staticmethod
+    def unreachable(job: Job) -> Result:
+        """The result of a job whose client has no connected node: a ``dropout``."""
+        return failed_result(job, "its node is not connected", "dropout")
+
+    def summary(self) -> dict:
+        """The ``flower`` section of ``summary.json``: engine, latency mode, arrival order,
+        node of every client, clients without a node, messages sent."""
+        n = self.fed.num_clients
+        return {
+            "flower": {
+                "engine": "flower",
+                "latency": self.options.latency,
+                "arrival": self.options.arrival_mode,
+                "nodes": {str(k): int(v) for k, v in sorted(self.nodes.node_of.items())},
+                "clients_without_node": sorted(set(range(n)) - set(self.nodes.node_of)),
+                "messages": self.messages,
+            }
+        }
 
     def arrival_order(self, seeded: list[int]) -> Sequence[int]:
         """``seeded`` (the simulator's order), or with ``arrival: nodes`` the order in which

@@ -309,9 +309,7 @@ def profile_problem(p: dict[str, Any], fed, node: int) -> str | None:
         if p.get("num-partitions") != n:
             diffs.append(f"num-partitions {p.get('num-partitions')} vs data.num_clients {n}")
         if p.get("num-examples") != fed.clients[k].num_samples:
-            diffs.append(
-                f"client {k} has {p.get('num-examples')} training samples there, {fed.clients[k].num_samples} here"
-            )
+            diffs.append(f"client {k} has {p.get('num-examples')} training samples there, {fed.clients[k].num_samples} here")
         desc = fed.fleet.describe(k)
         if (p.get("device"), p.get("network")) != (desc["device"], desc["network"]):
             diffs.append(f"profiles {p.get('device')}/{p.get('network')} there, {desc['device']}/{desc['network']} here")
