@@ -1,0 +1,111 @@
+"""One round, two transports: the simulator and Flower give the same run, byte for byte.
+
+The contract test runs every case of the registry (tests/registry_cases.py: every method preset,
+every registered selector with FedAvg and with FedPer where allowed) for 3 rounds on both
+engines, with and without ``faults.dropout: 0.2``, and compares ``metrics.csv`` and
+``model.pt``. Flower here is the in-process grid of tests/flower_grid.py, whose nodes answer
+through the real ClientApp; Flower's own simulation engine (Ray) runs through the CLI's
+``--engine flower`` below, and resume on Flower is exact."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("flwr") is None, reason="Flower is the optional extra fedselect[flower] (make test installs it)"
+)
+sys.path.insert(0, str(Path(__file__).parent))
+
+from registry_cases import cases  # noqa: E402
+
+from fedselect.federation import build_federation  # noqa: E402
+from fedselect.resolve import parse_experiment  # noqa: E402
+
+#: every node's settings (flat dotted keys, as in a Flower run config)
+NODE = {
+    "seed": 7,
+    "data.dataset": "mnist-embedded",
+    "data.partition.scheme": "dirichlet",
+    "data.partition.alpha": 0.5,
+    "data.partition.min_size": 10,
+    "model.name": "mlp",
+    "model.options.hidden": "[16]",
+}
+BASE = {
+    "name": "contract",
+    "seed": 7,
+    "rounds": 3,
+    "clients_per_round": 2,
+    "data": {"dataset": "mnist-embedded", "num_clients": 6, "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10}},
+    "model": {"name": "mlp", "options": {"hidden": [16]}},
+    "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
+}
+CASES = cases(BASE)
+
+
+@pytest.fixture(scope="module")
+def fed():
+    return build_federation(parse_experiment(BASE))
+
+
+def grid(n: int = 6, **kw):
+    from flower_grid import LocalGrid
+
+    from fedselect.flower.client_app import make_client_app
+
+    return LocalGrid(make_client_app(NODE), n, {}, **kw)
+
+
+def on_flower(doc: dict, out: Path, fed, g=None, **kw) -> Path:
+    from fedselect.flower.grid_run import run_on_grid
+    from fedselect.flower.nodes import FlowerOptions
+
+    run_on_grid(g or grid(), parse_experiment(doc), out, FlowerOptions(poll_s=0.01), federation=fed, **kw)
+    return out
+
+
+def on_simulator(doc: dict, out: Path, fed, **kw) -> Path:
+    from fedselect.experiment import run_experiment
+
+    run_experiment(parse_experiment(doc), out, federation=fed, **kw)
+    return out
+
+
+def assert_same_run(a: Path, b: Path) -> None:
+    ma, mb = (a / "metrics.csv").read_text(), (b / "metrics.csv").read_text()
+    assert ma == mb, "\n".join(f"{x}\n{y}" for x, y in zip(ma.splitlines(), mb.splitlines()) if x != y)
+    assert (a / "model.pt").read_bytes() == (b / "model.pt").read_bytes()
+
+
+def test_the_cases_cover_the_registry():
+    from fedselect.algorithms import ALGORITHMS
+    from fedselect.presets import PRESETS
+    from fedselect.selectors import SELECTORS
+
+    docs = CASES.values()
+    assert set(PRESETS) <= set(CASES)
+    assert set(SELECTORS.builtin_names()) == {d["selector"]["name"] for d in docs}
+    assert set(ALGORITHMS.builtin_names()) == {d["algorithm"]["name"] for d in docs}
+    assert "flashrl+fedper" in CASES and "oort+fedper" in CASES and "power_of_choice+fedper" in CASES
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2], ids=["no-faults", "dropout-0.2"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_simulator_and_flower_give_the_same_run(case, dropout, fed, tmp_path):
+    doc = {**CASES[case], "faults": {"dropout": dropout}}
+    sim = on_simulator(doc, tmp_path / "sim", fed)
+    assert_same_run(sim, on_flower(doc, tmp_path / "flower", fed))
+
+
+def test_a_flower_run_resumed_after_round_2_equals_the_uninterrupted_one(fed, tmp_path):
+    """CEFL with dropout: stopped after round 2 of 4, resumed on a fresh grid (new nodes that
+    keep nothing): the same metrics.csv and model as without the stop."""
+    doc = {**CASES["cefl"], "rounds": 4, "faults": {"dropout": 0.2}}
+    whole = on_flower(doc, tmp_path / "whole", fed)
+    on_flower(doc, tmp_path / "stopped", fed, stop_after=2)
+    assert (tmp_path / "stopped" / "metrics.csv").read_text().count("\n") == 1 + 3
+    on_flower(doc, tmp_path / "stopped", fed, resume=True)
+    assert_same_run(whole, tmp_path / "stopped")
+    assert_same_run(whole, on_simulator(doc, tmp_path / "sim", fed))
