@@ -109,3 +109,38 @@ def test_a_flower_run_resumed_after_round_2_equals_the_uninterrupted_one(fed, tm
     on_flower(doc, tmp_path / "stopped", fed, resume=True)
     assert_same_run(whole, tmp_path / "stopped")
     assert_same_run(whole, on_simulator(doc, tmp_path / "sim", fed))
+
+
+# ---------------------------------------------------------------------------- Flower's simulation engine
+@pytest.mark.slow
+def test_engine_flower_from_the_cli_and_resume_on_it(tmp_path):
+    """`fedselect run X --engine flower` (Flower's simulation engine, Ray, one SuperNode per
+    client) writes the simulator's run directory: CEFL with dropout 0.2 gives the same
+    metrics.csv and model; a Flower run stopped after round 2 and continued with
+    `fedselect run --resume DIR` continues on Flower (config.yaml says so) and ends equal."""
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from fedselect.cli import app
+    from fedselect.experiment import run_experiment
+
+    doc = {**CASES["cefl"], "rounds": 3, "faults": {"dropout": 0.2}}
+    cfg = tmp_path / "cefl.yaml"
+    cfg.write_text(yaml.safe_dump(doc))
+    runner = CliRunner()
+    res = runner.invoke(app, ["run", str(cfg), "-o", str(tmp_path / "sim"), "-q"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["run", str(cfg), "-o", str(tmp_path / "flower"), "--engine", "flower", "-q"])
+    assert res.exit_code == 0, res.output
+    assert_same_run(tmp_path / "sim", tmp_path / "flower")
+    summary = json.loads((tmp_path / "flower" / "summary.json").read_text())
+    assert summary["flower"]["engine"] == "flower" and len(summary["flower"]["nodes"]) == 6
+    assert yaml.safe_load((tmp_path / "flower" / "config.yaml").read_text())["engine"] == "flower"
+
+    run_experiment(parse_experiment({**doc, "engine": "flower"}), tmp_path / "stopped", stop_after=2)
+    res = runner.invoke(app, ["run", "--resume", str(tmp_path / "stopped"), "-q"])
+    assert res.exit_code == 0, res.output
+    assert_same_run(tmp_path / "sim", tmp_path / "stopped")
+    assert "flower" in json.loads((tmp_path / "stopped" / "summary.json").read_text())
