@@ -18,10 +18,9 @@ pytestmark = pytest.mark.skipif(
 )
 sys.path.insert(0, str(Path(__file__).parent))
 
-from registry_cases import cases  # noqa: E402
-
 from fedselect.federation import build_federation  # noqa: E402
 from fedselect.resolve import parse_experiment  # noqa: E402
+from registry_cases import cases  # noqa: E402
 
 #: every node's settings (flat dotted keys, as in a Flower run config)
 NODE = {
@@ -51,9 +50,8 @@ def fed():
 
 
 def grid(n: int = 6, **kw):
-    from flower_grid import LocalGrid
-
     from fedselect.flower.client_app import make_client_app
+    from flower_grid import LocalGrid
 
     return LocalGrid(make_client_app(NODE), n, {}, **kw)
 

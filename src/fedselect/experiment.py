@@ -167,6 +167,7 @@ def run_experiment(
     workers: int | None = None,
     engine: str | None = None,
     transport=None,
+    on_simulation: Callable[[Simulation], None] | None = None,
 ) -> dict[str, Any]:
     """Run ``cfg`` into ``run_dir`` and return the summary (also in ``summary.json``).
 
@@ -192,6 +193,8 @@ def run_experiment(
             run directory and results). Engines are looked up by name (:data:`ENGINES`).
         transport: carry the clients' jobs with this transport instead of the local one (an
             engine passes its own; :mod:`fedselect.fl.work`).
+        on_simulation: called with the run's :class:`Simulation` once built (notebooks, tests,
+            the Flower strategy keep it to look at the selector afterwards).
 
     Raises:
         FileExistsError: ``run_dir`` already holds a run and neither ``resume`` nor ``overwrite``.
@@ -209,10 +212,14 @@ def run_experiment(
     engine = engine or r.config.engine
     if engine != "simulator" and transport is None:
         kwargs = dict(on_round=on_round, resume=resume, stop_after=stop_after, overwrite=overwrite)
+        if on_simulation is not None:
+            kwargs["on_simulation"] = on_simulation
         return engine_function(engine)(r.config, run_dir, workers=workers, **kwargs)
     with single_threaded():  # results never depend on this machine's thread settings
         fed = federation or build_federation(r.config)
         sim = Simulation(r, fed, workers=workers, transport=transport)
+        if on_simulation is not None:
+            on_simulation(sim)
         try:
             return _run(sim, r, cfg, run_dir, on_round, resume, stop_after, overwrite)
         finally:

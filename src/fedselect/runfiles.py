@@ -15,7 +15,7 @@ from __future__ import annotations
 import csv
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -47,12 +47,14 @@ RUN_FILES = (
 
 @dataclass
 class RoundEvent:
-    """Passed to progress callbacks after each round."""
+    """Passed to progress callbacks after each round (``result``: the round's
+    :class:`~fedselect.fl.round.RoundResult`, its outcomes without their weights)."""
 
     round: int
     rounds: int
     row: dict[str, Any]
     wall_s: float
+    result: Any = None
 
 
 def write_csv(path: Path, columns: list[str], rows: list[dict[str, str]]) -> None:
@@ -192,7 +194,8 @@ class RunFiles:
         if every and (t % every == 0 or t == self.sim.rounds):
             self.checkpoint(t, state, ev)
         if self.on_round:
-            self.on_round(RoundEvent(t, self.sim.rounds, row, self.cum["wall"]))
+            light = replace(result, outcomes=tuple(replace(o, state=None) for o in result.outcomes))
+            self.on_round(RoundEvent(t, self.sim.rounds, row, self.cum["wall"], light))
         self._t0 = time.perf_counter()  # checkpoint and progress time count in no round
         return self.stop_after is not None and t >= self.stop_after
 

@@ -52,6 +52,7 @@ from fedselect.fl.train import TrainConfig
 from fedselect.fl.work import LocalTransport
 from fedselect.flower.settings import (  # noqa: F401 - the node settings, re-exported
     CONFIG_FILE_KEY,
+    config_file,
     federation_for,
     node_experiment,
     set_threads,

@@ -58,7 +58,7 @@ class FedselectStrategy(Strategy):
 
     Args:
         cfg: the experiment (validated; resolved here).
-        run_dir: where the run files go (None with Flower's own loop: nothing is written).
+        run_dir: where the run files go (None: nothing is kept but :attr:`results`).
         latency, reply_timeout, connect_timeout, arrival, poll_s: see :class:`FlowerOptions`.
         federation: the server's federation (default: built from ``cfg``).
         overwrite: replace the run files of a run already in ``run_dir``.
@@ -69,8 +69,9 @@ class FedselectStrategy(Strategy):
         holds a run and neither ``overwrite`` nor ``resume``.
 
     Attributes:
-        summary_json: the summary once :meth:`start` ran. run: the :class:`Simulation` that
-        Flower's own loop drives (after the first :meth:`configure_train`); results: its rounds.
+        summary_json: the summary once :meth:`start` ran. run: the run's :class:`Simulation`
+        (selector, algorithm, transport) once started; results: its rounds'
+        :class:`~fedselect.fl.round.RoundResult` (outcomes without weights).
     """
 
     def __init__(
@@ -114,9 +115,23 @@ class FedselectStrategy(Strategy):
             raise ValueError(f"num_rounds={num_rounds}, but the experiment has rounds={cfg.rounds}; set rounds in the config")
         if initial_arrays is not None:
             raise ValueError("initial_arrays: every node starts from the config's seeded initial model; leave it out")
-        if self.run_dir is None:
-            raise ValueError("FedselectStrategy.start writes a run directory: give run_dir")
-        opts = {"resume": self.resume, "overwrite": self.overwrite}
+        if self.run_dir is None:  # results only: the run files go to a temporary directory
+            import tempfile
+
+            with tempfile.TemporaryDirectory(prefix="fedselect-flower-") as tmp:
+                self.run_dir = Path(tmp) / "run"
+                try:
+                    self.start(grid)
+                finally:
+                    self.run_dir = None
+            return Result()
+        self.results = []
+
+        def keep(sim: Simulation) -> None:
+            self.run = sim
+
+        opts = {"resume": self.resume, "overwrite": self.overwrite, "on_simulation": keep}
+        opts["on_round"] = lambda ev: self.results.append(ev.result)
         self.summary_json = run_on_grid(grid, cfg, self.run_dir, self.options, federation=self.fed, **opts)
         import torch
 
@@ -125,6 +140,16 @@ class FedselectStrategy(Strategy):
         if model.is_file():
             result.arrays = ArrayRecord(torch.load(model, weights_only=True))
         return result
+
+    @property
+    def selector(self):
+        """The run's selector (once it started)."""
+        return self.run.selector
+
+    @property
+    def nodes(self) -> NodeDirectory:
+        """Who is who on the grid (once it started)."""
+        return self.run.transport.nodes
 
     # ---------------------------------------------------------------- Flower's own loop
     def _connect(self, grid: Grid) -> None:

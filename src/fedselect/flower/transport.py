@@ -36,7 +36,7 @@ from fedselect.fl.types import Measured
 from fedselect.fl.work import Job, LocalTransport, Result, TrainJob
 from fedselect.flower.messaging import Exchange, exchange
 from fedselect.flower.nodes import DROPOUT_CODES, Arrivals, FlowerOptions, NodeDirectory
-from fedselect.flower.wire import decode_result, encode_job, failed_result, handler_s
+from fedselect.flower.wire import decode_result, encode_job, failed_result, handler_s, round_of
 
 log = logging.getLogger("fedselect.flower")
 
@@ -78,6 +78,7 @@ class FlowerTransport:
         self.model = fed.new_model().state_dict()
         self.messages = 0
         self.trainer = None
+        self._polled = 0
 
     def connect(self, wait_for_all: bool = True) -> list[int]:
         """Learn the nodes: wait up to ``connect_timeout`` for all N (or only poll once).
@@ -104,7 +105,10 @@ class FlowerTransport:
         for i, r in zip(local, self.server.run([jobs[i] for i in local]) if local else []):
             out[i] = r
         waves: list[dict[int, int]] = []  # node -> job index, one message per node per wave
-        self.nodes.poll()
+        t = max((round_of(j) for j in jobs), default=0)
+        if t > self._polled:  # once per round: nodes that joined or left since the last one
+            self.nodes.poll()
+            self._polled = t
         for i, j in enumerate(jobs):
             if j.client_id is None:
                 continue

@@ -54,6 +54,7 @@ __all__ = [
     "profile_problem",
     "profile_client",
     "reply_round",
+    "round_of",
     "handler_s",
     "MAX_REPLY_FACTOR",
 ]
@@ -81,7 +82,8 @@ def _train_config(cfg: TrainConfig) -> dict[str, Any]:
     return dict(zip(_TRAIN_KEYS, (cfg.epochs, cfg.batch_size, cfg.lr, cfg.momentum, cfg.optimizer, cfg.weight_decay)))
 
 
-def _round_of(job: Job) -> int:
+def round_of(job: Job) -> int:
+    """The round a job belongs to, from its stream ``<tag>/<t>/<k>`` (0 outside the rounds)."""
     stream = getattr(job, "stream", "")
     parts = stream.split("/")
     return int(parts[-2]) if len(parts) >= 3 and parts[-2].isdigit() else 0
@@ -89,7 +91,7 @@ def _round_of(job: Job) -> int:
 
 def encode_job(job: Job, node: int, train_cfg: TrainConfig) -> Message:
     """The message carrying ``job`` to node ``node`` (module docstring)."""
-    conf: dict[str, Any] = {_CLIENT: int(job.client_id), _ROUND: _round_of(job), **_train_config(train_cfg)}
+    conf: dict[str, Any] = {_CLIENT: int(job.client_id), _ROUND: round_of(job), **_train_config(train_cfg)}
     if isinstance(job, TrainJob):
         conf.update({_JOB: "train", "local-epochs": int(job.epochs), "seed": int(job.seed), "stream": job.stream})
         conf.update({"sample-losses": bool(job.sample_losses)})
