@@ -223,3 +223,40 @@ def test_kill_and_resume_is_exact(tmp_path, fed, variant):
     run_experiment(cfg, tmp_path / "cut", federation=fed, stop_after=2)
     run_experiment(cfg, tmp_path / "cut", federation=fed, resume=True)
     same_run(tmp_path / "ref", tmp_path / "cut")
+
+
+def test_unreachable_candidates_are_neither_charged_nor_chosen(tmp_path):
+    """d = N = 6, U = 2, dropout 0.5 (issue: it picked [3, 2] in round 1 while 0 and 4 were
+    reachable, and charged all 6 probes every round): every round the chosen are reachable
+    whenever 2 are, and only the reachable candidates are probed and charged."""
+    import csv
+
+    from fedselect.experiment import make_simulation, run_experiment
+    from fedselect.resolve import parse_experiment
+
+    doc = {
+        "name": "pow-dropout",
+        "seed": 4,
+        "rounds": 4,
+        "clients_per_round": 2,
+        "selector": {"name": "power_of_choice", "options": {"d": 6}},
+        "algorithm": {"name": "fedavg"},
+        "faults": {"dropout": 0.5},
+        "data": {"dataset": "mnist-embedded", "num_clients": 6, "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10}},
+        "model": {"name": "mlp", "options": {"hidden": [16]}},
+        "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
+    }
+    run_experiment(parse_experiment(doc), tmp_path / "run")
+    sim = make_simulation(parse_experiment(doc))
+    faults, down_one = sim.faults, sim.algorithm.payload_bytes()[1]
+    rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))[1:]
+    for t, row in enumerate(rows, start=1):
+        reachable = set(range(6)) - faults.unreachable(t)
+        chosen = {int(k) for k in row["selected"].split(";")}
+        assert int(row["candidates_probed"]) == len(reachable)
+        assert int(row["probe_upload_bytes"]) == 4 * len(reachable)
+        assert int(row["probe_download_bytes"]) == down_one * len(reachable)
+        if len(reachable) >= 2:
+            assert chosen <= reachable, (t, chosen, reachable)
+        assert "dropout" not in row["failed"] or len(reachable) < 2
+    assert any(len(set(range(6)) - faults.unreachable(t)) < 6 for t in range(1, 5))  # the case is exercised

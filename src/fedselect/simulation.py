@@ -180,7 +180,7 @@ class Simulation:
         unreachable cannot answer a probe: its loss is NaN and nothing is sent to it."""
         probe = None
         if self.selector.probes:
-            unreachable = set()  # PROBE-FIX: self.faults.unreachable(t)
+            unreachable = self.faults.unreachable(t)
 
             def probe(ids: Sequence[int], samples: Sequence[Sequence[int]] | None = None) -> list[float]:
                 ids = [int(k) for k in ids]

@@ -36,6 +36,10 @@ The download counts in the probe latency whatever ``system.count_download`` says
 exchange of its own before training). The selected clients' training traffic is then charged as
 usual, so U of the d downloads are charged twice (a deployment that keeps the probed model for
 training saves them). rpow-d costs nothing (``candidates_probed`` 0).
+
+Unreachable candidates: a candidate that the round's fault draws make unreachable (a dropout)
+cannot answer: nothing is sent to it, its loss is NaN, it is not charged (A above is the set of
+candidates that answered) and it is never chosen over a candidate that answered.
 """
 
 from __future__ import annotations
@@ -141,7 +145,10 @@ class PowerOfChoice(Selector):
                 ]
             losses = [float(x) for x in (view.probe(cands) if samples is None else view.probe(cands, samples))]
             scores_c = np.asarray(losses, dtype=np.float64)
-            cost = self.probe_cost(cands, view.draws, None if samples is None else [len(x) for x in samples])
+            # a candidate that gave no loss could not be reached: nothing moved, nothing is charged
+            answered = [i for i, x in enumerate(losses) if math.isfinite(x)]
+            scored = None if samples is None else [len(samples[i]) for i in answered]
+            cost = self.probe_cost([cands[i] for i in answered], view.draws, scored)
         scores = np.full(s.num_clients, np.nan)
         scores[cands] = scores_c
         chosen = top_u(scores, u, among=cands)
