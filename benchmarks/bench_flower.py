@@ -57,30 +57,24 @@ CHILD = textwrap.dedent("""
     import torch
     torch.set_num_threads(1)
     marks = {}
-    import fedselect.runner as runner
+    import fedselect.fl.round as runner  # both engines play the round there
     from fedselect.config import ExperimentConfig, apply_overrides
     from fedselect.resolve import parse_experiment
     plain = {k: (json.loads(v) if isinstance(v, str) and v[:1] == "[" else v) for k, v in settings.items()
              if k.split(".")[0] in ExperimentConfig.model_fields}
     cfg = parse_experiment(apply_overrides({}, plain))
+    first = runner.play_round
+    def play_round(*a, **k):
+        marks.setdefault("round1", time.time())
+        return first(*a, **k)
+    runner.play_round = play_round
     if engine == "simulator":
         from fedselect.experiment import run_experiment
-        first = runner.play_round
-        def play_round(*a, **k):
-            marks.setdefault("round1", time.time())
-            return first(*a, **k)
-        runner.play_round = play_round
         run_experiment(cfg, out)
     else:
         from flwr.simulation import run_simulation
         from fedselect.flower.client_app import make_client_app
         from fedselect.flower.server_app import make_server_app
-        from fedselect.flower.strategy import FedselectStrategy
-        first = FedselectStrategy.configure_train
-        def configure_train(self, t, *a, **k):
-            marks.setdefault("round1", time.time())
-            return first(self, t, *a, **k)
-        FedselectStrategy.configure_train = configure_train
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             run_simulation(server_app=make_server_app(settings, run_dir=out), client_app=make_client_app(settings),

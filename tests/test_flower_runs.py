@@ -95,7 +95,7 @@ def test_three_experiments_in_one_simulation_engine_start(tmp_path):
     got = rows(tmp_path / "pow")
     for row in got[1:]:
         assert int(row["candidates_probed"]) == 6 and float(row["probe_latency_s"]) > 0
-        assert 0 < float(row["latency_s"]) < 120 and row["failed"] == ""
+        assert 0 < float(row["round_latency_s"]) < 120 and row["failed"] == ""
     summary = json.loads((tmp_path / "pow" / "summary.json").read_text())
     assert summary["flower"]["latency"] == "measured" and summary["complete"] and wall < 600
 
