@@ -475,16 +475,27 @@ def test_main_importable(monkeypatch, tmp_path):
 
     script = tmp_path / "script.py"
     script.write_text("")
-    cases = [(None, None, False), (None, "<stdin>", False), (None, str(script), True), ("mypkg.tool", None, True)]
-    for spec_name, file, want in cases:
+    from fedselect.models import MODELS
+
+    def nb_model(input_shape, num_classes):  # a model registered in a notebook / python -c
+        raise NotImplementedError
+
+    nb_model.__module__ = "__main__"
+    monkeypatch.setitem(MODELS, "nb-model", nb_model)
+    cases = [
+        (None, None, "mlp", True),  # notebook / python -c with a built-in model: the workers start and know it
+        (None, None, "nb-model", False),  # ... with a model registered there: they would not know it
+        (None, "<stdin>", "mlp", False),  # python -: the workers cannot start
+        (None, str(script), "nb-model", True),
+        ("mypkg.tool", None, "nb-model", True),
+    ]
+    for spec_name, file, model, want in cases:
         main = types.ModuleType("__main__")
         main.__spec__ = None if spec_name is None else types.SimpleNamespace(name=spec_name)
         if file is not None:
             main.__file__ = file
         monkeypatch.setitem(sys.modules, "__main__", main)
-        assert main_importable() is want, (spec_name, file)
-    monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
-    assert main_importable() is False
+        assert main_importable(model) is want, (spec_name, file, model)
 
 
 def test_workers_train_in_process_where_the_main_module_is_not_importable(data, monkeypatch, caplog):
@@ -492,11 +503,11 @@ def test_workers_train_in_process_where_the_main_module_is_not_importable(data, 
 
     import fedselect.fl.pool as pool
 
-    monkeypatch.setattr(pool, "main_importable", lambda: False)
+    monkeypatch.setattr(pool, "main_importable", lambda name=None: False)
     with caplog.at_level(logging.WARNING, logger="fedselect"):
         with ClientTrainer(SPEC, data, CFG, workers=2) as tr:
             assert tr.workers == 0 and tr.worker_pids() == []
-    assert "the main module cannot be imported by worker processes" in caplog.text
+    assert "worker processes cannot start or cannot build model" in caplog.text
 
 
 STDIN_SCRIPT = """
@@ -550,5 +561,5 @@ def test_selector_registered_in_a_script_on_stdin_runs_with_the_default_pool(tmp
         timeout=120,
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stderr.count("the main module cannot be imported by worker processes (a notebook or stdin)") == 1, r.stderr
+    assert r.stderr.count("worker processes cannot start or cannot build model") == 1, r.stderr
     assert (tmp_path / "run" / "metrics.csv").read_text().count("\n") == 4  # header + rounds 0, 1, 2

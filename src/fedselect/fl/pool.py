@@ -90,24 +90,28 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def main_importable() -> bool:
-    """Whether a worker process can re-import this process's main module, as ``forkserver`` and
-    ``spawn`` children do (a model, selector or algorithm registered there must exist in them).
+def main_importable(model_name: str | None = None) -> bool:
+    """Whether worker processes can start and build the model: ``forkserver`` and ``spawn``
+    children re-import this process's main module when it is a file, and build the model by
+    its registered name (:data:`fedselect.models.MODELS`).
 
-    False in a notebook or IPython (``ipykernel`` loaded, or a main module without
-    ``__file__``), for ``python -c`` and for a script on stdin (``python -``: ``__file__`` is
-    ``'<stdin>'``, no real file); True for a script file and for ``python -m module``.
+    False for a script on stdin (``python -``: ``__file__`` is ``'<stdin>'``, no real file: the
+    children cannot start), and, in a notebook, IPython or ``python -c`` (a main module without
+    ``__file__``, which children do not re-import), when the model ``model_name`` was
+    registered there (the children would not know it). True for a script file, for ``python
+    -m module``, and for built-in or importable models anywhere.
     """
-    if "ipykernel" in sys.modules:
-        return False
     main = sys.modules.get("__main__")
     if main is None:
         return False
     if getattr(getattr(main, "__spec__", None), "name", None):  # python -m: imported by name
         return True
     path = getattr(main, "__file__", None)
-    if not path:
-        return False
+    if not path:  # notebook, IPython, python -c: children start; a model defined here is unknown there
+        from fedselect.models import MODELS
+
+        factory = MODELS.get(model_name) if model_name is not None else None
+        return getattr(factory, "__module__", "") != "__main__"
     from multiprocessing import process
 
     if not os.path.isabs(path) and process.ORIGINAL_DIR is not None:  # as multiprocessing resolves it
@@ -212,10 +216,11 @@ class ClientTrainer:
                 "batched=True trains in the calling process: use it with workers=0 or on a GPU "
                 f"(got workers={self.workers} on {self.device})"
             )
-        if self.workers > 0 and not main_importable():
+        if self.workers > 0 and not main_importable(self.spec.name):
             log.warning(
-                "the main module cannot be imported by worker processes (a notebook or stdin): "
-                "training in this process (results do not depend on it)"
+                "worker processes cannot start or cannot build model %r here (a script on stdin, or a model "
+                "registered in a notebook): training in this process (results do not depend on it)",
+                self.spec.name,
             )
             self.workers = 0
         self._param_names = {n for n, _ in model.named_parameters()}
