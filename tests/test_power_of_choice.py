@@ -242,7 +242,11 @@ def test_unreachable_candidates_are_neither_charged_nor_chosen(tmp_path):
         "selector": {"name": "power_of_choice", "options": {"d": 6}},
         "algorithm": {"name": "fedavg"},
         "faults": {"dropout": 0.5},
-        "data": {"dataset": "mnist-embedded", "num_clients": 6, "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10}},
+        "data": {
+            "dataset": "mnist-embedded",
+            "num_clients": 6,
+            "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10},
+        },
         "model": {"name": "mlp", "options": {"hidden": [16]}},
         "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
     }

@@ -1,4 +1,4 @@
-"""FL primitives: local training, aggregation, evaluation, metrics. Knows no method."""
+"""FL primitives and THE round (``fl.round``): jobs and transports, local training, aggregation, evaluation, metrics. Knows no method."""
 
 from fedselect.fl.aggregate import fedavg, partial_average, state_bytes
 from fedselect.fl.evaluate import evaluate

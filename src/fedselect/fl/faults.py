@@ -1,10 +1,10 @@
-"""Client faults in the simulator: random dropout, injected failures, non-finite updates.
+"""Client faults of a run (on every engine): random dropout, injected failures, non-finite updates.
 
 Knows no method: the round loop (``fedselect.fl.round``) asks a :class:`FaultModel` what happens
 to each selected client and uses :func:`non_finite_entries` to reject poisoned updates. See
 ``docs/reliability.md`` for the semantics, summarised here.
 
-Failure kinds (the code written to ``ClientUpdate.failed`` and to the ``failed`` column of
+Failure kinds (the code written to ``ClientOutcome.failed`` and to the ``failed`` column of
 ``metrics.csv`` as ``client:kind``):
 
 ``dropout``
@@ -40,7 +40,7 @@ import torch
 
 from fedselect.seeding import np_rng
 
-#: codes of ``ClientUpdate.failed``
+#: codes of ``ClientOutcome.failed``
 FAILURE_KINDS = ("dropout", "error", "nan", "inf", "timeout")
 #: what ``faults.inject[].kind`` may say, and the failure code each produces
 INJECT_KINDS = {"drop": "dropout", "raise": "error", "nan": "nan", "inf": "inf", "timeout": "timeout"}

@@ -14,10 +14,11 @@ it never touches the global model. The round loop (``fedselect.fl.round``) calls
 
 Everything a selector may ask of the system goes through its :class:`SelectorContext`: the
 fleet's profiles and per-round draws, the cost model, and a few services (train a client, score
-a model on the server's test set, the shared warm-up). The simulator implements it
-(:class:`fedselect.fl.services.SimulatedContext`); the Flower strategy implements it over real
-nodes (:class:`fedselect.flower.strategy.FlowerContext`), so the same selector object drives
-either engine.
+a model on the server's test set, the shared warm-up). One implementation serves every engine
+(:class:`fedselect.fl.services.FederationContext`): its services are jobs handed to the run's
+transport, the simulator's worker pool or messages to Flower nodes, so the same selector object
+drives either engine. A selector declares what it needs (class attributes below); the engines
+read the declarations.
 
 Adding a selector: one file in this package with a subclass of :class:`Selector` decorated by
 :func:`fedselect.selectors.register_selector` (docs/architecture.md).
