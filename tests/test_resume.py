@@ -51,22 +51,7 @@ METHOD_OPTIONS = {
 }
 
 
-#: composed selector + algorithm pairs resumed beside the presets (with the presets they cover
-#: every built-in selector and every built-in algorithm: see test_resume_cases_cover_every_component)
-COMPOSED = {
-    "flashrl+fedper": ("flashrl", "fedper"),
-    "power_of_choice+fedper": ("power_of_choice", "fedper"),
-    "oort+fedper": ("oort", "fedper"),
-}
-
-
 def tiny_doc(method: str = "fedavg", **over) -> dict:
-    if method in COMPOSED:
-        sel, alg = COMPOSED[method]
-        opts = {**METHOD_OPTIONS.get(sel, {}), **({"base_layers": 1} if alg == "fedper" else {})}
-        doc = tiny_doc("fedavg", **{"selector": {"name": sel}, "algorithm": {"name": alg}, "method_options": opts, **over})
-        doc.pop("method")
-        return doc
     doc = {
         "name": "tiny",
         "seed": 5,
@@ -330,16 +315,31 @@ def _scramble_then(park):
     return f
 
 
+def _registry_cases() -> dict[str, dict]:
+    """Every preset and every registered selector with FedAvg and FedPer (tests/registry_cases.py):
+    registering a component puts it here without editing this file."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from registry_cases import cases
+
+    base = {k: v for k, v in tiny_doc().items() if k not in ("method", "method_options")}
+    return cases(base)
+
+
+RESUME_CASES = _registry_cases()
+
+
 def test_resume_cases_cover_every_component():
-    """Every built-in selector and algorithm is resumed below (as a preset or a composed pair)."""
-    pairs = [(p.selector, p.algorithm) for p in PRESETS.values()] + list(COMPOSED.values())
-    assert set(SELECTORS.builtin_names()) <= {s for s, _ in pairs}
-    assert set(ALGORITHMS.builtin_names()) <= {a for _, a in pairs}
+    """Every built-in selector and algorithm is resumed below."""
+    assert set(SELECTORS.builtin_names()) <= {d["selector"]["name"] for d in RESUME_CASES.values()}
+    assert set(ALGORITHMS.builtin_names()) <= {d["algorithm"]["name"] for d in RESUME_CASES.values()}
+    assert set(PRESETS) <= set(RESUME_CASES)
 
 
-@pytest.mark.parametrize("method", sorted(PRESETS) + sorted(COMPOSED))
-def test_every_method_sigkill_after_round_2_of_5_then_resume(tmp_path, fed, method):
-    doc = tiny_doc(method)
+@pytest.mark.parametrize("case", sorted(RESUME_CASES))
+def test_every_method_sigkill_after_round_2_of_5_then_resume(tmp_path, fed, case):
+    doc = RESUME_CASES[case]
     with global_rngs(111):
         run_experiment(parse_config(doc), tmp_path / "ref", federation=fed)
     killed_cli_run(write_cfg(tmp_path, doc), tmp_path / "run", _scramble_then(park_after_round(2)))
