@@ -388,7 +388,7 @@ def _run_with_trainer(tmp_path, doc, name, make_trainer, monkeypatch):
     from fedselect.simulation import Simulation
 
     class WithTrainer(Simulation):
-        def __init__(self, r, fed, trainer=None, workers=None):
+        def __init__(self, r, fed, trainer=None, workers=None, transport=None):
             super().__init__(r, fed, trainer=make_trainer(r, fed))
 
     monkeypatch.setattr(experiment, "Simulation", WithTrainer)
