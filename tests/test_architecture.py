@@ -22,6 +22,7 @@ LAYERS = {
     "fedselect.data": 1,
     "fedselect.federation": 2,
     "fedselect.fl": 3,
+    "fedselect.inputs": 3,  # digests of the input files and of the federation (reads data/federation)
     "fedselect.kernels": 3,
     "fedselect.stats": 3,
     "fedselect.selectors": 4,

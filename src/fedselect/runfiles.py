@@ -42,6 +42,7 @@ RUN_FILES = (
     "checkpoint.pt",
     "checkpoint.prev.pt",
     ".checkpoint.new",
+    "inputs.json",  # fedselect.inputs: the input files and the federation the run started on
 )
 
 

@@ -212,7 +212,10 @@ def check_sweep_runs(directory: str | Path) -> None:
                 if (run_dir / "summary.json").exists():
                     items.append((run_dir, sc.experiment(m, rp, seed)))
     check_saved_runs(
-        items, f"sweep directory {d}", "The table would mix results of different configs: re-run the sweep into another --out"
+        items,
+        f"sweep directory {d}",
+        "The table would mix results of different configs: re-run the sweep into another --out",
+        inputs=False,  # a report reads saved metrics only
     )
 
 
