@@ -31,6 +31,7 @@ LAYERS = {
     "fedselect.simulation": 6,
     "fedselect.runner": 6,
     "fedselect.runfiles": 6,
+    "fedselect.tblog": 6,  # the TensorBoard event files runfiles writes beside metrics.csv
     "fedselect.experiment": 7,
     "fedselect.api": 7,
     "fedselect.compare": 8,

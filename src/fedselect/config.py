@@ -204,6 +204,32 @@ class MetricsConfig(_Strict):
     )
 
 
+#: how to install the optional TensorBoard writer (``log.tensorboard``)
+TENSORBOARD_INSTALL = "pip install 'fedselect[tensorboard]' (or: pip install -r requirements-tensorboard.txt)"
+
+
+class LogConfig(_Strict):
+    """Live logs written beside the run's files while it runs (they never change its results)."""
+
+    tensorboard: bool = Field(
+        False,
+        description="write TensorBoard event files into <run dir>/tb every round: accuracy, F1, losses, latencies, "
+        "bytes and the selector's numeric columns (`tensorboard --logdir <run or comparison dir>`)",
+    )
+
+    @field_validator("tensorboard")
+    @classmethod
+    def _installed(cls, v: bool) -> bool:
+        import importlib.util
+
+        if v and importlib.util.find_spec("tensorboard") is None:
+            raise ValueError(
+                f"the TensorBoard writer needs the tensorboard package, which is not installed here: {TENSORBOARD_INSTALL}; "
+                "or set log.tensorboard: false"
+            )
+        return v
+
+
 class ExperimentConfig(_Strict):
     """One experiment.
 
@@ -237,7 +263,21 @@ class ExperimentConfig(_Strict):
     )
     eval_every: int = Field(1, ge=1, description="evaluate the global model every k rounds (and at the last)")
     checkpoint_every: int = Field(1, ge=0, description="checkpoint every k rounds; 0 = never")
+    log: LogConfig = Field(default_factory=LogConfig, description="live logs (log.tensorboard); results do not depend on it")
     comment: str | None = None
+
+    @field_validator("log", mode="before")
+    @classmethod
+    def _log_shorthand(cls, v: Any) -> Any:
+        """``log: tensorboard`` and ``log: [tensorboard]`` mean ``log: {tensorboard: true}``
+        (so ``--set log=tensorboard`` works as well as ``--set log.tensorboard=true``)."""
+        names = [v] if isinstance(v, str) else v if isinstance(v, list) and all(isinstance(x, str) for x in v) else None
+        if names is None:
+            return v
+        unknown = sorted(set(names) - set(LogConfig.model_fields))
+        if unknown:
+            raise ValueError(f"log: unknown log(s) {unknown}; allowed: {sorted(LogConfig.model_fields)}")
+        return {n: True for n in names}
 
     @model_validator(mode="after")
     def _check(self) -> "ExperimentConfig":

@@ -278,7 +278,7 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 _MISSING = object()
 #: settings of how a run is executed, not of what it computes: results are identical for any
 #: value, so comparisons of saved and current configs leave them out
-EXECUTION_KEYS = ("train.workers",)
+EXECUTION_KEYS = ("train.workers", "log.tensorboard")
 
 
 def config_differences(saved: dict[str, Any], now: dict[str, Any], ignore: tuple[str, ...] = ()) -> list[str]:
