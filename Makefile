@@ -6,6 +6,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 FLOWER  := $(VENV)/.installed-flower
+TB      := $(VENV)/.installed-tensorboard
 ARGS    ?=
 
 .PHONY: demo test install install-flower data bench clean chromium lint format
@@ -41,10 +42,15 @@ $(FLOWER): $(STAMP) requirements-flower.txt
 
 install-flower: $(FLOWER)
 
+# The optional extra fedselect[tensorboard] (log.tensorboard), needed by tests/test_tensorboard.py.
+$(TB): $(STAMP) requirements-tensorboard.txt
+	$(BIN)/pip install -q torch==2.13.0 -r requirements.txt -r requirements-tensorboard.txt
+	touch $(TB)
+
 demo: $(STAMP)
 	$(BIN)/fedselect compare $(ARGS)
 
-test: $(STAMP) $(FLOWER) chromium lint
+test: $(STAMP) $(FLOWER) $(TB) chromium lint
 	$(BIN)/python -m pytest $(ARGS)
 
 # ruff: lint and formatting (the rules are in pyproject.toml); `make format` rewrites the files

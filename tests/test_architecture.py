@@ -22,6 +22,7 @@ LAYERS = {
     "fedselect.data": 1,
     "fedselect.federation": 2,
     "fedselect.fl": 3,
+    "fedselect.inputs": 3,  # digests of the input files and of the federation (reads data/federation)
     "fedselect.kernels": 3,
     "fedselect.stats": 3,
     "fedselect.selectors": 4,
@@ -29,6 +30,7 @@ LAYERS = {
     "fedselect.resolve": 5,
     "fedselect.simulation": 6,
     "fedselect.runfiles": 6,
+    "fedselect.tblog": 6,  # the TensorBoard event files runfiles writes beside metrics.csv
     "fedselect.experiment": 7,
     "fedselect.api": 7,
     "fedselect.compare": 8,

@@ -23,6 +23,7 @@ from fedselect.fl.round import updates
 from fedselect.fl.train import TrainConfig, iterate_minibatches, local_train, make_optimizer
 from fedselect.fl.types import ClientOutcome, RunSettings
 from fedselect.kernels.oort import (
+    exploration_scores,
     normalise_utilities,
     pacer_update,
     preferred_duration,
@@ -30,6 +31,7 @@ from fedselect.kernels.oort import (
     staleness_bonus,
     statistical_utility,
 )
+from fedselect.kernels.rewards import censored_latency
 from fedselect.kernels.sampling import weighted_sample
 from fedselect.resolve import parse_experiment, resolve
 from fedselect.seeding import torch_rng
@@ -191,14 +193,16 @@ def test_epsilon_decays_to_its_floor_and_failures_get_zero_utility():
             )["epsilon"]
         )
         if t == 3:
-            assert sel.utility[k] == 0.0 and sel.duration[k] == 1.0  # a dropout reporting 0 s keeps its duration
-            assert sel.explored[k] and sel.last_round[k] == 3
+            assert sel.utility[k] == 0.0 and sel.duration[k] == 1.0  # a dropout keeps its duration
+            assert not sel.explored[k] and sel.last_round[k] == 0  # it never reported a result: unexplored
     assert eps[0] == 0.9 and eps[1] == pytest.approx(0.882)
-    # 40 clients explored one per round (U = 1, int(1 * (1 - eps)) = 0), then every slot exploits
-    assert eps[39] == pytest.approx(0.9 * 0.98**39) and eps[40] == 0.0 and sel.explored.all()
+    # 40 clients explored one per round (U = 1, int(1 * (1 - eps)) = 0); round 3's dropout stays
+    # unexplored, so exploring them all takes 41 rounds, then every slot exploits
+    assert eps[40] == pytest.approx(0.9 * 0.98**40) and eps[41] == 0.0 and sel.explored.all()
     assert sel.epsilon == 0.2  # the internal eps reached its floor (0.9 * 0.98^t < 0.2 from t = 75)
+    # a timeout is censored: max(previous duration 2.0, 2 x the 7.5 s deadline) = 15 s
     sel.observe(90, [outcome(0, 90, 10, 0.0, 0, 7.5, "timeout")], None)
-    assert sel.utility[0] == 0.0 and sel.duration[0] == 7.5
+    assert sel.utility[0] == 0.0 and sel.duration[0] == 15.0 and sel.explored[0]  # explored earlier, stays so
 
 
 def test_options_are_validated():
@@ -287,3 +291,63 @@ def test_oort_kill_and_resume_is_exact(tmp_path, fed, faults):
     same_run(tmp_path / "ref", tmp_path / "cut")
     rows = read_csv_rows(tmp_path / "ref" / "metrics.csv")
     assert int(rows[-1]["exploited"]) == 3  # the resumed part exploits (the state was restored)
+
+
+# ---------------------------------------------------------------- bookkeeping under failures
+def test_explored_means_reported_a_training_result(tmp_path):
+    """Issue input: N 8, U 4, faults.dropout 0.75, 3 rounds. Before: all 8 clients counted as
+    explored after rounds 1-2 and epsilon fell to 0 in round 3, although only 2 clients ever
+    trained. Now a client is explored once it has reported a result (outcome.ok)."""
+    cfg = parse_experiment(
+        {
+            "method": "oort",
+            "rounds": 3,
+            "clients_per_round": 4,
+            "data": {"dataset": "mnist-embedded", "num_clients": 8, "partition": {"scheme": "iid"}},
+            "model": {"name": "mlp", "options": {"hidden": [8]}},
+            "train": {"local_epochs": 1, "batch_size": 32},
+            "faults": {"dropout": 0.75},
+        }
+    )
+    summary = run_experiment(cfg, tmp_path / "run")
+    rows = [r for r in read_csv_rows(tmp_path / "run" / "metrics.csv") if r["round"] != "0"]
+    trained = set()
+    for r in rows:
+        failed = {int(x.split(":")[0]) for x in r["failed"].split(";") if x}
+        trained |= {int(k) for k in r["selected"].split(";")} - failed
+    assert 0 < len(trained) < 8  # with 75% dropout few clients ever trained
+    assert summary["explored_clients"] == len(trained)
+    # clients are left to explore in every round, so eps never drops to 0 (0.9, 0.882, 0.86436)
+    assert [float(r["epsilon"]) for r in rows] == pytest.approx([0.9, 0.882, 0.86436])
+    assert all(int(r["exploited"]) == 0 for r in rows)
+
+
+def test_a_timeout_is_a_censored_latency_by_hand():
+    """A timeout reports the deadline (2.5 s) as its latency; it is recorded as
+    max(previous duration, 2 x deadline), never as the deadline: before, client 0 (expected 1 s)
+    got duration 2.5 s, below client 1's measured 3.0 s, and looked the faster of the two."""
+    ctx = fake_ctx([10, 10, 10, 10], [1.0, 1.0, 1.0, 8.0], 2)
+    sel = Oort(ctx)
+    sel.select(view(1))
+    sel.observe(1, [outcome(0, 1, 10, 0.0, 0, 2.5, "timeout"), outcome(1, 1, 10, 40.0, 10, 3.0)], None)
+    assert sel.duration.tolist() == [5.0, 3.0, 1.0, 8.0]  # max(1.0, 2 x 2.5) = 5.0 > 3.0
+    assert sel.explored.tolist() == [False, True, False, False]  # the timeout delivered nothing
+    # exploration ranks the unexplored by |B_k| (T / d_k)^2 with T = sorted([5, 3, 1, 8])[int(4 * 0.3)] = 3 s:
+    # client 0: 10 (3/5)^2 = 3.6, client 2: 10, client 3: 10 (3/8)^2 = 1.40625 (client 0 was 10 before)
+    T = preferred_duration(sel.duration, sel.threshold)
+    assert T == 3.0
+    prio = exploration_scores(sel.num_samples[[0, 2, 3]], sel.duration[[0, 2, 3]], T, 2.0)
+    assert prio.tolist() == pytest.approx([3.6, 10.0, 1.40625])
+    # a known slow client that times out keeps its larger estimate: max(9.0, 5.0) = 9.0
+    sel.duration[3] = 9.0
+    sel.observe(2, [outcome(3, 2, 10, 0.0, 0, 2.5, "timeout")], None)
+    assert sel.duration[3] == 9.0
+    # a dropout (with a deadline it reports the deadline) says nothing about speed: kept
+    sel.observe(3, [outcome(2, 3, 10, 0.0, 0, 2.5, "dropout")], None)
+    assert sel.duration[2] == 1.0 and not sel.explored[2]
+    # an error reports the time it really spent
+    sel.observe(4, [outcome(2, 4, 10, 0.0, 0, 0.7, "error")], None)
+    assert sel.duration[2] == 0.7 and not sel.explored[2]
+    assert censored_latency(1.0, 2.5) == 5.0 and censored_latency(9.0, 2.5) == 9.0
+    with pytest.raises(ValueError, match="deadline"):
+        censored_latency(1.0, 0.0)

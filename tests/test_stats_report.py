@@ -113,23 +113,25 @@ def test_paired_section_of_fabricated_comparison(tmp_path):
     assert cells["last_k_accuracy"]["diffs"] == pytest.approx({0: 19.0, 1: -1.0})
     # latency +50%, -50% per seed: mean 0 (the change of the seed means is -25%)
     assert cells["e2e_latency_s"]["diffs"] == pytest.approx({0: 50.0, 1: -50.0})
-    # communication 5 MB vs 10 MB in both seeds: -50% with no spread, so it excludes 0
+    # communication 5 MB vs 10 MB in both seeds, no failures, 2 clients every round: bytes are
+    # exactly deterministic, so -50% with no spread is exact (zero width, marked so)
     comm = cells["communication_mb"]["interval"]
-    assert (comm.mean, comm.low, comm.high, comm.significant) == (
+    assert (comm.mean, comm.low, comm.high, comm.significant, comm.spread) == (
         pytest.approx(-50.0),
         pytest.approx(-50.0),
         pytest.approx(-50.0),
         True,
+        "exact",
     )
     md = rep["markdown"]
     assert "| acc mean last 10 |" in md.replace("best acc | acc mean", "| acc mean")
     assert "accuracy (mean last 10) +9.0 pts vs A" in md and "final accuracy +2.0 pts vs A" in md
     assert "## Paired differences vs A (2 seeds, 95% CI)" in md
     assert "| B | +9.00 [-118.06, +136.06] | +2.00 [-48.82, +52.82] | +0.0 [-635.3, +635.3] |" in md
-    assert md.rstrip().endswith("-50.0 [-50.0, -50.0] * |")
+    assert md.rstrip().endswith("-50.0 [-50.0, -50.0] * (exact) |")
     lines = (c / "paired.csv").read_text().splitlines()
-    assert lines[0] == "method,quantity,unit,n,mean,sd,low,high,excludes_zero,per_seed"
-    assert lines[-1].startswith("B,communication_mb,%,2,-50.0,0.0,-50.0,-50.0,1,0:-50.0;1:-50.0")
+    assert lines[0] == "method,quantity,unit,n,mean,sd,low,high,excludes_zero,per_seed,note"
+    assert lines[-1] == "B,communication_mb,%,2,-50.0,0.0,-50.0,-50.0,1,0:-50.0;1:-50.0,exact"
     # table.csv keeps its earlier columns in place; the last-k mean comes last
     head = (c / "table.csv").read_text().splitlines()[0].split(",")
     assert head[:5] == ["method", "seeds", "final_accuracy", "final_accuracy_std", "final_accuracy_vs_baseline"]
@@ -161,7 +163,7 @@ def test_report_html_of_fabricated_comparison_is_self_contained_and_escaped(tmp_
     assert len(imgs) == len(list((c / "plots").glob("*.png"))) == len(rep["plots"]) >= 3
     for sec in ("results", "paired", "plots", "config", "federation", "wall"):
         assert f'<section id="{sec}">' in page
-    assert 'class="num sig">-50.0 [-50.0, -50.0] *</td>' in page
+    assert 'class="num sig">-50.0 [-50.0, -50.0] * (exact)</td>' in page
 
 
 # -- selection profile plot -------------------------------------------------------------------
@@ -239,8 +241,9 @@ def test_sweep_paired_differences_per_grid_point(tmp_path):
     assert (round(iv.low, 2), round(iv.high, 2)) == (-44.84, 4.84) and iv.significant is False
     md = rep["markdown"]
     assert "## Paired differences vs random (3 seeds, 95% CI)" in md
-    # R = 4: +10 points every seed (no spread) -> significant; latency 0, +10, -10 %
-    assert "| 4 | smart | +10.00 [+10.00, +10.00] * | +0.0 [-24.8, +24.8] |" in md
+    # R = 4: +10 points every seed: accuracy varies by seed, so identical differences are no
+    # evidence of certainty (no zero-width interval, no star); latency 0, +10, -10 %
+    assert "| 4 | smart | +10.00 (3 seeds: no spread to judge) | +0.0 [-24.8, +24.8] |" in md
     assert p2["same_federation"] and "†" not in md  # clients_per_round does not change the federation
     page = (tmp_path / "report.html").read_text()
     assert '<section id="paired">' in page and '<section id="config">' in page and "<script" not in page

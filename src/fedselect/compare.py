@@ -199,6 +199,7 @@ def check_comparison_runs(directory: str | Path) -> None:
         [(d / run_dir_name(e.label, s), cc.experiment(e, s)) for s in cc.seeds for e in cc.methods],
         f"comparison {d}",
         "The table would mix results of different configs: re-run the comparison into another --out",
+        inputs=False,  # a report reads saved metrics only (the data may not even be on this machine)
     )
 
 

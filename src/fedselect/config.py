@@ -204,6 +204,32 @@ class MetricsConfig(_Strict):
     )
 
 
+#: how to install the optional TensorBoard writer (``log.tensorboard``)
+TENSORBOARD_INSTALL = "pip install 'fedselect[tensorboard]' (or: pip install -r requirements-tensorboard.txt)"
+
+
+class LogConfig(_Strict):
+    """Live logs written beside the run's files while it runs (they never change its results)."""
+
+    tensorboard: bool = Field(
+        False,
+        description="write TensorBoard event files into <run dir>/tb every round: accuracy, F1, losses, latencies, "
+        "bytes and the selector's numeric columns (`tensorboard --logdir <run or comparison dir>`)",
+    )
+
+    @field_validator("tensorboard")
+    @classmethod
+    def _installed(cls, v: bool) -> bool:
+        import importlib.util
+
+        if v and importlib.util.find_spec("tensorboard") is None:
+            raise ValueError(
+                f"the TensorBoard writer needs the tensorboard package, which is not installed here: {TENSORBOARD_INSTALL}; "
+                "or set log.tensorboard: false"
+            )
+        return v
+
+
 class ExperimentConfig(_Strict):
     """One experiment.
 
@@ -242,7 +268,21 @@ class ExperimentConfig(_Strict):
         description="where the rounds run: 'simulator' (this process and its worker pool) or 'flower' (Flower's "
         "simulation engine, one SuperNode per client)",
     )
+    log: LogConfig = Field(default_factory=LogConfig, description="live logs (log.tensorboard); results do not depend on it")
     comment: str | None = None
+
+    @field_validator("log", mode="before")
+    @classmethod
+    def _log_shorthand(cls, v: Any) -> Any:
+        """``log: tensorboard`` and ``log: [tensorboard]`` mean ``log: {tensorboard: true}``
+        (so ``--set log=tensorboard`` works as well as ``--set log.tensorboard=true``)."""
+        names = [v] if isinstance(v, str) else v if isinstance(v, list) and all(isinstance(x, str) for x in v) else None
+        if names is None:
+            return v
+        unknown = sorted(set(names) - set(LogConfig.model_fields))
+        if unknown:
+            raise ValueError(f"log: unknown log(s) {unknown}; allowed: {sorted(LogConfig.model_fields)}")
+        return {n: True for n in names}
 
     @model_validator(mode="after")
     def _check(self) -> "ExperimentConfig":
@@ -274,6 +314,44 @@ class ExperimentConfig(_Strict):
         return self
 
 
+#: characters a method label may hold besides letters and digits (of any script: Ø, β, é)
+LABEL_PUNCTUATION = " _.+-()"
+
+
+def check_label(label: str) -> None:
+    """Refuse a method label that tables, plots and run directory names cannot carry.
+
+    Allowed: letters and digits of any script (``Ø``, ``β``, combining accents), space and
+    ``_ . + - ( )``. Refused: any other character (named, with its code point: ``/`` would
+    make a sub-directory of ``runs/``, ``:`` ``|`` ``*`` break tables and file names), an empty
+    label, and a label starting with ``_``, which matplotlib leaves out of every plot legend.
+
+    Raises:
+        ValueError: naming the label and every refused character.
+    """
+    import unicodedata
+
+    if not label.strip():
+        raise ValueError(f"label {label!r}: empty; give the method a name (letters, digits, space and _ . + - ( ))")
+    bad = []
+    for ch in label:
+        cat = unicodedata.category(ch)
+        ok = ch in LABEL_PUNCTUATION or cat[0] in "LM" or cat == "Nd"  # letters, accents, decimal digits
+        if not ok and ch not in bad:
+            bad.append(ch)
+    if bad:
+        names = ", ".join(f"{ch!r} (U+{ord(ch):04X} {unicodedata.name(ch, '') or 'a control character'})" for ch in bad)
+        raise ValueError(
+            f"label {label!r}: character{'s' if len(bad) > 1 else ''} {names} not allowed; a label holds letters and "
+            f"digits (any script, e.g. Ø or β), space and _ . + - ( ) only"
+        )
+    if label.startswith("_"):
+        raise ValueError(
+            f"label {label!r} starts with '_': matplotlib leaves such labels out of every plot legend, so this method "
+            f"would vanish from the plots; start it with a letter or digit (e.g. {label.lstrip('_') or 'method'!r})"
+        )
+
+
 class MethodSpec(BaseModel):
     """One contender of a comparison or sweep: a ``label`` for tables and plots, and what runs:
     a ``method`` preset and/or an explicit ``selector`` / ``algorithm`` ({name, options}), with
@@ -293,8 +371,7 @@ class MethodSpec(BaseModel):
         if self.label is None:
             parts = [c.name.rsplit(":", 1)[-1] for c in (self.selector, self.algorithm) if c is not None]
             self.label = self.method if not parts else "+".join(([self.method] if self.method else []) + parts)
-        if not re.fullmatch(r"[A-Za-z0-9_.+\- ()]+", self.label):
-            raise ValueError(f"label {self.label!r}: use letters, digits, space and _ . + - ( ) only")
+        check_label(self.label)
         return self
 
     def apply(self, doc: dict[str, Any]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from fedselect.federation import Federation, build_federation
 from fedselect.fl.checkpoint import FORMAT_VERSION, NoCheckpointError, load_checkpoint, remove_stale_temp_files
 from fedselect.fl.round import run_rounds
 from fedselect.fl.types import Evaluation
+from fedselect.inputs import check_resume, saved_inputs_changed, write_inputs
 from fedselect.resolve import Resolved, resolve
 from fedselect.runfiles import RUN_FILES, RoundEvent, RunFiles
 from fedselect.simulation import Simulation
@@ -270,6 +271,8 @@ def _run(
                 (run_dir / name).unlink(missing_ok=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temp_files(run_dir, RUN_FILES)
+    if ck is None:  # a run (re)starting from round 0 records what its data came from
+        write_inputs(run_dir, fed)
     handler = _setup_logging(run_dir)
     files = RunFiles(run_dir, r, sim, on_round, stop_after, ck)
     try:
@@ -318,7 +321,7 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 _MISSING = object()
 #: settings of how a run is executed, not of what it computes: results are identical for any
 #: value, so comparisons of saved and current configs leave them out
-EXECUTION_KEYS = ("train.workers", "engine")
+EXECUTION_KEYS = ("train.workers", "engine", "log.tensorboard")
 
 
 def config_differences(saved: dict[str, Any], now: dict[str, Any], ignore: tuple[str, ...] = ()) -> list[str]:
@@ -351,25 +354,36 @@ def saved_run_differences(run_dir: str | Path, cfg: ExperimentConfig, finished: 
     )
 
 
-def check_saved_runs(items: list[tuple[Path, ExperimentConfig]], where: str, how: str) -> None:
-    """Refuse to reuse results whose config differs from the one that would produce them now.
+def check_saved_runs(items: list[tuple[Path, ExperimentConfig]], where: str, how: str, inputs: bool = True) -> None:
+    """Refuse to reuse results whose config differs from the one that would produce them now,
+    or (``inputs``) whose input data files changed since they ran (``inputs.json``:
+    :func:`fedselect.inputs.saved_inputs_changed`).
 
     Args:
         items: (run directory, the resolved config it should hold) pairs.
         where: what reuses them (for the message). how: what the user can do instead.
+        inputs: also check the runs' input files (off for reports, which only read saved metrics).
 
     Raises:
-        ValueError: naming every run directory and every differing key.
+        ValueError: naming every run directory and every differing key or changed file.
     """
-    bad = []
+    bad, changed = [], []
     for run_dir, cfg in items:
         diff = saved_run_differences(run_dir, cfg, finished=(Path(run_dir) / "summary.json").exists())
         if diff:
             bad.append(f"{run_dir}: " + "; ".join(diff))
+        files = saved_inputs_changed(run_dir) if inputs else []
+        if files:
+            changed.append(f"{run_dir}: " + "; ".join(files))
     if bad:
         raise ValueError(
             f"{where} holds runs made with another config than the one it would run now, which would mix old and new "
             f"results: " + " | ".join(bad) + f". {how}"
+        )
+    if changed:
+        raise ValueError(
+            f"{where} holds runs made on input data that changed since they ran, which would mix results on old and new "
+            f"data: " + " | ".join(changed) + ". Restore the data file(s), or run into another --out (nothing was changed)"
         )
 
 
@@ -408,6 +422,7 @@ def _load_resume_point(run_dir: Path, r: Resolved, sim: Simulation) -> dict[str,
             f"cannot resume {run_dir}: the config differs from the one the checkpoint was written with at "
             f"{'; '.join(diff)}; only `rounds` may change on resume. Restore config.yaml or start a new run"
         )
+    check_resume(run_dir, sim.fed)  # the same input files and the same federation as when the run started
     if cfg.rounds < ck["round"]:
         raise ValueError(
             f"cannot resume {run_dir} with rounds={cfg.rounds}: the checkpoint already holds {ck['round']} rounds; "

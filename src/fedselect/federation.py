@@ -16,7 +16,7 @@ from torch import nn
 from fedselect.config import DataConfig, ExperimentConfig, ModelConfig, SystemConfig
 from fedselect.data.catalog import load_dataset, make_partitioner
 from fedselect.data.datasets import ArrayDataset
-from fedselect.data.files import dropped_rows_total
+from fedselect.data.files import dropped_rows_total, recording_reads
 from fedselect.data.partition import local_holdout
 from fedselect.models import build_model
 from fedselect.seeding import np_rng, torch_rng
@@ -64,6 +64,9 @@ class Federation:
     ):
         self.data, self.model, self.system, self.seed = data, model, system, int(seed)
         self.train_set, self.test_set, self.clients, self.fleet = train_set, test_set, clients, fleet
+        #: the data and profile files the federation was built from: ``[{"path", "size",
+        #: "sha256"}]`` ([] for embedded or generated data; see :mod:`fedselect.inputs`)
+        self.source_files: list[dict] = []
         self.input_shape = train_set.input_shape
         self.num_classes = train_set.num_classes
         self.features = train_set.num_features
@@ -130,7 +133,9 @@ def make_federation(d: DataConfig, model: ModelConfig, system: SystemConfig, see
         ValueError: an impossible partition (message gives the numbers).
         DatasetNotFoundError: data missing.
     """
-    train_set, test_set = load_dataset(d.dataset, seed=seed, **d.options)
+    with recording_reads() as reads:  # every data file the loader reads, with size and SHA-256
+        train_set, test_set = load_dataset(d.dataset, seed=seed, **d.options)
+        devices, networks = _profile_tables(system)
     partitioner = make_partitioner(d.partition.scheme, **d.partition.params())
     parts = partitioner.split(train_set.y, d.num_clients, np_rng(seed, "partition"), groups=train_set.groups)
     if len(parts) != d.num_clients:
@@ -148,9 +153,10 @@ def make_federation(d: DataConfig, model: ModelConfig, system: SystemConfig, see
                 ho,
             )
         )
-    devices, networks = _profile_tables(system)
     fleet = Fleet.create(d.num_clients, seed, devices, networks, system.device_mix, system.network_mix)
-    return Federation(d, model, system, seed, train_set, test_set, clients, fleet)
+    fed = Federation(d, model, system, seed, train_set, test_set, clients, fleet)
+    fed.source_files = sorted(reads.values(), key=lambda f: f["path"])
+    return fed
 
 
 def federation_key(cfg: ExperimentConfig) -> str:

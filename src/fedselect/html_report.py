@@ -368,6 +368,8 @@ def results_html(rep: dict[str, Any]) -> str:
     out.append(f'<p class="note">{note} Latency is simulated seconds; comm in MB (10<sup>6</sup> bytes).</p>')
     if rep.get("caveat"):
         out.append(f'<p class="warn">{esc(rep["caveat"])}</p>')
+    if rep.get("missing_note"):
+        out.append(f'<p class="warn">{esc(rep["missing_note"])}</p>')
     base = rep.get("baseline")
     if base and len(rep["table"]) > 1:
         items = [

@@ -15,6 +15,7 @@ differences against the baseline over seeds with a 95% Student-t interval
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,8 @@ from fedselect.tables import (  # noqa: F401  (re-exported: the report's tables)
     load_federations,
     load_run,
     metric_of,
+    missing_note,
+    missing_runs,
     paired_cell,
     paired_intro,
     paired_quantities,
@@ -47,6 +50,8 @@ from fedselect.tables import (  # noqa: F401  (re-exported: the report's tables)
     summary_window,
     window_caveat,
 )
+
+log = logging.getLogger("fedselect.report")
 
 
 def build_report(directory: str | Path, plots: bool = True, window: int | None = None) -> dict[str, Any]:
@@ -71,13 +76,17 @@ def build_report(directory: str | Path, plots: bool = True, window: int | None =
             )
         return {"kind": "sweep", **build_sweep_table(directory)}
     title, results, labels, baseline, paper, paper_source, feds = collect(directory, window)
+    missing = missing_runs(directory)
+    note = missing_note(missing, baseline, directory)
+    if note:  # on the console too: the table alone would not show that a run is absent
+        log.warning("%s: %s", directory, note.removeprefix("Caution: "))
     columns = columns_for(results)
     table = aggregate_table(results, labels, baseline, columns)
     window = summary_window(results)
     caveat = window_caveat(results)
     quantities = paired_quantities(metric_of(results), window)
     paired = paired_table(results, labels, baseline, quantities)
-    md = render_markdown(title, table, baseline, paper, paper_source, columns, window, paired, quantities, caveat)
+    md = render_markdown(title, table, baseline, paper, paper_source, columns, window, paired, quantities, caveat, note)
     atomic_write(directory / "table.md", lambda fh: fh.write(md))
     atomic_write(directory / "table.csv", lambda fh: fh.write(render_csv(table, columns)), newline="")
     if paired:
@@ -104,6 +113,8 @@ def build_report(directory: str | Path, plots: bool = True, window: int | None =
         "paper_source": paper_source,
         "federations": feds,
         "caveat": caveat,
+        "missing": missing,
+        "missing_note": note,
     }
     from fedselect.html_report import write_compare_html
 

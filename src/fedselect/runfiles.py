@@ -30,6 +30,7 @@ from fedselect.fl.types import Evaluation
 from fedselect.resolve import Resolved
 from fedselect.selectors.base import Prepared
 from fedselect.simulation import Simulation
+from fedselect.tblog import open_tensorboard
 
 #: files a run writes into its directory (``overwrite`` removes exactly these)
 RUN_FILES = (
@@ -42,6 +43,7 @@ RUN_FILES = (
     "checkpoint.pt",
     "checkpoint.prev.pt",
     ".checkpoint.new",
+    "inputs.json",  # fedselect.inputs: the input files and the federation the run started on
 )
 
 
@@ -108,11 +110,16 @@ class RunFiles:
             self.mrows, self.trows = [], []
             self.metrics = CsvLog(self.dir / "metrics.csv", self.columns)
             self.timing = CsvLog(self.dir / "timing.csv", TIMING_COLUMNS)
+        # live curves (log.tensorboard): every row also goes to tb/ (fedselect.tblog)
+        at = None if resume is None else resume["round"]
+        self.tb = open_tensorboard(self.dir, cfg.log.tensorboard, self.columns, sim.selector.extra_columns, at)
         self._t0 = time.perf_counter()
 
     # ---------------------------------------------------------------- the loop's records
     def _append(self, row: dict[str, Any], t: int) -> None:
         self.metrics.append(row)
+        if self.tb is not None:
+            self.tb.write(row, t)
         self.mrows.append({c: _fmt(row.get(c)) for c in self.columns})
         wall = time.perf_counter() - self._t0
         self.cum["wall"] += wall
@@ -224,6 +231,8 @@ class RunFiles:
     def close(self) -> None:
         self.metrics.close()
         self.timing.close()
+        if self.tb is not None:
+            self.tb.close()
 
     # ---------------------------------------------------------------- the end
     def finish(self, finished: Finished, selector_summary: dict[str, Any]) -> dict[str, Any]:

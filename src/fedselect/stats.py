@@ -17,6 +17,16 @@ significant at that level. Worked example: differences 1.0, 2.0, 3.0 points have
 sd 1.0, t_{0.975, 2} = 4.303, so the 95% interval is 2.0 ± 4.303 / sqrt(3) = [-0.48, 4.48],
 which contains 0 (not significant); 2.0, 2.1, 1.9 give [1.75, 2.25] (significant). One pair
 gives no interval (there is no spread to estimate).
+
+**Zero spread.** When every seed gives the same difference (two seeds whose rounds to target
+are 2 against 3, i.e. -33.3% twice; two accuracy differences of +5 points), the sample standard
+deviation is 0 and the formula would give a zero-width interval "[-33.3, -33.3] *", claiming
+certainty from a coincidence of a few seeds. For a quantity that varies by seed that is never
+shown: :func:`paired_interval` returns no interval (``spread == "none"``, not significant) and
+the cell reads ``-33.3 (2 seeds: no spread to judge)``. Only a quantity the caller knows to be
+exactly deterministic (``exact=True``: e.g. the bytes of two methods that move the same number of
+models in every seed, with no client failures) keeps its zero-width interval, marked
+``(exact)``. "The same" allows float rounding (:data:`ZERO_SPREAD_RTOL`).
 """
 
 from __future__ import annotations
@@ -30,6 +40,10 @@ import numpy as np
 #: units of a paired difference: "pts" = 100 x (ours - baseline) for fractions such as
 #: accuracy; "%" = 100 x (ours - baseline) / baseline, per seed; "abs" = ours - baseline
 UNITS = ("pts", "%", "abs")
+
+#: differences whose sample sd is at most this fraction of max(1, |mean|) count as identical
+#: (100 x (0.55 - 0.50) and 100 x (0.60 - 0.55) differ by 1e-14 in floating point)
+ZERO_SPREAD_RTOL = 1e-9
 
 
 def mean_std(values: Iterable[Any]) -> tuple[float | None, float | None, int]:
@@ -55,7 +69,10 @@ class PairedInterval:
     """Mean of ``n`` paired differences and its confidence interval.
 
     ``low``/``high``/``half_width``/``sd`` are None when ``n < 2`` (no interval possible);
-    ``mean`` is None when ``n == 0``.
+    ``mean`` is None when ``n == 0``. ``spread``: ``"normal"``; ``"none"`` when ``n >= 2``
+    differences coincide for a quantity that varies by seed (no interval: ``low``/``high`` None,
+    ``sd`` 0); ``"exact"`` when they coincide for a quantity declared exactly deterministic (a
+    zero-width interval, ``low == high == mean``).
     """
 
     n: int
@@ -65,6 +82,7 @@ class PairedInterval:
     low: float | None
     high: float | None
     confidence: float = 0.95
+    spread: str = "normal"
 
     @property
     def has_interval(self) -> bool:
@@ -78,13 +96,16 @@ class PairedInterval:
         return self.low > 0 or self.high < 0
 
 
-def paired_interval(diffs: Iterable[float], confidence: float = 0.95) -> PairedInterval:
+def paired_interval(diffs: Iterable[float], confidence: float = 0.95, exact: bool = False) -> PairedInterval:
     """Mean paired difference and its Student-t ``confidence`` interval (module docstring).
 
     Args:
         diffs: per-seed differences (any unit); NaN/None are not allowed here, leave such
             seeds out before.
         confidence: two-sided level in (0, 1).
+        exact: the quantity is exactly deterministic (the same on each side in every seed), so
+            identical differences are exact and keep a zero-width interval; otherwise identical
+            differences give no interval (``spread == "none"``: no spread to judge).
 
     Raises:
         ValueError: ``confidence`` outside (0, 1) or a non-finite difference.
@@ -104,6 +125,10 @@ def paired_interval(diffs: Iterable[float], confidence: float = 0.95) -> PairedI
     from scipy.stats import t
 
     sd = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
+    if sd <= ZERO_SPREAD_RTOL * max(1.0, abs(mean)):
+        if exact:
+            return PairedInterval(n, mean, 0.0, 0.0, mean, mean, confidence, "exact")
+        return PairedInterval(n, mean, 0.0, None, None, None, confidence, "none")
     half = float(t.ppf((1 + confidence) / 2, n - 1)) * sd / math.sqrt(n)
     return PairedInterval(n, mean, sd, half, mean - half, mean + half, confidence)
 
@@ -141,11 +166,15 @@ def _finite(v) -> bool:
 
 def format_interval(iv: PairedInterval, unit: str, digits: int = 1) -> str:
     """``+2.0 [-0.5, +4.5]`` (``*`` appended when the interval excludes 0); ``+2.0 (1 seed: no
-    interval)``; ``-`` without pairs. ``unit`` is only used for the single-seed text."""
+    interval)``; ``-33.3 (2 seeds: no spread to judge)`` (identical differences of a quantity
+    that varies by seed); ``-50.0 [-50.0, -50.0] * (exact)`` (an exactly deterministic one);
+    ``-`` without pairs. ``unit`` is unused (kept for callers)."""
     if iv.mean is None:
         return "-"
     txt = f"{iv.mean:+.{digits}f}"
+    if iv.spread == "none":
+        return txt + f" ({iv.n} seeds: no spread to judge)"
     if not iv.has_interval:
         return txt + " (1 seed: no interval)"
     txt += f" [{iv.low:+.{digits}f}, {iv.high:+.{digits}f}]"
-    return txt + (" *" if iv.significant else "")
+    return txt + (" *" if iv.significant else "") + (" (exact)" if iv.spread == "exact" else "")

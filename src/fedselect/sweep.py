@@ -212,7 +212,10 @@ def check_sweep_runs(directory: str | Path) -> None:
                 if (run_dir / "summary.json").exists():
                     items.append((run_dir, sc.experiment(m, rp, seed)))
     check_saved_runs(
-        items, f"sweep directory {d}", "The table would mix results of different configs: re-run the sweep into another --out"
+        items,
+        f"sweep directory {d}",
+        "The table would mix results of different configs: re-run the sweep into another --out",
+        inputs=False,  # a report reads saved metrics only
     )
 
 
@@ -385,6 +388,7 @@ def sweep_paired(out: str | Path, sc: SweepConfig, confidence: float = 0.95) -> 
     pair does not share a federation.
     """
     from fedselect.stats import paired_differences, paired_interval
+    from fedselect.tables import is_exact
 
     if sc.baseline is None:
         return []
@@ -405,10 +409,14 @@ def sweep_paired(out: str | Path, sc: SweepConfig, confidence: float = 0.95) -> 
             ours = _summaries(out, m.label, rp, sc.seeds)
             seeds = sorted(set(ours) & set(base))
             cells = {}
+            failures = any(x.get("client_failures") or x.get("failed_rounds") for d in (ours, base) for x in d.values())
             for c in sc.columns:
                 unit = _unit(c)
-                diffs = paired_differences({s: ours[s].get(c) for s in seeds}, {s: base[s].get(c) for s in seeds}, unit)
-                cells[c] = {"diffs": diffs, "interval": paired_interval(diffs.values(), confidence), "unit": unit}
+                a, b = {s: ours[s].get(c) for s in seeds}, {s: base[s].get(c) for s in seeds}
+                diffs = paired_differences(a, b, unit)
+                exact = not failures and is_exact(c, [a[s] for s in diffs], [b[s] for s in diffs])
+                iv = paired_interval(diffs.values(), confidence, exact=exact)
+                cells[c] = {"diffs": diffs, "interval": iv, "unit": unit}
             point = {k: (rp[k] if k in rp else brp.get(k, "-")) for k in sc.grid}
             same = _fed_key(sc.experiment(m, rp, sc.seeds[0])) == _fed_key(sc.experiment(base_m, brp, sc.seeds[0]))
             result.append({"label": m.label, "point": point, "seeds": seeds, "cells": cells, "same_federation": same})

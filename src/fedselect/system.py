@@ -150,10 +150,12 @@ def _profile(p: Path, kind: str, line: int, row: dict, where) -> DeviceProfile |
 def _yaml_profile_rows(p: Path) -> list:
     import yaml
 
-    from fedselect.data.files import DataFileError, naming_file
+    from fedselect.data.files import DataFileError, naming_file, note_read
 
     with naming_file(p, "profile YAML"):
-        text = p.read_bytes().decode("utf-8")
+        raw = p.read_bytes()
+        note_read(p, raw)
+        text = raw.decode("utf-8")
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         doc = yaml.safe_load(text) or {}

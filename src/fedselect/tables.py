@@ -145,6 +145,7 @@ def aggregate_table(results: list[RunResult], labels: list[str], baseline: str |
         entry: dict[str, Any] = {
             "label": lab,
             "seeds": len(rs),
+            "seed_list": sorted(r.seed for r in rs),
             "incomplete": [
                 f"{r.dir.name} ({r.summary.get('rounds', 0)} of {r.rounds_planned} rounds)" for r in rs if not r.complete
             ],
@@ -155,15 +156,56 @@ def aggregate_table(results: list[RunResult], labels: list[str], baseline: str |
         table.append(entry)
     base = next((e for e in table if e["label"] == baseline), None)
     for e in table:
+        # the change vs the baseline compares the same seeds on both sides: when a run is missing
+        # on one side, both means are taken over the seeds both have (vs_seeds says which)
+        common = sorted(set(e["seed_list"]) & set(base["seed_list"])) if base is not None and e is not base else []
+        e["vs_seeds"] = common
+        e["vs_partial"] = base is not None and e is not base and (common != e["seed_list"] or common != base["seed_list"])
+        ours_rs = [r for r in results if r.label == e["label"] and r.seed in common]
+        base_rs = [r for r in results if base is not None and r.label == base["label"] and r.seed in common]
         for key, *_ in columns:
             e[key + "_vs"] = None
-            if base is None or e is base or e[key] is None or base[key] is None:
+            if base is None or e is base:
+                continue
+            if e["vs_partial"]:
+                mine, theirs = _mean_std([_value(r, key) for r in ours_rs])[0], _mean_std([_value(r, key) for r in base_rs])[0]
+            else:
+                mine, theirs = e[key], base[key]
+            if mine is None or theirs is None:
                 continue
             if key in POINT_KEYS or key.startswith("last_k_"):
-                e[key + "_vs"] = 100.0 * (e[key] - base[key])
-            elif base[key] != 0:
-                e[key + "_vs"] = 100.0 * (e[key] - base[key]) / base[key]
+                e[key + "_vs"] = 100.0 * (mine - theirs)
+            elif theirs != 0:
+                e[key + "_vs"] = 100.0 * (mine - theirs) / theirs
     return table
+
+
+def missing_runs(directory: str | Path) -> list[dict[str, Any]]:
+    """The runs a comparison's ``compare.json`` lists that are not there: no run directory, or
+    one without ``metrics.csv`` (never started, deleted, not copied). ``[{"label", "seed",
+    "dir"}]`` in compare.json's order; [] for a run or sweep directory."""
+    d = Path(directory)
+    if not (d / "compare.json").is_file():
+        return []
+    try:
+        runs = read_json(d / "compare.json")["runs"]
+        listed = [(r["label"], int(r["seed"]), r["dir"]) for r in runs]
+    except (KeyError, TypeError, ValueError):
+        return []  # collect() reports a damaged compare.json
+    return [{"label": lab, "seed": seed, "dir": rd} for lab, seed, rd in listed if not (d / rd / "metrics.csv").is_file()]
+
+
+def missing_note(missing: list[dict[str, Any]], baseline: str | None, directory: str | Path = "DIR") -> str | None:
+    """The line under the table naming the missing runs (None when none is missing)."""
+    if not missing:
+        return None
+    names = ", ".join(f"{m['label']}-s{m['seed']} ({m['dir']})" for m in missing)
+    vs = f"; every difference vs {baseline} uses only the seeds both methods have" if baseline else ""
+    return (
+        f"Caution: {len(missing)} run{'s' if len(missing) > 1 else ''} missing (no run directory or no metrics.csv), "
+        f"left out of the table{vs}: {names}. Run {'them' if len(missing) > 1 else 'it'} with "
+        f"`fedselect compare --resume {directory}`."
+    )
 
 
 def _cell(e: dict[str, Any], key: str, digits: int) -> str:
@@ -201,6 +243,11 @@ def relative_phrases(e: dict[str, Any], baseline: str, window: int | None = None
             f"{name} {v:+.1f} pts vs {baseline}"
             if key in POINT_KEYS or key.startswith("last_k_")
             else f"{name} {v:+.1f}% vs {baseline}"
+        )
+    if out and e.get("vs_partial"):
+        n = len(e["vs_seeds"])
+        out.append(
+            f"all over the {n} seed{'s' if n != 1 else ''} both ran ({', '.join(map(str, e['vs_seeds']))}; runs are missing)"
         )
     return out
 
@@ -246,10 +293,45 @@ def paired_table(
         seeds = sorted(set(ours) & set(base))
         cells = {}
         for key, _, unit in quantities:
-            diffs = paired_differences({s: _value(ours[s], key) for s in seeds}, {s: _value(base[s], key) for s in seeds}, unit)
-            cells[key] = {"diffs": diffs, "interval": paired_interval(diffs.values(), confidence), "unit": unit}
+            a, b = {s: _value(ours[s], key) for s in seeds}, {s: _value(base[s], key) for s in seeds}
+            diffs = paired_differences(a, b, unit)
+            exact = is_exact(
+                key, [a[s] for s in diffs], [b[s] for s in diffs], [ours[s] for s in diffs], [base[s] for s in diffs]
+            )
+            cells[key] = {"diffs": diffs, "interval": paired_interval(diffs.values(), confidence, exact=exact), "unit": unit}
         out.append({"label": lab, "seeds": seeds, "cells": cells})
     return out
+
+
+#: quantities that can be exactly deterministic: the bytes a method moves depend only on how many
+#: models it sends (U per round, the warm-up's N, CEFL's transfer), not on the seed, as long as no
+#: client fails (a failure changes what is transferred)
+EXACT_KEYS = ("communication_mb", "upload_mb", "download_mb")
+
+
+def _selection_sizes(r: RunResult) -> tuple[int, ...]:
+    return tuple(len([k for k in (row.get("selected") or "").split(";") if k]) for row in r.rows)
+
+
+def _has_failures(r: RunResult) -> bool:
+    if any(row.get("failed") for row in r.rows):
+        return True
+    return bool((r.extra or {}).get("client_failures")) or bool((r.extra or {}).get("failed_rounds"))
+
+
+def is_exact(key: str, ours: list, base: list, ours_runs: list | None = None, base_runs: list | None = None) -> bool:
+    """Whether identical paired differences of ``key`` are exact rather than a coincidence of few
+    seeds: ``key`` is a byte count (:data:`EXACT_KEYS`), each side has the same value in every
+    paired seed, and (when the runs are given) no client failed and every seed selected the same
+    number of clients in every round on each side. Then a zero-width interval is the truth."""
+    if key not in EXACT_KEYS or len(ours) < 2 or len(set(ours)) != 1 or len(set(base)) != 1:
+        return False
+    for runs in (ours_runs, base_runs):
+        if runs is None:
+            continue
+        if any(_has_failures(r) for r in runs) or len({_selection_sizes(r) for r in runs}) > 1:
+            return False
+    return True
 
 
 def paired_cell(cell: dict[str, Any], nseeds: int) -> str:
@@ -278,6 +360,9 @@ def paired_intro(baseline: str, nseeds: int, confidence: float = 0.95) -> str:
         f"For each seed a method and {baseline} ran on the same federation; a cell is the mean over the seeds of the "
         f"difference (method - {baseline}) with its {confidence:.0%} confidence interval [low, high] (Student t, "
         f"n - 1 degrees of freedom). `*`: the interval excludes 0, the difference is larger than the seed-to-seed noise. "
+        f"`no spread to judge`: every seed gave the same difference, which for a quantity that varies by seed is a "
+        f"coincidence of few seeds, not certainty (no interval, no `*`); `(exact)`: the same bytes on each side in every "
+        f"seed (no failures, the same number of clients per round), so the difference is exact. "
         f"pts = accuracy points (x100); % = percent of {baseline}'s value in the same seed (negative = less latency, "
         f"fewer rounds, fewer MB)."
     )
@@ -313,6 +398,7 @@ def render_markdown(
     paired: list[dict[str, Any]] | None = None,
     quantities=None,
     caveat: str | None = None,
+    missing: str | None = None,
 ) -> str:
     heads = ["method"] + [h for _, h, _, _ in columns]
     lines = [f"# {title}", "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
@@ -320,7 +406,15 @@ def render_markdown(
         lines.append("| " + " | ".join([e["label"]] + [_cell(e, k, d) for k, _, d, _ in columns]) + " |")
     lines.append("")
     seeds = max((e["seeds"] for e in table), default=0)
-    lines.append(f"Mean over {seeds} seed(s)" + (" ± sample standard deviation." if seeds > 1 else "."))
+    fewer = [f"{e['label']}: {e['seeds']}" for e in table if e["seeds"] < seeds]
+    lines.append(
+        f"Mean over {seeds} seed(s)"
+        + (" ± sample standard deviation" if seeds > 1 else "")
+        + (f" (fewer where runs are missing: {', '.join(fewer)})" if fewer else "")
+        + "."
+    )
+    if missing:
+        lines.append(missing)
     lastk = next((h for k, h, _, _ in columns if k.startswith("last_k_")), None)
     if lastk:
         lines.append(
@@ -378,7 +472,7 @@ def render_paired_csv(paired: list[dict[str, Any]], quantities) -> str:
     per-seed differences (``seed:value`` separated by ``;``)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["method", "quantity", "unit", "n", "mean", "sd", "low", "high", "excludes_zero", "per_seed"])
+    w.writerow(["method", "quantity", "unit", "n", "mean", "sd", "low", "high", "excludes_zero", "per_seed", "note"])
     fmt = lambda v: "" if v is None else repr(float(v))  # noqa: E731
     for p in paired:
         for key, _, unit in quantities:
@@ -397,6 +491,7 @@ def render_paired_csv(paired: list[dict[str, Any]], quantities) -> str:
                     fmt(iv.high),
                     sig,
                     ";".join(f"{s}:{d!r}" for s, d in c["diffs"].items()),
+                    {"none": "no spread to judge", "exact": "exact"}.get(iv.spread, ""),
                 ]
             )
     return buf.getvalue()

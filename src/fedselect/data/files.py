@@ -21,12 +21,19 @@ which the run's ``summary.json`` reports as ``data_dropped_rows`` (see
 
 Reading is fast for clean files (pandas' C parser, vectorised checks); only a file with a
 cell that does not parse falls back to a slower line-by-line pass that locates every defect.
+
+Every reader here (and the IDX and profile readers that use :func:`naming_file`) reports the
+file it read to :func:`note_read`; inside :func:`recording_reads` each read file is recorded with
+its size and SHA-256 (of the bytes read), so that a run can save what its data came from and a
+resume can refuse data that changed (:mod:`fedselect.inputs`). Outside it, nothing is recorded.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import csv
+import hashlib
 import io
 import logging
 import math
@@ -48,7 +55,9 @@ __all__ = [
     "dropped_rows_total",
     "flag_option",
     "naming_file",
+    "note_read",
     "read_csv_checked",
+    "recording_reads",
     "safe_pickle_load",
 ]
 
@@ -56,6 +65,45 @@ __all__ = [
 _SHOWN = 5
 #: rows per chunk of the line-by-line pass
 _CHUNK = 4096
+
+
+#: the files read inside the innermost :func:`recording_reads` (None: not recording)
+_READS: contextvars.ContextVar[dict[str, dict[str, Any]] | None] = contextvars.ContextVar("fedselect_reads", default=None)
+
+
+@contextlib.contextmanager
+def recording_reads() -> Iterator[dict[str, dict[str, Any]]]:
+    """Record every data file read in the block: yields ``{absolute path: {"path", "size",
+    "sha256"}}``, filled as files are read (:func:`note_read`). Nested blocks each get their own
+    record, and the outer one sees the inner reads too."""
+    outer = _READS.get()
+    mine: dict[str, dict[str, Any]] = {}
+    token = _READS.set(mine)
+    try:
+        yield mine
+    finally:
+        _READS.reset(token)
+        if outer is not None:
+            outer.update(mine)
+
+
+def note_read(path: str | Path, data: bytes | None = None) -> None:
+    """Report that a loader read ``path`` (``data``: the bytes read, when the reader has them;
+    otherwise the file is hashed as it is on disk now). A no-op outside :func:`recording_reads`."""
+    reads = _READS.get()
+    if reads is None:
+        return
+    p = Path(path).expanduser().resolve()
+    if data is None:
+        h, size = hashlib.sha256(), 0
+        with open(p, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+                size += len(chunk)
+        digest = h.hexdigest()
+    else:
+        digest, size = hashlib.sha256(data).hexdigest(), len(data)
+    reads[str(p)] = {"path": str(p), "size": size, "sha256": digest}
 
 
 class DataFileError(ValueError):
@@ -289,6 +337,7 @@ def read_csv_checked(
     p = Path(path)
     with naming_file(p, what):
         data = p.read_bytes()
+    note_read(p, data)
     text = _decode(p, data)
     first = _first_record(p, text)
     if first is None:
@@ -555,4 +604,7 @@ def safe_pickle_load(
     :class:`DataFileError` naming the file."""
     p = Path(path)
     with naming_file(p, what), open(p, "rb") as fh:
-        return SafeUnpickler(fh, p, allowed, **kwargs).load()
+        data = fh.read()
+    note_read(p, data)
+    with naming_file(p, what):
+        return SafeUnpickler(io.BytesIO(data), p, allowed, **kwargs).load()

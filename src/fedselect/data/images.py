@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from fedselect.data.datasets import ArrayDataset, DatasetNotFoundError, register_dataset
-from fedselect.data.files import Col, DataFileError, flag_option, naming_file, read_csv_checked, safe_pickle_load
+from fedselect.data.files import Col, DataFileError, flag_option, naming_file, note_read, read_csv_checked, safe_pickle_load
 
 MNIST_CLASSES = [str(i) for i in range(10)]
 FASHION_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
@@ -69,6 +69,7 @@ def _read_idx(path: Path) -> np.ndarray:
     opener = gzip.open if path.suffix == ".gz" else open
     with naming_file(path, "IDX file" + (" (gzip)" if path.suffix == ".gz" else "")), opener(path, "rb") as f:
         data = f.read()
+    note_read(path, None if path.suffix == ".gz" else data)  # the file's own bytes (a .gz is hashed compressed)
     if len(data) < 4 or data[0] != 0 or data[1] != 0:
         raise DataFileError(path, "not an IDX file (bad magic number)")
     dtype = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}.get(data[2])

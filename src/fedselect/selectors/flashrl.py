@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from fedselect.kernels.rewards import normalise_latency, normalised_divergence, update_reputations, utility
+from fedselect.kernels.rewards import censored_latency, normalise_latency, normalised_divergence, update_reputations, utility
 from fedselect.selectors import register_selector
 from fedselect.selectors._ddqn import DDQNOptions, DDQNSelector
 
@@ -71,13 +71,14 @@ class FlashRL(DDQNSelector):
     def round_rewards(self, t, outcomes, feedback):
         """Reputations Psi_t of the selected clients (FR-eq 10 / 9 / 6, FR-eq 14).
 
-        A failed participant gets utility 0 (and accuracy 0 for FR-eq 6) and its reported latency.
+        A failed participant gets utility 0 (and accuracy 0 for FR-eq 6); its latency term uses
+        :meth:`latency_for`.
         """
         ids = [o.client_id for o in outcomes]
         before, after = feedback.before.value(self.metric), feedback.after.value(self.metric)
         improved = float(after) > float(before)
         global_flat = self.flat(feedback.global_state).numpy()
-        lnorm = normalise_latency(np.array([o.latency_s for o in outcomes]), self.l_min, self.l_max)
+        lnorm = normalise_latency(np.array([self.latency_for(o) for o in outcomes]), self.l_min, self.l_max)
         opts = self.options
         if opts.reward == "reputation_accuracy":
             accs = [0.0 if o.failed is not None else self.ctx.evaluate(o.state).value(self.metric) for o in outcomes]
@@ -93,6 +94,20 @@ class FlashRL(DDQNSelector):
                 self.psi, ids, opts.reward, zeta=zeta, lnorm=lnorm, lam=opts.lam, alpha1=opts.alpha1, alpha2=opts.alpha2
             )
         return self.psi[ids]
+
+    def latency_for(self, o) -> float:
+        """The latency (s) FR-eq 10 charges participant ``o``: the measured one when it delivered
+        (or failed after doing its work: error, non-finite update); for a **timeout** the censored
+        latency ``max(expected latency, 2 x deadline)`` (:func:`censored_latency`: it was slower
+        than the deadline, so it never scores as fast as the deadline); for a **dropout** its
+        expected latency (a dropout says nothing about speed; its reported 0 s, or the deadline,
+        would make it look faster than it is)."""
+        if o.failed not in ("timeout", "dropout"):
+            return float(o.latency_s)
+        if getattr(self, "_expected", None) is None:  # deterministic: computed once, never checkpointed
+            self._expected = np.asarray(self.ctx.expected_latency_s(), dtype=np.float64)
+        expected = float(self._expected[o.client_id])
+        return censored_latency(expected, float(o.latency_s)) if o.failed == "timeout" else expected
 
     def state_dict(self):
         st = super().state_dict()

@@ -14,7 +14,8 @@ Each round t (Oort Algorithm 1), with U slots:
    scoring at least ``cut_off`` x the score of the last exploited slot; the slots are drawn among
    them with probability proportional to the score (without replacement);
 3. **exploration** (the other slots, at most the unexplored clients): the unexplored clients are
-   ranked by ``|B_k| x (T / expected latency)^alpha`` (fast clients with much data first); the
+   ranked by ``|B_k| x (T / d_k)^alpha`` (fast clients with much data first), ``d_k`` the expected
+   latency ``ctx.expected_latency_s()`` (or, after a timeout, the censored latency below); the
    slots are drawn among the best ``sample_window`` x (slots) of them proportionally to it;
 4. slots still empty (nothing left to explore or exploit) are filled uniformly at random.
 
@@ -22,9 +23,15 @@ Each round t (Oort Algorithm 1), with U slots:
 after every round, down to ``exploration_min``; once every client has been explored all U slots
 are exploited (FedScale does the same). After each round the participants' utilities, durations
 and last rounds are updated from their outcomes (the loop fills ``sample_loss_sq_sum`` /
-``sample_loss_count`` because :attr:`Oort.wants_sample_losses`); a failed client gets utility 0
-and its reported latency as its duration (a dropout without deadline reports 0 s, which says
-nothing about its speed: its previous duration is kept then). Every ``pacer_step`` rounds the
+``sample_loss_count`` because :attr:`Oort.wants_sample_losses`). A client counts as **explored**
+once it has reported a training result (``outcome.ok``): a client that was selected but failed
+(dropout, timeout, error, non-finite update) stays unexplored, so exploration goes on until the
+clients have actually trained (``explored_clients`` in the summary counts them). A failed client
+gets utility 0; its duration becomes: for a **timeout** the censored latency
+``max(previous duration, 2 x deadline)`` (:func:`fedselect.kernels.rewards.censored_latency`: it
+was slower than the deadline, so it never looks as fast as the deadline); for a **dropout** its
+previous duration is kept (a dropout says nothing about speed, with or without a deadline); for
+an error or a non-finite update the latency it reported (the time it really spent). Every ``pacer_step`` rounds the
 pacer compares the exploitation utility summed over the last window with the window before
 (:func:`fedselect.kernels.oort.pacer_update`): nearly flat (within 10 %) relaxes T
 (``round_threshold += pacer_delta``), a 5x change tightens it. The per-round exploitation utility
@@ -47,6 +54,7 @@ from fedselect.kernels.oort import (
     rank_desc,
     statistical_utility,
 )
+from fedselect.kernels.rewards import censored_latency
 from fedselect.kernels.sampling import weighted_sample
 from fedselect.selectors import register_selector
 from fedselect.selectors.base import Feedback, RoundView, Selection, Selector
@@ -148,7 +156,9 @@ class Oort(Selector):
         n_explore = min(unknown.size, u - len(exploited))
         explored: list[int] = []
         if n_explore > 0:
-            prio = exploration_scores(self.num_samples[unknown], self.expected[unknown], preferred, opts.round_penalty)
+            # self.duration of an unexplored client is its expected latency, or its censored latency
+            # after a timeout (equal to the expected latency until it fails)
+            prio = exploration_scores(self.num_samples[unknown], self.duration[unknown], preferred, opts.round_penalty)
             prio_of = dict(zip(unknown.tolist(), prio.tolist()))
             ranked = rank_desc(unknown, prio)
             window = ranked[: max(n_explore, min(int(opts.sample_window * n_explore), ranked.size))]
@@ -173,13 +183,17 @@ class Oort(Selector):
         utilities = []
         for o in outcomes:
             k = o.client_id
-            self.explored[k] = True
-            self.last_round[k] = t
             if o.failed is not None:
                 self.utility[k] = 0.0
-                if o.latency_s > 0:
+                if self.explored[k]:
+                    self.last_round[k] = t  # it took part (staleness); an unexplored client stays unexplored
+                if o.failed == "timeout":  # censored: slower than the deadline, never "as fast as" it
+                    self.duration[k] = censored_latency(self.duration[k], o.latency_s)
+                elif o.failed != "dropout" and o.latency_s > 0:  # error / nan / inf: the time it really took
                     self.duration[k] = float(o.latency_s)
-                continue
+                continue  # a dropout says nothing about speed: the previous duration is kept
+            self.explored[k] = True  # explored = has reported a training result
+            self.last_round[k] = t
             self.utility[k] = statistical_utility(o.sample_loss_sq_sum, o.sample_loss_count, o.num_samples)
             self.duration[k] = float(o.latency_s)
             utilities.append(self.utility[k])
