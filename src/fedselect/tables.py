@@ -168,7 +168,7 @@ def aggregate_table(results: list[RunResult], labels: list[str], baseline: str |
             if base is None or e is base:
                 continue
             if e["vs_partial"]:
-                mine, theirs = _mean_std([_value(r, key) for r in ours_rs])[0], _mean_std([_value(r, key) for r in base_rs])[0]
+                mine, theirs = mean_std(_value(r, key) for r in ours_rs)[0], mean_std(_value(r, key) for r in base_rs)[0]
             else:
                 mine, theirs = e[key], base[key]
             if mine is None or theirs is None:
