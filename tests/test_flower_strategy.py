@@ -474,3 +474,44 @@ def test_the_same_run_as_the_simulator_with_a_cnn(tmp_path):
     assert (sim / "metrics.csv").read_bytes() == (tmp_path / "flower" / "metrics.csv").read_bytes()
     ref, got = torch.load(sim / "model.pt", weights_only=True), torch.load(tmp_path / "flower" / "model.pt", weights_only=True)
     assert same(ref, got) == []
+
+
+def test_an_interrupted_flower_run_stops_at_once_and_records_nothing_more(tmp_path):
+    """Ctrl-C in Flower's engine sets the run's stop event (fedselect.flower.engine): a round
+    waiting for a silent node (reply timeout 600 s) ends at once with KeyboardInterrupt,
+    records no failure for the nodes it was waiting for, and the run resumes exactly."""
+    import threading
+    import time
+
+    from fedselect.flower.client_app import make_client_app
+    from fedselect.flower.grid_run import run_on_grid
+    from fedselect.flower.nodes import FlowerOptions
+    from fedselect.resolve import parse_experiment
+    from flower_grid import LocalGrid
+
+    doc = experiment(n=4, u=4, rounds=3, method="full")
+    stop = threading.Event()
+    grid = LocalGrid(make_client_app(NODE), 4, {}, behaviour=lambda kind, k, t: "silent" if (kind, t) == ("train", 2) else None)
+    def interrupt_in_round_2():  # Ctrl-C while round 2 waits for its silent nodes
+        while not any(kind == "train" and t == 2 for kind, _, t in list(grid.events)):
+            time.sleep(0.01)
+        time.sleep(0.2)
+        stop.set()
+
+    threading.Thread(target=interrupt_in_round_2, daemon=True).start()
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        run_on_grid(grid, parse_experiment(doc), tmp_path / "run", FlowerOptions(poll_s=0.01, reply_timeout=600), stop=stop)
+    assert time.perf_counter() - t0 < 30
+    assert (tmp_path / "run" / "metrics.csv").read_text().count("\n") == 1 + 2  # rounds 0 and 1 only
+    assert "dropped out" not in (tmp_path / "run" / "run.log").read_text()
+    run_on_grid(
+        grid_ok := LocalGrid(make_client_app(NODE), 4, {}),
+        parse_experiment(doc),
+        tmp_path / "run",
+        FlowerOptions(poll_s=0.01),
+        resume=True,
+    )
+    simulate(doc, tmp_path / "sim")
+    assert (tmp_path / "sim" / "metrics.csv").read_text() == (tmp_path / "run" / "metrics.csv").read_text()
+    assert grid_ok.events

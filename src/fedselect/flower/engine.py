@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -39,34 +40,46 @@ def node_settings(cfg: ExperimentConfig, path: Path) -> dict[str, Any]:
     return {CONFIG_FILE_KEY: str(path), "torch-threads": 1}
 
 
-def _simulate(cfg: ExperimentConfig, main: Callable[[Grid], Any]) -> Any:
+def _simulate(cfg: ExperimentConfig, main: Callable[[Grid, threading.Event], Any]) -> Any:
     """Start Flower's simulation engine with one SuperNode per client of ``cfg`` and run
-    ``main(grid)`` as its ServerApp; returns what it returned, raises what it raised."""
+    ``main(grid, stop)`` as its ServerApp; returns what it returned, raises what it raised.
+    Ctrl-C sets ``stop``: the ServerApp's waits end at once (nothing more is recorded) and
+    KeyboardInterrupt is raised here once it has ended."""
     from flwr.simulation import run_simulation
 
     out: dict[str, Any] = {}
+    stop, done = threading.Event(), threading.Event()
     server = ServerApp()
 
     @server.main()
     def _main(grid: Grid, context: Context) -> None:
         try:
-            out["value"] = main(grid)
+            out["value"] = main(grid, stop)
         except BaseException as e:  # the engine would only log it
             out["error"] = e
+        finally:
+            done.set()
 
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
     with tempfile.TemporaryDirectory(prefix="fedselect-flower-") as tmp:
         settings = node_settings(cfg, Path(tmp) / "experiment.yaml")
         log.info("fedselect on Flower: simulation engine, %d SuperNodes", cfg.data.num_clients)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            run_simulation(
-                server_app=server,
-                client_app=make_client_app(settings),
-                num_supernodes=cfg.data.num_clients,
-                backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": os.cpu_count() or 1}},
-            )
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                run_simulation(
+                    server_app=server,
+                    client_app=make_client_app(settings),
+                    num_supernodes=cfg.data.num_clients,
+                    backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": os.cpu_count() or 1}},
+                )
+        except KeyboardInterrupt:
+            stop.set()
+            done.wait(30)  # the ServerApp's waits poll every poll-interval
+            raise
+        if stop.is_set() or isinstance(out.get("error"), KeyboardInterrupt):
+            raise KeyboardInterrupt("the Flower run was interrupted")
     if "error" in out:
         raise out["error"]
     if "value" not in out:
@@ -82,7 +95,7 @@ def run_experiment(cfg: ExperimentConfig, run_dir: str | Path, workers: int | No
 
     if not kwargs.get("resume"):
         check_run_dir(run_dir, kwargs.get("overwrite", False))  # before the engine starts
-    return _simulate(cfg, lambda grid: run_on_grid(grid, cfg, run_dir, **kwargs))
+    return _simulate(cfg, lambda grid, stop: run_on_grid(grid, cfg, run_dir, stop=stop, **kwargs))
 
 
 def run_many(
@@ -92,8 +105,8 @@ def run_many(
     another in one simulation (one engine start); returns their summaries."""
     fed_cfg = runs[0][0]
 
-    def main(grid: Grid) -> list[dict[str, Any]]:
+    def main(grid: Grid, stop: threading.Event) -> list[dict[str, Any]]:
         fed = build_federation(resolve(fed_cfg, fed_cfg.name).config)
-        return [run_on_grid(grid, c, d, options, federation=fed, **kwargs) for c, d in runs]
+        return [run_on_grid(grid, c, d, options, federation=fed, stop=stop, **kwargs) for c, d in runs]
 
     return _simulate(fed_cfg, main)

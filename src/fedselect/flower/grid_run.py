@@ -31,6 +31,7 @@ def run_on_grid(
     run_dir: str | Path,
     options: FlowerOptions | None = None,
     federation: Federation | None = None,
+    stop=None,
     **kwargs: Any,
 ) -> dict[str, Any]:
     """Run ``cfg`` on ``grid``'s nodes into ``run_dir``; returns the summary.
@@ -39,6 +40,7 @@ def run_on_grid(
         grid: a ServerApp's grid (nodes serving clients 0..N-1 of the same federation).
         options: how to talk to the nodes (default :class:`FlowerOptions`).
         federation: the server's federation (default: built from ``cfg``).
+        stop: a ``threading.Event`` ending the run with KeyboardInterrupt once set.
         kwargs: :func:`fedselect.experiment.run_experiment`'s (``resume``, ``overwrite``,
             ``on_round``, ``stop_after``).
 
@@ -55,7 +57,7 @@ def run_on_grid(
         check_run_dir(run_dir, kwargs.get("overwrite", False))
     fed = federation or build_federation(r.config)
     server = LocalTransport(fed, ClientTrainer.from_federation(fed, r.train_cfg, workers=0, device="cpu"), r.train_cfg)
-    transport = FlowerTransport(grid, fed, r.train_cfg, options, server, r.config.system.round_deadline_s)
+    transport = FlowerTransport(grid, fed, r.train_cfg, options, server, r.config.system.round_deadline_s, stop)
     try:
         stream = r.selector.candidate_stream and options.arrival_mode == "nodes"
         transport.connect(wait_for_all=not stream)  # nodes of another federation are refused before any file is written

@@ -40,11 +40,16 @@ class Exchange:
     arrival: dict[int, float] = field(default_factory=dict)
 
 
-def exchange(grid: Grid, messages: Iterable[Message], timeout: float, poll_s: float = 0.1) -> Exchange:
+def exchange(grid: Grid, messages: Iterable[Message], timeout: float, poll_s: float = 0.1, stop=None) -> Exchange:
     """Send ``messages`` (at most one per destination node) and wait for the replies.
+
+    Args:
+        stop: a ``threading.Event``; once set, the wait ends with KeyboardInterrupt (the run
+            was interrupted: nothing more is recorded).
 
     Raises:
         ValueError: two messages for the same node, or ``timeout`` / ``poll_s`` not positive.
+        KeyboardInterrupt: ``stop`` was set.
     """
     if not timeout > 0 or not poll_s > 0:
         raise ValueError(f"timeout and poll_s must be > 0, got {timeout} and {poll_s}")
@@ -61,6 +66,8 @@ def exchange(grid: Grid, messages: Iterable[Message], timeout: float, poll_s: fl
     unpushed = [node for m, node in zip(msgs, dst) if m.metadata.message_id not in stored]
     deadline = time.monotonic() + timeout
     while waiting:
+        if stop is not None and stop.is_set():
+            raise KeyboardInterrupt("the Flower run was interrupted")
         for reply in grid.pull_messages(list(waiting)):
             node = waiting.pop(reply.metadata.reply_to_message_id, None)
             if node is not None:

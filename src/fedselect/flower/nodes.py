@@ -88,8 +88,8 @@ class NodeDirectory:
         profiles: client id -> its last ``profile`` record (dict).
     """
 
-    def __init__(self, grid: Grid, fed: Federation, options: FlowerOptions):
-        self.grid, self.fed, self.options = grid, fed, options
+    def __init__(self, grid: Grid, fed: Federation, options: FlowerOptions, stop=None):
+        self.grid, self.fed, self.options, self.stop = grid, fed, options, stop
         self.expected = federation_hash(fed)
         self.node_of: dict[int, int] = {}
         self.client_of: dict[int, int] = {}
@@ -98,6 +98,11 @@ class NodeDirectory:
         self._asked: set[int] = set()
         self._rejected: set[int] = set()
         self.query_s = 0.0
+
+    def check_stop(self) -> None:
+        """Raises KeyboardInterrupt once the run's ``stop`` event is set."""
+        if self.stop is not None and self.stop.is_set():
+            raise KeyboardInterrupt("the Flower run was interrupted")
 
     def node(self, k: int) -> int | None:
         """The node serving client ``k`` now, or None."""
@@ -125,7 +130,7 @@ class NodeDirectory:
             return []
         self._asked |= set(new)
         msgs = [query_message(i) for i in new]
-        ex = exchange(self.grid, msgs, self.options.reply_timeout, self.options.poll_s)
+        ex = exchange(self.grid, msgs, self.options.reply_timeout, self.options.poll_s, self.stop)
         self.query_s += ex.seconds
         mapped = []
         for node in sorted(ex.replies, key=lambda nd: ex.arrival[nd]):
@@ -169,6 +174,7 @@ class NodeDirectory:
             missing = sorted(k for k in want if k not in self.node_of)
             if not missing or time.monotonic() >= deadline:
                 return missing
+            self.check_stop()
             time.sleep(min(self.options.poll_s * 5, max(0.0, deadline - time.monotonic())))
 
 
@@ -203,6 +209,7 @@ class Arrivals(Sequence):
                 self.order += rest
                 return
             if not nodes.poll():
+                nodes.check_stop()
                 time.sleep(self.options.poll_s)
 
     def __getitem__(self, i):  # type: ignore[override]

@@ -55,6 +55,7 @@ class FlowerTransport:
             :class:`~fedselect.fl.work.LocalTransport` in this process).
         deadline_s: the round deadline; with measured latency the server waits that long for
             training replies.
+        stop: a ``threading.Event`` that interrupts every wait once set (Ctrl-C in the engine).
 
     Attributes:
         nodes: the :class:`NodeDirectory`. messages: messages sent so far.
@@ -70,11 +71,13 @@ class FlowerTransport:
         options: FlowerOptions,
         server: LocalTransport,
         deadline_s: float | None = None,
+        stop=None,
     ):
         self.grid, self.fed, self.train_cfg, self.options, self.server = grid, fed, train_cfg, options, server
+        self.stop = stop
         self.measured = options.measured
         self.deadline_s = deadline_s
-        self.nodes = NodeDirectory(grid, fed, options)
+        self.nodes = NodeDirectory(grid, fed, options, stop)
         self.model = fed.new_model().state_dict()
         self.messages = 0
         self.trainer = None
@@ -132,7 +135,7 @@ class FlowerTransport:
         wait = self.options.reply_timeout
         if training and self.measured and self.deadline_s is not None:
             wait = min(wait, float(self.deadline_s))
-        return exchange(self.grid, msgs, wait, self.options.poll_s)
+        return exchange(self.grid, msgs, wait, self.options.poll_s, self.stop)
 
     def result(self, job: Job, ex: Exchange, node: int) -> Result:
         """``job``'s result from node ``node``'s reply in ``ex`` (module docstring: failures)."""
