@@ -492,6 +492,7 @@ def test_an_interrupted_flower_run_stops_at_once_and_records_nothing_more(tmp_pa
     doc = experiment(n=4, u=4, rounds=3, method="full")
     stop = threading.Event()
     grid = LocalGrid(make_client_app(NODE), 4, {}, behaviour=lambda kind, k, t: "silent" if (kind, t) == ("train", 2) else None)
+
     def interrupt_in_round_2():  # Ctrl-C while round 2 waits for its silent nodes
         while not any(kind == "train" and t == 2 for kind, _, t in list(grid.events)):
             time.sleep(0.01)
