@@ -152,3 +152,22 @@ def test_missing_package_names_the_install_command(monkeypatch):
     tiny_experiment("fedavg")  # off: nothing needed
     with pytest.raises(ConfigError, match=r"log: unknown log\(s\) \['wandb'\]"):
         tiny_experiment("fedavg", log="wandb")
+
+
+def test_log_tensorboard_on_the_command_line(tmp_path):
+    """`fedselect run CONFIG --log tensorboard` is `--set log.tensorboard=true`; another value is
+    refused naming the allowed one."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from fedselect.cli import app
+
+    doc = tiny_experiment("fedavg").model_dump(mode="json")
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(yaml.safe_dump({k: doc[k] for k in ("name", "seed", "rounds", "clients_per_round", "data", "model", "train")}))
+    res = CliRunner().invoke(app, ["run", str(cfg), "-o", str(tmp_path / "run"), "-q", "--log", "tensorboard"])
+    assert res.exit_code == 0, res.output
+    assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["log"]["tensorboard"] is True
+    assert list((tmp_path / "run" / "tb").iterdir())
+    res = CliRunner().invoke(app, ["run", str(cfg), "-o", str(tmp_path / "other"), "-q", "--log", "wandb"])
+    assert res.exit_code != 0 and "--log 'wandb': allowed: 'tensorboard'" in res.output

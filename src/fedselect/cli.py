@@ -100,7 +100,7 @@ def _refuse_with_resume(what: str, options: dict, tail: str = "") -> None:
         raise ValueError(f"--resume {what}; it cannot be combined with {', '.join(given)}{tail}")
 
 
-def _overrides(rounds, seed, method, sets=None, selector=None, algorithm=None, device=None, engine=None) -> dict:
+def _overrides(rounds, seed, method, sets=None, selector=None, algorithm=None, device=None, engine=None, log=None) -> dict:
     """Dotted overrides from the command line. ``--method`` replaces the config's method,
     selector and algorithm; ``--selector`` / ``--algorithm`` replace those parts (and, without
     ``--method``, the config's method preset); ``--engine X`` is ``--set engine=X``."""
@@ -113,12 +113,17 @@ def _overrides(rounds, seed, method, sets=None, selector=None, algorithm=None, d
     named = {"selector": selector, "algorithm": algorithm}
     out.update({k: {"name": v} for k, v in named.items() if v is not None})
     out.update({k: v for k, v in (("train.device", device), ("engine", engine)) if v is not None})
+    for what in log or []:  # --log tensorboard is --set log.tensorboard=true
+        if what != "tensorboard":
+            raise ValueError(f"--log {what!r}: allowed: 'tensorboard'")
+        out["log.tensorboard"] = True
     return out
 
 
 SET_HELP = "override a config key, e.g. --set train.lr=0.1 --set data.options.path=/data/MobiAct (repeatable; values are YAML)"
 WORKERS_HELP = "worker processes training the clients of a round side by side, one torch thread each (default: train.workers, else FEDSELECT_WORKERS, else the usable cores; 0 = in this process; more than the usable cores start only those); results are identical for any value"
 DEVICE_HELP = "where clients train: auto (a GPU when one is available; default), cpu, cuda or cuda:N (sets train.device)"
+LOG_HELP = "live logs: --log tensorboard writes TensorBoard event files into <run dir>/tb every round (sets log.tensorboard; needs the extra fedselect[tensorboard])"
 ENGINE_HELP = "where the rounds run: simulator (default) or flower (Flower's simulation engine, one node per client; needs the extra fedselect[flower]); results are identical"
 BACKEND_HELP = "where the runs execute: local (this process, one after the other; default) or ray (one Ray task per run)"
 ADDRESS_HELP = "with --backend ray: HOST:PORT of a running Ray cluster (`ray start --head` prints it); omitted: a local Ray instance is started for the command"
@@ -155,6 +160,7 @@ def run(
     workers: Optional[int] = typer.Option(None, "--workers", "-w", help=WORKERS_HELP),
     device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
     engine: Optional[str] = typer.Option(None, "--engine", click_type=ENGINES, help=ENGINE_HELP),
+    log: Optional[list[str]] = typer.Option(None, "--log", help=LOG_HELP),
     threads: Optional[int] = typer.Option(None, "--threads", hidden=True, help=THREADS_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
 ) -> None:
@@ -169,7 +175,9 @@ def run(
         _threads(threads)
         if resume is not None:
             given = {"CONFIG": config, "--seed": seed, "--method": method, "--selector": selector, "--algorithm": algorithm}
-            given.update({"--out": out, "--set": sets, "--device": device, "--engine": engine, "--overwrite": overwrite})
+            given.update(
+                {"--out": out, "--set": sets, "--device": device, "--engine": engine, "--overwrite": overwrite, "--log": log}
+            )
             _refuse_with_resume(
                 f"continues the run with the config saved in {resume}", given, " (only --rounds, to extend the budget)"
             )
@@ -177,7 +185,7 @@ def run(
                 task = prog.add_task("resume", total=None, status="", visible=not quiet)
                 res = api.resume(resume, rounds=rounds, on_round=ui.advance(prog, task, quiet), workers=_workers(workers))
         else:
-            over = _overrides(rounds, seed, method, sets, selector, algorithm, device, engine)
+            over = _overrides(rounds, seed, method, sets, selector, algorithm, device, engine, log)
             plan = api.plan_run(config, out, overwrite=overwrite, sets=over)
             cfg = plan.config
             console.print(
@@ -209,6 +217,7 @@ def compare(
     workers: Optional[int] = typer.Option(None, "--workers", "-w", help=WORKERS_HELP),
     device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
     engine: Optional[str] = typer.Option(None, "--engine", click_type=ENGINES, help=ENGINE_HELP),
+    log: Optional[list[str]] = typer.Option(None, "--log", help=LOG_HELP),
     threads: Optional[int] = typer.Option(None, "--threads", hidden=True, help=THREADS_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
     backend: str = typer.Option("local", "--backend", help=BACKEND_HELP),
@@ -233,10 +242,10 @@ def compare(
     try:
         _threads(threads)
         runner_backend = _backend(backend, address, cpus_per_run, ray_cpus, workers)
-        over = _overrides(rounds, None, None, sets, device=device, engine=engine) or None
+        over = _overrides(rounds, None, None, sets, device=device, engine=engine, log=log) or None
         if resume is not None:
             given = {"CONFIG": config, "--rounds": rounds, "--seeds": seeds, "--out": out, "--set": sets}
-            given.update({"--device": device, "--engine": engine})
+            given.update({"--device": device, "--engine": engine, "--log": log})
             _refuse_with_resume(f"finishes the comparison saved in {resume}", given)
             cc = saved_compare(resume)
         else:
