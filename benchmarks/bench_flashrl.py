@@ -40,13 +40,13 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from fedselect.config import load_config  # noqa: E402
+from fedselect.experiment import run_experiment  # noqa: E402
 from fedselect.federation import build_federation  # noqa: E402
 from fedselect.fl.metrics import dumps_json, read_csv_rows  # noqa: E402
 from fedselect.methods import import_methods, register_method  # noqa: E402
 from fedselect.methods.ddqn import linear_epsilon  # noqa: E402
 from fedselect.methods.fedavg import FedAvg  # noqa: E402
 from fedselect.methods.flashrl import FlashRL  # noqa: E402
-from fedselect.experiment import run_experiment  # noqa: E402
 from fedselect.seeding import np_rng  # noqa: E402
 from flashrl_exploration_bound import oracle_round  # noqa: E402
 

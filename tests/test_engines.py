@@ -142,3 +142,34 @@ def test_engine_flower_from_the_cli_and_resume_on_it(tmp_path):
     assert res.exit_code == 0, res.output
     assert_same_run(tmp_path / "sim", tmp_path / "stopped")
     assert "flower" in json.loads((tmp_path / "stopped" / "summary.json").read_text())
+
+
+@pytest.mark.slow
+def test_a_comparison_on_flower_starts_the_engine_once(tmp_path):
+    """`fedselect compare CONFIG --engine flower`: every run of a federation in one engine start
+    (fedselect.experiment.engine_session), each run byte-identical to the simulator's."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from fedselect.cli import app
+
+    base = {k: BASE[k] for k in ("rounds", "clients_per_round", "data", "model", "train")}
+    doc = {
+        "name": "cmp",
+        "seeds": [0],
+        "baseline": "FedAvg",
+        "base": {**base, "name": "cmp", "faults": {"dropout": 0.2}},
+        "methods": [{"label": "FedAvg", "method": "fedavg"}, {"label": "CEFL", **CASES["cefl"]}],
+    }
+    for m in doc["methods"][1:]:
+        for k in list(m):
+            if k not in ("label", "selector", "algorithm"):
+                del m[k]
+    cfg = tmp_path / "cmp.yaml"
+    cfg.write_text(yaml.safe_dump(doc))
+    for engine in ("simulator", "flower"):
+        res = CliRunner().invoke(app, ["compare", str(cfg), "-o", str(tmp_path / engine), "-q", "--engine", engine])
+        assert res.exit_code == 0, res.output
+    for run in ("FedAvg-s0", "CEFL-s0"):
+        assert_same_run(tmp_path / "simulator" / "runs" / run, tmp_path / "flower" / "runs" / run)
+    assert (tmp_path / "flower" / "runs" / "CEFL-s0" / "summary.json").read_text().count('"engine": "flower"') == 1

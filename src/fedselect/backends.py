@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from fedselect.config import ExperimentConfig
-from fedselect.experiment import RoundEvent, existing_run_files, run_experiment
+from fedselect.experiment import RoundEvent, engine_session, existing_run_files, run_experiment
 from fedselect.federation import Federation, build_federation, federation_key
 from fedselect.fl.metrics import read_json
 
@@ -112,6 +112,7 @@ def run_one(
     on_round: Callable[[RoundEvent], None] | None = None,
     resume: bool = True,
     workers: int | None = None,
+    run: Callable[..., dict[str, Any]] = run_experiment,
 ) -> dict[str, Any]:
     """Run ``cfg`` into ``run_dir``, continuing what is there; the step both backends run.
 
@@ -128,6 +129,8 @@ def run_one(
             (None: built here).
         on_round: called after every round.
         workers: worker processes of the run's client trainer (None: ``train.workers``).
+        run: what runs it (default :func:`fedselect.experiment.run_experiment`; an engine
+            session's runner, :func:`fedselect.experiment.engine_session`).
 
     Returns:
         the run's summary (``summary.json``).
@@ -141,7 +144,7 @@ def run_one(
     if resume and is_finished(run_dir):
         return read_json(run_dir / "summary.json")
     started = resume and run_dir.is_dir() and bool(existing_run_files(run_dir))
-    return run_experiment(cfg, run_dir, on_round=on_round, resume=started, federation=federation, workers=workers)
+    return run(cfg, run_dir, on_round=on_round, resume=started, federation=federation, workers=workers)
 
 
 # ----------------------------------------------------------------------------- local
@@ -182,14 +185,23 @@ class LocalBackend:
             fed = build_federation(todo[0][1].cfg)
             if cb.on_federation:
                 cb.on_federation(group, fed)
-            for i, s in todo:
-                if cb.on_start:
-                    cb.on_start(s, i, total)
-                rcb = (lambda ev, s=s: cb.on_round(s, ev)) if cb.on_round else None
-                summary = run_one(s.cfg, s.run_dir, federation=fed, on_round=rcb, resume=resume, workers=self.workers)
-                done[s.run_dir] = summary
-                if cb.on_done:
-                    cb.on_done(s, summary)
+
+            def body(run, todo=todo, fed=fed) -> None:  # a group's runs, in one engine start
+                for i, s in todo:
+                    if cb.on_start:
+                        cb.on_start(s, i, total)
+                    rcb = (lambda ev, s=s: cb.on_round(s, ev)) if cb.on_round else None
+                    kw = {"federation": fed, "on_round": rcb, "resume": resume, "workers": self.workers}
+                    summary = run_one(s.cfg, s.run_dir, run=run, **kw)
+                    done[s.run_dir] = summary
+                    if cb.on_done:
+                        cb.on_done(s, summary)
+
+            first = todo[0][1].cfg
+            if all(s.cfg.engine == first.engine for _, s in todo):
+                engine_session(first.engine, first, body)
+            else:  # runs on several engines: each run on its own
+                body(run_experiment)
             del fed
         return done
 

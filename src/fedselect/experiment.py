@@ -252,6 +252,29 @@ def engine_function(name: str) -> Callable[..., dict[str, Any]]:
         ) from None
 
 
+#: engines that run several experiments of one federation in one start: ``module:function``
+#: taking ``(cfg, body)`` and calling ``body(run)`` with a ``run(cfg, run_dir, **kwargs)`` of
+#: the signature of :func:`run_experiment` (Flower: one simulation engine for every run)
+ENGINE_SESSIONS = {"flower": "fedselect.flower.engine:session"}
+
+
+def engine_session(name: str, cfg: ExperimentConfig, body: Callable[[Callable[..., dict[str, Any]]], Any]) -> Any:
+    """``body(run)`` where ``run(cfg, run_dir, **kwargs)`` runs an experiment on engine
+    ``name``; an engine with a session (:data:`ENGINE_SESSIONS`) starts once for all of them
+    (the experiments then share ``cfg``'s data, model, system and seed).
+
+    Raises:
+        ValueError / ImportError: see :func:`engine_function`; what ``body`` raises.
+    """
+    if name == "simulator":
+        return body(lambda c, d, **kw: run_experiment(c, d, engine="simulator", **kw))
+    engine_function(name)  # the same errors for an unknown engine or a missing extra
+    import importlib
+
+    module, _, func = ENGINE_SESSIONS[name].partition(":")
+    return getattr(importlib.import_module(module), func)(cfg, body)
+
+
 def _run(
     sim: Simulation,
     r: Resolved,

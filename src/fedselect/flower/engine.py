@@ -31,7 +31,7 @@ from fedselect.resolve import resolve
 
 log = logging.getLogger("fedselect.flower")
 
-__all__ = ["run_experiment", "run_many", "node_settings"]
+__all__ = ["run_experiment", "run_many", "session", "node_settings"]
 
 
 def node_settings(cfg: ExperimentConfig, path: Path) -> dict[str, Any]:
@@ -96,6 +96,17 @@ def run_experiment(cfg: ExperimentConfig, run_dir: str | Path, workers: int | No
     if not kwargs.get("resume"):
         check_run_dir(run_dir, kwargs.get("overwrite", False))  # before the engine starts
     return _simulate(cfg, lambda grid, stop: run_on_grid(grid, cfg, run_dir, stop=stop, **kwargs))
+
+
+def session(cfg: ExperimentConfig, body: Callable[[Callable[..., dict[str, Any]]], Any]) -> Any:
+    """One simulation engine start for several experiments of ``cfg``'s federation:
+    ``body(run)`` runs in the ServerApp, ``run(cfg, run_dir, **kwargs)`` plays one experiment
+    on its grid (:func:`~fedselect.flower.grid_run.run_on_grid`; comparisons use it)."""
+
+    def main(grid: Grid, stop: threading.Event) -> Any:
+        return body(lambda c, d, **kw: run_on_grid(grid, c, d, stop=stop, **kw))
+
+    return _simulate(cfg, main)
 
 
 def run_many(
