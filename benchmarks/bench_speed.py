@@ -539,7 +539,7 @@ def child_agent(n: int, rounds: int, components: int = 100) -> dict:
     try:
         from fedselect.kernels.ddqn import DDQNAgent, DDQNConfig  # after the issue-11 refactor
     except ImportError:
-        from fedselect.methods.ddqn import DDQNAgent, DDQNConfig
+        from fedselect.kernels.ddqn import DDQNAgent, DDQNConfig
     from fedselect.seeding import np_rng, torch_rng
 
     m = min(n, components)
@@ -586,8 +586,8 @@ def child_small() -> dict:
         from fedselect.kernels.secretary import alpha_star, secretary_rule
         from fedselect.kernels.similarity import edge_weights, louvain_k, similarity_graph
     except ImportError:
-        from fedselect.methods.secretary import alpha_star, secretary_rule
-        from fedselect.methods.similarity import edge_weights, louvain_k, similarity_graph
+        from fedselect.kernels.secretary import alpha_star, secretary_rule
+        from fedselect.kernels.similarity import edge_weights, louvain_k, similarity_graph
     from fedselect.seeding import np_rng
 
     out = {"variant": "small"}
