@@ -198,9 +198,9 @@ class LocalBackend:
                         cb.on_done(s, summary)
 
             first = todo[0][1].cfg
-            if all(s.cfg.engine == first.engine for _, s in todo):
+            if first.engine != "simulator" and all(s.cfg.engine == first.engine for _, s in todo):
                 engine_session(first.engine, first, body)
-            else:  # runs on several engines: each run on its own
+            else:  # the simulator, or runs on several engines: each run through run_experiment
                 body(run_experiment)
             del fed
         return done
