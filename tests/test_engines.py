@@ -106,6 +106,7 @@ def test_a_flower_run_resumed_after_round_2_equals_the_uninterrupted_one(fed, tm
     assert (tmp_path / "stopped" / "metrics.csv").read_text().count("\n") == 1 + 3
     on_flower(doc, tmp_path / "stopped", fed, resume=True)
     assert_same_run(whole, tmp_path / "stopped")
+    assert (tmp_path / "stopped" / "inputs.json").is_file() and (tmp_path / "stopped" / "checkpoint.pt").is_file()
     assert_same_run(whole, on_simulator(doc, tmp_path / "sim", fed))
 
 
@@ -173,3 +174,13 @@ def test_a_comparison_on_flower_starts_the_engine_once(tmp_path):
     for run in ("FedAvg-s0", "CEFL-s0"):
         assert_same_run(tmp_path / "simulator" / "runs" / run, tmp_path / "flower" / "runs" / run)
     assert (tmp_path / "flower" / "runs" / "CEFL-s0" / "summary.json").read_text().count('"engine": "flower"') == 1
+
+
+def test_live_curves_of_a_flower_run(fed, tmp_path):
+    """`log.tensorboard` on Flower: the run files are the simulator's code, so the event files
+    are written there too, one per run directory."""
+    pytest.importorskip("tensorboard")
+    doc = {**CASES["oort"], "log": {"tensorboard": True}}
+    on_flower(doc, tmp_path / "flower", fed)
+    assert any((tmp_path / "flower" / "tb").iterdir())
+    assert_same_run(on_simulator(doc, tmp_path / "sim", fed), tmp_path / "flower")
