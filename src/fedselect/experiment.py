@@ -238,11 +238,16 @@ def engine_function(name: str) -> Callable[..., dict[str, Any]]:
     Raises:
         ValueError: an unknown engine. ImportError: its optional extra is not installed (says how).
     """
-    import importlib
-
     if name not in ENGINES:
         raise ValueError(f"unknown engine {name!r}; allowed: 'simulator', {', '.join(repr(e) for e in ENGINES)}")
-    module, _, func = ENGINES[name].partition(":")
+    return _engine_part(ENGINES, name)
+
+
+def _engine_part(table: dict[str, str], name: str) -> Callable[..., Any]:
+    """``table[name]`` (``module:function``) imported, or ImportError saying how to install it."""
+    import importlib
+
+    module, _, func = table[name].partition(":")
     try:
         return getattr(importlib.import_module(module), func)
     except ImportError as e:
@@ -268,11 +273,8 @@ def engine_session(name: str, cfg: ExperimentConfig, body: Callable[[Callable[..
     """
     if name == "simulator":
         return body(lambda c, d, **kw: run_experiment(c, d, engine="simulator", **kw))
-    engine_function(name)  # the same errors for an unknown engine or a missing extra
-    import importlib
-
-    module, _, func = ENGINE_SESSIONS[name].partition(":")
-    return getattr(importlib.import_module(module), func)(cfg, body)
+    engine_function(name)  # an unknown engine is refused
+    return _engine_part(ENGINE_SESSIONS, name)(cfg, body)
 
 
 def _run(

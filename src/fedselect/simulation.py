@@ -165,13 +165,7 @@ class Simulation:
 
     def transport_summary(self) -> dict[str, Any]:
         """What the transport tells about itself for ``summary.json`` ({} for the simulator's)."""
-        summary = getattr(self.transport, "summary", None)
-        return summary() if summary is not None else {}
-
-    @property
-    def trainer(self):
-        """The local transport's training engine (None over Flower)."""
-        return getattr(self.transport, "trainer", None)
+        return self.transport.summary()
 
     # ---------------------------------------------------------------- what the round asks
     def view(self, t: int, draws: RoundDraws, state: ServerState) -> RoundView:

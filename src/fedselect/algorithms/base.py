@@ -205,8 +205,7 @@ class Algorithm:
     def evaluate(self, t: int, state: ServerState) -> Evaluation:
         """Figures after round ``t`` (0 = before round 1): see the module docstring."""
         if not self.per_client:
-            r = self.ctx.run([EvalJob(None, state.model, "test")])[0]
-            return Evaluation(r.accuracy, r.f1_macro, r.loss)
+            return self.ctx.run([EvalJob(None, state.model, "test")])[0].evaluation()
         return self.evaluate_clients(lambda k: self.eval_state(state, k))
 
     def evaluate_clients(self, state_of) -> Evaluation:

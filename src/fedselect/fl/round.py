@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, Sequence
 
+from fedselect.fl.cost import CostModel
 from fedselect.fl.faults import corrupt_state, non_finite_entries, survivor_weights
 from fedselect.fl.types import ClientOutcome, Evaluation, Feedback, Selection, ServerState
 from fedselect.fl.work import TrainJob, TrainResult
@@ -95,8 +96,6 @@ class RoundResult:
     @property
     def latency_s(self) -> float:
         """Round latency (s): the probing, then the slowest participant (SPEC 0.3)."""
-        from fedselect.fl.cost import CostModel
-
         return CostModel.round_latency_s(self.selection.cost.latency_s, [o.latency_s for o in self.outcomes])
 
     @property
@@ -251,11 +250,9 @@ def _outcome(run, plan: RoundPlan, k: int, res: TrainResult | None) -> ClientOut
     ``timeout``; an error: ``error``), the deadline, non-finite uploads."""
     t, epochs, cost_model = plan.round, run.settings.local_epochs, run.ctx.cost
     fault, deadline, n_k = plan.faults[k], run.faults.deadline_s, run.fed.clients[k].num_samples
-    measured = run.transport.measured
+    m = res.measured if res is not None and run.transport.measured else None  # measured round trip, bytes
     if fault == "drop" or (res is not None and res.failure == "dropout"):
-        lat = cost_model.dropout_latency_s(deadline)
-        if measured and res is not None and res.measured is not None:
-            lat = res.measured.round_trip_s
+        lat = cost_model.dropout_latency_s(deadline) if m is None else m.round_trip_s
         why = res.error if fault != "drop" else ("injected" if run.faults.injected(t, k) else f"p={run.faults.dropout[k]:.3g}")
         log.info("round %d: client %d dropped out (%s); failure latency %.4g s", t, k, why, lat)
         return _failed(k, t, n_k, "dropout", lat)
@@ -265,17 +262,14 @@ def _outcome(run, plan: RoundPlan, k: int, res: TrainResult | None) -> ClientOut
     cost = cost_model.client_cost(k, epochs, plan.draws)
     error = "injected client error" if fault == "raise" else ("no result" if res is None else res.error)
     if error is not None:
-        lat = cost_model.error_latency_s(cost)
-        if measured and res is not None and res.measured is not None:
-            lat = res.measured.round_trip_s
+        lat = cost_model.error_latency_s(cost) if m is None else m.round_trip_s
         log.warning("round %d: client %d failed during local training (%s); failure latency %.4g s", t, k, error, lat)
         return _failed(k, t, n_k, "error", lat, epochs, cost)
-    up_b, down_b, comp, up_s, lat = cost.upload_bytes, cost.download_bytes, cost.compute_s, cost.upload_s, cost.latency_s
-    if measured and res.measured is not None:
-        m = res.measured
-        up_b, down_b, comp, lat = m.upload_bytes, m.download_bytes, m.handler_s, m.round_trip_s
+    comp, up_s, down_s, lat = cost.compute_s, cost.upload_s, cost.download_s, cost.latency_s
+    up_b, down_b = cost.upload_bytes, cost.download_bytes
+    if m is not None:
+        up_b, down_b, comp, down_s, lat = m.upload_bytes, m.download_bytes, m.handler_s, 0.0, m.round_trip_s
         up_s = max(0.0, lat - comp)
-    down_s = 0.0 if measured and res.measured is not None else cost.download_s
     o = ClientOutcome(
         k,
         t,

@@ -25,9 +25,6 @@ from fedselect.system import RoundDraws
 # federation -> namespace -> dict: memoised values shared by every run on one federation
 _SHARED: "weakref.WeakKeyDictionary[Federation, dict[str, dict]]" = weakref.WeakKeyDictionary()
 
-#: kept for callers of the old name
-clone = clone_state
-
 
 class FederationContext:
     """The selector context of a run (module docstring).
@@ -91,8 +88,7 @@ class FederationContext:
 
     def evaluate(self, state: State) -> Evaluation:
         """``state`` on the server's test set (accuracy, macro-F1, loss)."""
-        r = self.transport.run([EvalJob(None, state, "test")])[0]
-        return Evaluation(r.accuracy, r.f1_macro, r.loss)
+        return self.transport.run([EvalJob(None, state, "test")])[0].evaluation()
 
     def warmup(self, epochs: int, tag: str) -> Iterator[WarmClient]:
         """Every client trains ``epochs`` epochs from the initial model in round 0, in client

@@ -37,7 +37,7 @@ from fedselect.fl.clients import TrainJob, TrainResult
 from fedselect.fl.evaluate import evaluate, predict
 from fedselect.fl.finetune import fine_tune
 from fedselect.fl.train import TrainConfig
-from fedselect.fl.types import State
+from fedselect.fl.types import Evaluation, State
 from fedselect.seeding import np_rng, torch_rng
 
 __all__ = [
@@ -94,6 +94,10 @@ class EvalResult:
     def as_dict(self) -> dict[str, float]:
         return {"accuracy": self.accuracy, "f1_macro": self.f1_macro, "loss": self.loss}
 
+    def evaluation(self) -> Evaluation:
+        """The figures as an :class:`~fedselect.fl.types.Evaluation`."""
+        return Evaluation(self.accuracy, self.f1_macro, self.loss)
+
 
 @dataclass(frozen=True)
 class FineTuneJob:
@@ -148,6 +152,9 @@ class Transport(Protocol):
 
     def arrival_order(self, seeded: list[int]) -> Sequence[int]:
         """The order in which budgeted-online candidates arrive (the seeded order here)."""
+
+    def summary(self) -> dict:
+        """What the transport adds to ``summary.json`` (``{}`` for the simulator's)."""
 
     def close(self) -> None: ...
 

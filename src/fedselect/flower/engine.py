@@ -115,9 +115,5 @@ def run_many(
     """Several experiments of one federation (same data, model, system and seed) one after
     another in one simulation (one engine start); returns their summaries."""
     fed_cfg = runs[0][0]
-
-    def main(grid: Grid, stop: threading.Event) -> list[dict[str, Any]]:
-        fed = build_federation(resolve(fed_cfg, fed_cfg.name).config)
-        return [run_on_grid(grid, c, d, options, federation=fed, stop=stop, **kwargs) for c, d in runs]
-
-    return _simulate(fed_cfg, main)
+    fed = build_federation(resolve(fed_cfg, fed_cfg.name).config)
+    return session(fed_cfg, lambda run: [run(c, d, options=options, federation=fed, **kwargs) for c, d in runs])

@@ -22,7 +22,25 @@ from fedselect.flower.nodes import FlowerOptions
 from fedselect.flower.transport import FlowerTransport
 from fedselect.resolve import resolve
 
-__all__ = ["run_on_grid"]
+__all__ = ["run_on_grid", "connect"]
+
+
+def connect(grid: Grid, r, fed: Federation, options: FlowerOptions, stop=None) -> FlowerTransport:
+    """The Flower transport of the resolved experiment ``r`` on ``grid``, its nodes learnt:
+    all N waited for, except for a selector whose candidates stream in (``candidate_stream``)
+    with ``arrival: nodes``. The server's own jobs (test-set scores) run in this process.
+
+    Raises:
+        ConfigError / RuntimeError: a node of another federation, or one whose query failed.
+    """
+    server = LocalTransport(fed, ClientTrainer.from_federation(fed, r.train_cfg, workers=0, device="cpu"), r.train_cfg)
+    transport = FlowerTransport(grid, fed, r.train_cfg, options, server, r.config.system.round_deadline_s, stop)
+    try:
+        transport.connect(wait_for_all=not (r.selector.candidate_stream and options.arrival_mode == "nodes"))
+    except BaseException:
+        transport.close()
+        raise
+    return transport
 
 
 def run_on_grid(
@@ -56,11 +74,8 @@ def run_on_grid(
     if not kwargs.get("resume"):
         check_run_dir(run_dir, kwargs.get("overwrite", False))
     fed = federation or build_federation(r.config)
-    server = LocalTransport(fed, ClientTrainer.from_federation(fed, r.train_cfg, workers=0, device="cpu"), r.train_cfg)
-    transport = FlowerTransport(grid, fed, r.train_cfg, options, server, r.config.system.round_deadline_s, stop)
+    transport = connect(grid, r, fed, options, stop)  # nodes of another federation are refused before any file is written
     try:
-        stream = r.selector.candidate_stream and options.arrival_mode == "nodes"
-        transport.connect(wait_for_all=not stream)  # nodes of another federation are refused before any file is written
         return run_here(r.config, run_dir, federation=fed, transport=transport, engine="simulator", **kwargs)
     finally:
         transport.close()

@@ -38,12 +38,9 @@ from fedselect.config import ExperimentConfig
 from fedselect.experiment import check_run_dir
 from fedselect.federation import Federation, build_federation
 from fedselect.fl import round as rounds
-from fedselect.fl.pool import ClientTrainer
-from fedselect.fl.work import LocalTransport
-from fedselect.flower.grid_run import run_on_grid
+from fedselect.flower.grid_run import connect, run_on_grid
 from fedselect.flower.messaging import Exchange
 from fedselect.flower.nodes import ARRIVAL_MODES, DROPOUT_CODES, LATENCY_MODES, FlowerOptions, NodeDirectory
-from fedselect.flower.transport import FlowerTransport
 from fedselect.flower.wire import encode_job
 from fedselect.resolve import resolve
 from fedselect.simulation import Simulation
@@ -153,11 +150,7 @@ class FedselectStrategy(Strategy):
 
     # ---------------------------------------------------------------- Flower's own loop
     def _connect(self, grid: Grid) -> None:
-        r = self.resolved
-        server = LocalTransport(self.fed, ClientTrainer.from_federation(self.fed, r.train_cfg, workers=0), r.train_cfg)
-        transport = FlowerTransport(grid, self.fed, r.train_cfg, self.options, server, r.config.system.round_deadline_s)
-        transport.connect(wait_for_all=not (r.selector.candidate_stream and self.options.arrival_mode == "nodes"))
-        self.run = Simulation(r, self.fed, transport=transport)
+        self.run = Simulation(self.resolved, self.fed, transport=connect(grid, self.resolved, self.fed, self.options))
         _, self.state, self.before = rounds.prepare(self.run)
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:

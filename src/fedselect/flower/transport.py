@@ -80,7 +80,6 @@ class FlowerTransport:
         self.nodes = NodeDirectory(grid, fed, options, stop)
         self.model = fed.new_model().state_dict()
         self.messages = 0
-        self.trainer = None
         self._polled = 0
 
     def connect(self, wait_for_all: bool = True) -> list[int]:

@@ -53,7 +53,6 @@ __all__ = [
     "profile_reply",
     "profile_problem",
     "profile_client",
-    "reply_round",
     "round_of",
     "handler_s",
     "MAX_REPLY_FACTOR",
@@ -267,12 +266,6 @@ def handler_s(reply: Message) -> float:
         return float(m["handler-s"]) if isinstance(m, MetricRecord) else 0.0
     except (KeyError, TypeError, ValueError):
         return 0.0
-
-
-def reply_round(msg: Message) -> int:
-    """The round a message belongs to (0 for work outside the rounds)."""
-    conf = msg.content.get(_CONFIG) if msg.has_content() else None
-    return int(conf.get(_ROUND, 0)) if conf is not None else 0
 
 
 # ============================================================================ who is who
