@@ -15,6 +15,7 @@ LAYERS = {
     "fedselect": 0,
     "fedselect.seeding": 0,
     "fedselect.config": 0,
+    "fedselect.config_fleet": 0,  # the fleet sections of the schema (config re-exports them)
     "fedselect.presets": 0,
     "fedselect.registry": 0,
     "fedselect.system": 1,
@@ -125,7 +126,8 @@ def test_no_import_cycles():
 
 
 def test_config_is_a_schema_only():
-    assert GRAPH["fedselect.config"] == set(), "config.py must import no other part of fedselect"
+    assert GRAPH["fedselect.config"] <= {"fedselect.config_fleet"}, "config.py imports only its own fleet sections"
+    assert GRAPH["fedselect.config_fleet"] == set(), "config_fleet.py must import no other part of fedselect"
     assert {i for i in GRAPH["fedselect.data.datasets"]} == set(), "the data registry imports no loader"
 
 

@@ -20,6 +20,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from fedselect.config_fleet import AvailabilityConfig, CapacityConfig, DeadlineConfig
+
 
 class ConfigError(ValueError):
     """A config file or value is invalid; the message names the key and what is allowed."""
@@ -134,6 +136,15 @@ class SystemConfig(_Strict):
         gt=0,
         description="round deadline in seconds of simulated latency: later updates are discarded (code timeout) "
         "and the round lasts the deadline; null = wait for every participant",
+    )
+    adaptive_deadline: DeadlineConfig | None = Field(
+        None,
+        description="{percentile, window}: each round's deadline is that percentile of the latencies of the participants "
+        "that reported in the last `window` rounds (round_deadline_s, if set, until there is a report)",
+    )
+    capacity: CapacityConfig = Field(
+        default_factory=CapacityConfig,
+        description="clients' fixed capacities: profiles (the device/network tables), file, lognormal or pareto",
     )
 
     @model_validator(mode="after")
@@ -269,6 +280,20 @@ class ExperimentConfig(_Strict):
         "simulation engine, one SuperNode per client)",
     )
     log: LogConfig = Field(default_factory=LogConfig, description="live logs (log.tensorboard); results do not depend on it")
+    availability: AvailabilityConfig = Field(
+        default_factory=AvailabilityConfig, description="who is online when (model: always, bernoulli, markov, diurnal, trace)"
+    )
+    overselect: float = Field(
+        1.0,
+        ge=1.0,
+        le=10.0,
+        description="select ceil(overselect x U) clients; the first U to finish are aggregated, the rest cancelled",
+    )
+    straggler: Literal["drop", "partial"] = Field(
+        "drop",
+        description="a participant past the round deadline: drop (its update is discarded, code timeout) or partial "
+        "(it uploads the local steps done by the deadline, aggregated with FedNova's normalisation)",
+    )
     comment: str | None = None
 
     @field_validator("log", mode="before")
@@ -299,6 +324,11 @@ class ExperimentConfig(_Strict):
             raise ValueError(
                 f"clients_per_round (U = {self.clients_per_round}) must be <= data.num_clients (N = {self.data.num_clients})"
             )
+        if self.straggler == "partial" and self.system.round_deadline_s is None and self.system.adaptive_deadline is None:
+            raise ValueError(
+                "straggler: 'partial' keeps the work done by the round deadline, but there is none; set "
+                "system.round_deadline_s or system.adaptive_deadline (or straggler: drop)"
+            )
         for i, inj in enumerate(self.faults.inject):
             bad_rounds = [r for r in inj.round_set() or [] if not 1 <= r <= self.rounds]
             if bad_rounds:
@@ -306,7 +336,7 @@ class ExperimentConfig(_Strict):
             bad_clients = [k for k in inj.client_set() or [] if not 0 <= k < self.data.num_clients]
             if bad_clients:
                 raise ValueError(f"faults.inject[{i}].clients: {bad_clients} are not client ids 0..{self.data.num_clients - 1}")
-            if inj.kind == "timeout" and self.system.round_deadline_s is None:
+            if inj.kind == "timeout" and self.system.round_deadline_s is None and self.system.adaptive_deadline is None:
                 raise ValueError(
                     f"faults.inject[{i}].kind 'timeout' needs system.round_deadline_s (a deadline in seconds); "
                     f"without one the server waits for every client"

@@ -304,6 +304,8 @@ def _run(
         if ck is not None:
             log.info("resuming %s at round %d of %d", cfg.name, ck["round"] + 1, cfg.rounds)
             state = sim.restore(ck["snapshot"])
+            if "clock" not in ck["snapshot"]:  # a checkpoint from before the fleet clock: it is the e2e latency
+                sim.clock.clock_s = float(ck["cum"]["e2e"])
             finished = run_rounds(sim, files, state, Evaluation.from_dict(ck["before"]), ck["round"])
         else:
             log.info(

@@ -140,8 +140,11 @@ class RunFiles:
         self.cum["up"] += int(c.upload_bytes)
         self.cum["down"] += int(c.download_bytes)
         self.cum["e2e"] += float(c.latency_s)
+        online = self.sim.clock.online(0, 0.0)
         row = {
             "round": 0,
+            "clock_s": 0.0,
+            "available": self.sim.settings.num_clients if online is None else int(online.sum()),
             "selected": [],
             "accuracy": before.accuracy,
             "f1_macro": before.f1_macro,
@@ -155,6 +158,7 @@ class RunFiles:
             "cum_download_bytes": self.cum["down"],
             "failed": [],
             "aggregated": 0,
+            "aggregated_ids": [],
             "round_failed": 0,
         }
         self._append(row, 0)
@@ -169,6 +173,8 @@ class RunFiles:
         nan = math.nan
         row = {
             "round": t,
+            "clock_s": result.clock_s,
+            "available": result.available,
             "selected": list(result.selection.clients),
             "accuracy": ev.accuracy if result.evaluated else nan,
             "f1_macro": ev.f1_macro if result.evaluated else nan,
@@ -180,8 +186,9 @@ class RunFiles:
             "download_bytes": down,
             "cum_upload_bytes": self.cum["up"],
             "cum_download_bytes": self.cum["down"],
-            "failed": [f"{o.client_id}:{o.failed}" for o in result.outcomes if not o.ok],
+            "failed": [f"{o.client_id}:{o.failed}" for o in result.outcomes if not o.ok and o.failed != "cancelled"],
             "aggregated": result.aggregated,
+            "aggregated_ids": list(result.aggregated_ids),
             "round_failed": int(result.round_failed),
         }
         if self.sim.selector.probes:

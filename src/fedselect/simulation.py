@@ -22,6 +22,8 @@ import torch
 from fedselect.algorithms.base import Algorithm, AlgorithmContext, ServerState
 from fedselect.config import ConfigError
 from fedselect.federation import Federation
+from fedselect.fl.availability import make_availability
+from fedselect.fl.clock import FleetClock
 from fedselect.fl.faults import FaultModel, Injection
 from fedselect.fl.metrics import CORE_COLUMNS
 from fedselect.fl.pool import ClientTrainer, usable_cores
@@ -35,7 +37,7 @@ log = logging.getLogger("fedselect")
 
 #: columns the loop adds after the core ones: how many updates were averaged, and 1 when
 #: clients were selected but none survived (the global model is then unchanged)
-RELIABILITY_COLUMNS = ["aggregated", "round_failed"]
+RELIABILITY_COLUMNS = ["aggregated", "aggregated_ids", "round_failed"]
 #: columns of selectors that probe candidates before choosing (``Selector.probes``)
 PROBE_COLUMNS = ["probe_latency_s", "probe_upload_bytes", "probe_download_bytes", "candidates_probed"]
 
@@ -152,6 +154,16 @@ class Simulation:
             )
             self.selector: Selector = resolved.selector(self.ctx, resolved.selector_options)
             self.faults = make_fault_model(resolved, fed)
+            cfg = resolved.config
+            self.clock = FleetClock(
+                make_availability(cfg.availability, fed.num_clients, cfg.seed),
+                self.settings,
+                resolved.train_cfg.batch_size,
+                resolved.train_cfg.momentum if resolved.train_cfg.optimizer == "sgd" else 0.0,
+                cfg.overselect,
+                cfg.straggler,
+                cfg.system.adaptive_deadline,
+            )
         except BaseException:
             self.transport.close()
             raise
@@ -168,13 +180,18 @@ class Simulation:
         return self.transport.summary()
 
     # ---------------------------------------------------------------- what the round asks
-    def view(self, t: int, draws: RoundDraws, state: ServerState) -> RoundView:
-        """What the selector sees at the start of round ``t``: the global model only when it
-        asks for it, and a probe only when it probes. A client the round's fault draws make
-        unreachable cannot answer a probe: its loss is NaN and nothing is sent to it."""
+    def view(self, t: int, draws: RoundDraws, state: ServerState, online: np.ndarray | None = None) -> RoundView:
+        """What the selector sees at the start of round ``t``: the clients online (``online``,
+        ``(N,)`` bool, None = all), how many to pick (``ceil(overselect x U)``), the global model
+        only when it asks for it, and a probe only when it probes. A client the round's fault
+        draws make unreachable, or that is offline, cannot answer a probe: its loss is NaN and
+        nothing is sent to it."""
         probe = None
+        available = None if online is None else np.flatnonzero(online)
         if self.selector.probes:
             unreachable = self.faults.unreachable(t)
+            if online is not None:
+                unreachable = unreachable | set(np.flatnonzero(~online).tolist())
 
             def probe(ids: Sequence[int], samples: Sequence[Sequence[int]] | None = None) -> list[float]:
                 ids = [int(k) for k in ids]
@@ -189,15 +206,22 @@ class Simulation:
                     out[i] = loss
                 return out
 
-        return RoundView(t, draws, state.model if self.selector.wants_global_state else None, probe)
+        glob = state.model if self.selector.wants_global_state else None
+        return RoundView(t, draws, glob, probe, available, self.clock.select_count())
 
-    def check_selection(self, t: int, sel: Selection) -> None:
-        """Raises RuntimeError on repeated or unknown ids (a selector bug)."""
+    def check_selection(self, t: int, sel: Selection, online: np.ndarray | None = None) -> None:
+        """Raises RuntimeError on repeated or unknown ids, or an offline client (a selector bug)."""
         n = self.settings.num_clients
         if len(set(sel.clients)) != len(sel.clients) or any(not 0 <= k < n for k in sel.clients):
             raise RuntimeError(
                 f"selector {self.selector.name!r} selected invalid clients {list(sel.clients)} in round {t} "
                 f"(ids must be distinct, in 0..{n - 1})"
+            )
+        off = [int(k) for k in sel.clients if online is not None and not online[k]]
+        if off:
+            raise RuntimeError(
+                f"selector {self.selector.name!r} selected offline clients {off} in round {t}; a selector may pick only "
+                f"RoundView.available"
             )
 
     # ---------------------------------------------------------------- checkpoints
@@ -209,6 +233,7 @@ class Simulation:
             "selector": self.selector.state_dict(),
             "algorithm": self.algorithm.state_dict(),
             "generators": generator_states(self._components()),
+            "clock": self.clock.state_dict(),
         }
 
     def restore(self, snap: dict[str, Any]) -> ServerState:
@@ -216,6 +241,8 @@ class Simulation:
         self.algorithm.load_state_dict(snap["algorithm"])
         self.selector.load_state_dict(snap["selector"])
         restore_generator_states(self._components(), snap.get("generators", {}))
+        if "clock" in snap:
+            self.clock.load_state_dict(snap["clock"])
         return ServerState.from_dict(snap["server"])
 
     def _components(self) -> dict[str, Any]:

@@ -32,6 +32,8 @@ class TrainJob:
             (:mod:`fedselect.seeding`), e.g. stream ``train/<t>/<k>``.
         sample_losses: also return the sum of squared per-sample losses (Oort).
         trainable: names of the parameters to update, the others frozen (None: all).
+        max_steps: stop after this many optimiser steps (a straggler's partial work,
+            ``straggler: partial``); None = all ``epochs``.
         crash_after_batches: fault drill: a worker process of :class:`fedselect.fl.pool.ClientTrainer`
             kills itself (SIGKILL) after this many mini-batches, as an out-of-memory kill would;
             trainers in this process report the job failed instead.
@@ -45,6 +47,7 @@ class TrainJob:
     sample_losses: bool = False
     trainable: frozenset[str] | None = None
     crash_after_batches: int | None = None
+    max_steps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,7 @@ class SequentialTrainer:
                 epochs=job.epochs,
                 stats=stats,
                 trainable=None if job.trainable is None else set(job.trainable),
+                max_steps=job.max_steps,
             )
         except ClientFailure as e:  # a client-side failure: the round goes on without this client
             return TrainResult(job.client_id, None, math.nan, error=str(e) or type(e).__name__)

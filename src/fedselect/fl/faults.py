@@ -22,6 +22,10 @@ Failure kinds (the code written to ``ClientOutcome.failed`` and to the ``failed`
     the client's latency exceeds ``system.round_deadline_s`` (a straggler, or an injected
     ``timeout``). Its update is discarded, nothing it uploads is received (upload bytes 0) and
     the failure latency is the deadline: the round lasts the deadline.
+``cancelled``
+    over-selection (``overselect`` > 1): U updates had arrived before this client reported, so
+    its work was cancelled at that moment (its latency); it downloaded the model and uploads
+    nothing. Not a failure of the client: it is left out of the ``failed`` column.
 
 Randomness: one generator per round, ``np_rng(seed, "faults/<t>")``, drawing one uniform per
 client of the federation (selected or not). Which clients drop out in round t therefore
@@ -41,7 +45,7 @@ import torch
 from fedselect.seeding import np_rng
 
 #: codes of ``ClientOutcome.failed``
-FAILURE_KINDS = ("dropout", "error", "nan", "inf", "timeout")
+FAILURE_KINDS = ("dropout", "error", "nan", "inf", "timeout", "cancelled")
 #: what ``faults.inject[].kind`` may say, and the failure code each produces
 INJECT_KINDS = {"drop": "dropout", "raise": "error", "nan": "nan", "inf": "inf", "timeout": "timeout"}
 

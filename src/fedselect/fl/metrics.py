@@ -29,6 +29,8 @@ CORE_COLUMNS = [
     "cum_upload_bytes",
     "cum_download_bytes",
     "failed",
+    "clock_s",
+    "available",
 ]
 TIMING_COLUMNS = ["round", "wall_s", "cum_wall_s"]
 

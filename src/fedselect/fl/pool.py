@@ -300,7 +300,7 @@ class ClientTrainer:
         if not jobs:
             return []
         if self.workers == 0:
-            if self.batched:
+            if self.batched and all(j.max_steps is None for j in jobs):  # partial work trains sequentially
                 from fedselect.fl.batched import train_batched
 
                 return train_batched(self._model, self.data, list(jobs), self.train_cfg, self.device)
@@ -316,6 +316,7 @@ class ClientTrainer:
                     None if j.trainable is None else frozenset(j.trainable),
                     bool(j.sample_losses),
                     j.crash_after_batches,
+                    j.max_steps,
                 ),
                 j.start_state,
                 cost=int(j.epochs) * self.data.num_samples(j.client_id),
@@ -434,6 +435,7 @@ class ClientTrainer:
                     j.sample_losses,
                     j.crash_after_batches,
                     in_process=True,
+                    max_steps=j.max_steps,
                 )
                 state = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in self._model.state_dict().items()}
             return TrainResult(j.client_id, state, loss, sq, cnt)

@@ -73,6 +73,7 @@ class TrainTask:
     trainable: frozenset[str] | None
     sample_losses: bool
     crash_after: int | None
+    max_steps: int | None = None
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ def _train_job(
     sample_losses: bool,
     crash_after: int | None,
     in_process: bool,
+    max_steps: int | None = None,
 ) -> tuple[float, float, int]:
     stats: dict | None = {} if sample_losses else None
     after = None
@@ -82,6 +83,7 @@ def _train_job(
         trainable=trainable,
         stats=stats,
         after_batch=after,
+        max_steps=max_steps,
     )
     if stats is None:
         return loss, 0.0, 0
@@ -134,6 +136,7 @@ def _serve(model: nn.Module, init: WorkerInit, task: TrainTask | EvalTask) -> Tr
             task.sample_losses,
             task.crash_after,
             in_process=False,
+            max_steps=task.max_steps,
         )
         _store(model, init.out_buf)
         return TrainDone(task.seq, loss, sq, cnt)

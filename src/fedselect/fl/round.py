@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, Sequence
 
 from fedselect.fl.cost import CostModel
@@ -50,6 +50,13 @@ class RoundPlan:
         faults: chosen client -> the simulated fault drawn for it this round (``drop``,
             ``raise``, ``nan``, ``inf``, ``timeout``) or None.
         jobs: the training jobs to carry out (clients not dropped and not failing at once).
+        clock_s: the simulated time the round starts (s; the previous row's ``e2e_latency_s``).
+        available: clients online when the round started (N without an availability model).
+        deadline_s: the round's deadline (s of simulated latency; fixed or adaptive) or None.
+        offline_s: participant -> seconds after its work began at which its online period
+            ended before it could report (it fails as ``dropout`` then; docs/fleets.md).
+        partial_steps: participant -> the local steps it finishes by the deadline, for the
+            stragglers that upload partial work (``straggler: partial``).
     """
 
     round: int
@@ -58,6 +65,11 @@ class RoundPlan:
     state: ServerState
     faults: dict[int, str | None]
     jobs: tuple[TrainJob, ...]
+    clock_s: float = 0.0
+    available: int = 0
+    deadline_s: float | None = None
+    offline_s: dict[int, float] = field(default_factory=dict)
+    partial_steps: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -68,6 +80,7 @@ class Settled:
     state: ServerState
     aggregated: int
     round_failed: bool
+    aggregated_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,8 @@ class RoundResult:
         evaluated: the model was evaluated this round; ``after`` is then its figures, else the
             last evaluation's.
         columns: the selector's extra per-round values (``Selector.extra_columns``).
+        clock_s: the simulated time the round started (s). available: clients online then.
+        aggregated_ids: the clients whose updates were averaged (selection order).
     """
 
     round: int
@@ -92,6 +107,9 @@ class RoundResult:
     evaluated: bool
     after: Evaluation
     columns: dict[str, Any]
+    clock_s: float = 0.0
+    available: int = 0
+    aggregated_ids: tuple[int, ...] = ()
 
     @property
     def latency_s(self) -> float:
@@ -117,23 +135,29 @@ class RoundResult:
 def begin(run, t: int, state: ServerState) -> RoundPlan:
     """The selector chooses (after the round's draws), a restart is applied, the simulated
     faults are drawn, and the chosen clients' training jobs are planned."""
-    draws = run.ctx.draw(t)
-    selection = run.selector.select(run.view(t, draws, state))
-    run.check_selection(t, selection)
+    draws, clock = run.ctx.draw(t), run.clock.clock_s
+    online = run.clock.online(t, clock)
+    selection = run.selector.select(run.view(t, draws, state, online))
+    run.check_selection(t, selection, online)
     if selection.restart:  # budgeted online re-runs start from a fresh model (BO Algorithm 1)
         state = run.algorithm.initial_state()
-    return _plan(run, t, draws, selection, state)
+    return _plan(run, t, draws, selection, state, clock, online)
 
 
-def _plan(run, t: int, draws: RoundDraws, selection: Selection, state: ServerState) -> RoundPlan:
+def _plan(
+    run, t: int, draws: RoundDraws, selection: Selection, state: ServerState, clock_s: float = 0.0, online=None
+) -> RoundPlan:
     faults = run.faults.round_faults(t, selection.clients)
     epochs, wants = run.settings.local_epochs, run.selector.wants_sample_losses
+    deadline = run.clock.deadline_s(run.faults.deadline_s)
+    offline, partial = run.clock.plan_work(run, t, draws, selection, faults, deadline, clock_s)
     jobs = tuple(
-        TrainJob(k, run.algorithm.start_state(state, k), epochs, run.fed.seed, f"train/{t}/{k}", wants)
+        TrainJob(k, run.algorithm.start_state(state, k), epochs, run.fed.seed, f"train/{t}/{k}", wants, max_steps=partial.get(k))
         for k in selection.clients
-        if faults[k] not in ("drop", "raise")
+        if faults[k] not in ("drop", "raise") and k not in offline
     )
-    return RoundPlan(t, draws, selection, state, faults, jobs)
+    available = run.settings.num_clients if online is None else int(online.sum())
+    return RoundPlan(t, draws, selection, state, faults, jobs, clock_s, available, deadline, offline, partial)
 
 
 def outcomes_of(run, plan: RoundPlan, results: Sequence[TrainResult]) -> tuple[ClientOutcome, ...]:
@@ -153,12 +177,15 @@ def settle(run, plan: RoundPlan, results: Sequence[TrainResult]) -> Settled:
     """One outcome per chosen client (selection order) from what came back, the algorithm's
     aggregate of the survivors, committed only when finite."""
     outcomes = outcomes_of(run, plan, results)
+    if run.clock.overselect > 1.0 and run.selector.uses_count:
+        outcomes = cancel_late(plan.round, outcomes, run.settings.clients_per_round)
     survivors = [o for o in outcomes if o.ok]
     new = run.algorithm.aggregate(plan.round, plan.state, survivors) if survivors else None
     state, committed = commit(plan.round, plan.state, new)
     failed = bool(plan.selection.clients) and (not survivors or (new is not None and not committed))
     _log_failures(plan.round, outcomes, survivors, failed)
-    return Settled(outcomes, state, len(survivors) if committed else 0, failed)
+    ids = tuple(o.client_id for o in survivors) if committed else ()
+    return Settled(outcomes, state, len(survivors) if committed else 0, failed, ids)
 
 
 def close(run, plan: RoundPlan, settled: Settled, before: Evaluation) -> RoundResult:
@@ -169,9 +196,21 @@ def close(run, plan: RoundPlan, settled: Settled, before: Evaluation) -> RoundRe
     after = run.algorithm.evaluate(t, state) if evaluated else before
     seen = settled.outcomes if run.selector.wants_weights else [replace(o, state=None) for o in settled.outcomes]
     columns = run.selector.observe(t, list(seen), Feedback(before, after, evaluated, state.model)) or {}
-    return RoundResult(
-        t, plan.selection, settled.outcomes, settled.aggregated, settled.round_failed, evaluated, after, dict(columns)
+    result = RoundResult(
+        t,
+        plan.selection,
+        settled.outcomes,
+        settled.aggregated,
+        settled.round_failed,
+        evaluated,
+        after,
+        dict(columns),
+        plan.clock_s,
+        plan.available,
+        settled.aggregated_ids,
     )
+    run.clock.advance(result.latency_s, [o.latency_s for o in settled.outcomes if o.ok])
+    return result
 
 
 def play_round(run, t: int, state: ServerState, before: Evaluation) -> tuple[ServerState, RoundResult]:
@@ -197,6 +236,7 @@ def prepare(run) -> tuple[Any, ServerState, Evaluation]:
     """Before round 1: the selector's preparation, the algorithm's, the round-0 evaluation."""
     prepared = run.selector.prepare()
     state = run.algorithm.prepare(run.algorithm.initial_state(), prepared)
+    run.clock.start(float(prepared.cost.latency_s))
     return prepared, state, run.algorithm.evaluate(0, state)
 
 
@@ -249,8 +289,12 @@ def _outcome(run, plan: RoundPlan, k: int, res: TrainResult | None) -> ClientOut
     reports (a node that never answered: ``dropout``; silent past a wall-clock deadline:
     ``timeout``; an error: ``error``), the deadline, non-finite uploads."""
     t, epochs, cost_model = plan.round, run.settings.local_epochs, run.ctx.cost
-    fault, deadline, n_k = plan.faults[k], run.faults.deadline_s, run.fed.clients[k].num_samples
+    fault, deadline, n_k = plan.faults[k], plan.deadline_s, run.fed.clients[k].num_samples
     m = res.measured if res is not None and run.transport.measured else None  # measured round trip, bytes
+    if k in plan.offline_s and fault != "drop":  # its online period ended before it could report
+        lat = plan.offline_s[k]
+        log.info("round %d: client %d went offline %.4g s into its work (availability); failure latency %.4g s", t, k, lat, lat)
+        return _failed(k, t, n_k, "dropout", lat)
     if fault == "drop" or (res is not None and res.failure == "dropout"):
         lat = cost_model.dropout_latency_s(deadline) if m is None else m.round_trip_s
         why = res.error if fault != "drop" else ("injected" if run.faults.injected(t, k) else f"p={run.faults.dropout[k]:.3g}")
@@ -267,6 +311,10 @@ def _outcome(run, plan: RoundPlan, k: int, res: TrainResult | None) -> ClientOut
         return _failed(k, t, n_k, "error", lat, epochs, cost)
     comp, up_s, down_s, lat = cost.compute_s, cost.upload_s, cost.download_s, cost.latency_s
     up_b, down_b = cost.upload_bytes, cost.download_bytes
+    steps = plan.partial_steps.get(k)
+    if steps is not None:  # a straggler's partial work: the steps done by the deadline, then the upload
+        comp = comp * steps / run.clock.full_steps(run, k)
+        lat = min(float(deadline), comp + up_s + (down_s if run.settings.count_download else 0.0))
     if m is not None:
         up_b, down_b, comp, down_s, lat = m.upload_bytes, m.download_bytes, m.handler_s, 0.0, m.round_trip_s
         up_s = max(0.0, lat - comp)
@@ -286,10 +334,11 @@ def _outcome(run, plan: RoundPlan, k: int, res: TrainResult | None) -> ClientOut
         None,
         res.sum_sq_sample_loss,
         res.num_sample_losses,
+        steps,
     )
     if fault in ("nan", "inf"):
         o = replace(o, state=corrupt_state(o.state, fault, run.algorithm.upload_keys()))
-    if fault == "timeout" or (deadline is not None and o.latency_s > deadline):
+    if fault == "timeout" or (deadline is not None and steps is None and o.latency_s > deadline):
         why = "injected timeout" if fault == "timeout" else f"latency {o.latency_s:.4g} s"
         log.info("round %d: client %d missed the deadline of %.4g s (%s); update discarded", t, k, deadline, why)
         return replace(o, state=None, upload_bytes=0, latency_s=float(deadline), failed="timeout")
@@ -301,8 +350,39 @@ def _outcome(run, plan: RoundPlan, k: int, res: TrainResult | None) -> ClientOut
     return o
 
 
+def cancel_late(t: int, outcomes: Sequence[ClientOutcome], target: int) -> tuple[ClientOutcome, ...]:
+    """Over-selection (Oort's over-commitment; docs/fleets.md): once ``target`` (U) updates have
+    arrived, the round ends at that moment ``T``; every participant that had not reported by then
+    is cancelled (code ``cancelled``): its download counts, it uploads nothing, and its latency
+    is ``T`` (it never lengthens the round). Order of arrival: latency, then client id. With
+    fewer than ``target`` good updates the round waits for everyone and nothing is cancelled."""
+    order = sorted(range(len(outcomes)), key=lambda i: (outcomes[i].latency_s, outcomes[i].client_id))
+    good, end = 0, None
+    for pos, i in enumerate(order):
+        good += outcomes[i].ok
+        if good == target:
+            end, late = outcomes[i].latency_s, set(order[pos + 1 :])
+            break
+    if end is None or not late:
+        return tuple(outcomes)
+    out = list(outcomes)
+    for i in late:
+        o = out[i]
+        out[i] = replace(
+            o, state=None, upload_bytes=0, upload_s=0.0, compute_s=min(o.compute_s, end), latency_s=end, failed="cancelled"
+        )
+    log.info(
+        "round %d: %d updates arrived by %.4g s; cancelled %s (over-selection)",
+        t,
+        target,
+        end,
+        sorted(out[i].client_id for i in late),
+    )
+    return tuple(out)
+
+
 def _log_failures(t: int, outcomes, survivors, failed: bool) -> None:
-    bad = [o for o in outcomes if not o.ok]
+    bad = [o for o in outcomes if not o.ok and o.failed != "cancelled"]
     if not bad:
         return
     listed = ", ".join(f"{o.client_id}:{o.failed}" for o in bad)

@@ -56,6 +56,7 @@ def local_train(
     epochs: int | None = None,
     trainable: set[str] | None = None,
     stats: dict | None = None,
+    max_steps: int | None = None,
 ) -> float:
     """Train ``model`` in place on ``data`` for ``epochs`` (default ``cfg.epochs``) epochs.
 
@@ -83,6 +84,7 @@ def local_train(
         epochs=epochs,
         trainable=trainable,
         stats=stats,
+        max_steps=max_steps,
     )
 
 
@@ -97,6 +99,7 @@ def train_steps(
     trainable: set[str] | frozenset[str] | None = None,
     stats: dict | None = None,
     after_batch: Callable[[int], None] | None = None,
+    max_steps: int | None = None,
 ) -> float:
     """The body of :func:`local_train` on tensors: the client's samples are ``x[rows]``,
     ``y[rows]`` (``rows`` None: all of ``x``, ``y``).
@@ -109,6 +112,8 @@ def train_steps(
     Args:
         x: inputs ``(M, *input_shape)``; y: int64 labels ``(M,)``; rows: int64 ``(n,)`` or None.
         after_batch: called with the number of mini-batches done after each optimiser step.
+        max_steps: stop after this many optimiser steps (None: all ``epochs``); a straggler's
+            partial work. The first ``max_steps`` batches are those of the full run.
         Others: see :func:`local_train`.
 
     Returns:
@@ -131,6 +136,8 @@ def train_steps(
     try:
         for _ in range(epochs):
             for idx in iterate_minibatches(n, cfg.batch_size, generator):
+                if max_steps is not None and batches >= max_steps:
+                    break
                 if rows is not None:
                     idx = rows[idx]
                 yb = y[idx]

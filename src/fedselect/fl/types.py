@@ -65,6 +65,8 @@ class ClientOutcome:
         sample_loss_sq_sum, sample_loss_count: sum of squared per-sample losses and their
             number over every local mini-batch (only when the selector asked for sample losses,
             e.g. Oort's statistical utility; else 0.0 and 0).
+        local_steps: the local optimiser steps of a straggler's partial work
+            (``straggler: partial``); None = all E epochs were run.
     """
 
     client_id: int
@@ -82,6 +84,7 @@ class ClientOutcome:
     failed: str | None = None
     sample_loss_sq_sum: float = 0.0
     sample_loss_count: int = 0
+    local_steps: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -70,7 +70,7 @@ def federation_hash(fed) -> str:
     """sha256 of what a federation was built from: its data, model and system sections and seed,
     without ``system.round_deadline_s`` (a setting of the server's rounds that nothing on a
     node depends on). Equal on the server and every node of the same experiment."""
-    system = {k: v for k, v in fed.system.model_dump(mode="json").items() if k != "round_deadline_s"}
+    system = {k: v for k, v in fed.system.model_dump(mode="json").items() if k not in ("round_deadline_s", "adaptive_deadline")}
     ident = {"data": fed.data.model_dump(mode="json"), "model": fed.model.model_dump(mode="json"), "system": system}
     ident["seed"] = fed.seed
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
@@ -96,6 +96,8 @@ def encode_job(job: Job, node: int, train_cfg: TrainConfig) -> Message:
         conf.update({"sample-losses": bool(job.sample_losses)})
         if job.trainable is not None:
             conf["trainable"] = sorted(job.trainable)
+        if job.max_steps is not None:
+            conf["max-steps"] = int(job.max_steps)
         arrays, kind = job.start_state, MessageType.TRAIN
     elif isinstance(job, EvalJob):
         conf.update({_JOB: "evaluate", "split": job.split, "loss-only": bool(job.loss_only)})
@@ -154,6 +156,7 @@ def decode_job(msg: Message) -> tuple[Job, TrainConfig]:
             str(_need(conf, "stream", str)),
             bool(conf.get("sample-losses", False)),
             None if trainable is None else frozenset(trainable),
+            max_steps=int(_need(conf, "max-steps", int)) if "max-steps" in conf else None,
         )
     elif kind == "evaluate":
         samples = tuple(conf.get("samples") or ()) if conf.get("has-samples") else None

@@ -309,7 +309,7 @@ class DDQNAgent:
         with torch.no_grad():
             return self.main(s)[0].double().numpy()
 
-    def select(self, state, k: int, round_: int) -> list[int]:
+    def select(self, state, k: int, round_: int, among=None) -> list[int]:
         """Choose ``k`` distinct clients, epsilon-greedy per slot (SPEC 1.3).
 
         For each of the k slots, with probability eps a uniformly random not-yet-chosen client,
@@ -321,6 +321,7 @@ class DDQNAgent:
             state: ``(state_dim,)`` state vector s_t.
             k: U, number of clients to choose.
             round_: t, 1-based.
+            among: the ids that may be chosen (the clients online), or None for all N.
 
         Returns:
             k distinct client ids (python ints), in slot order.
@@ -328,11 +329,12 @@ class DDQNAgent:
         Raises:
             ValueError: ``k`` < 1 or more than N.
         """
-        if not 1 <= k <= self.num_actions:
-            raise ValueError(f"DDQNAgent.select: cannot choose {k} clients out of {self.num_actions}")
+        ids = np.arange(self.num_actions) if among is None else np.asarray(among, dtype=np.int64)
+        if not 1 <= k <= ids.size:
+            raise ValueError(f"DDQNAgent.select: cannot choose {k} clients out of {ids.size}")
         self._round = int(round_)
         if round_ == 1 and self.config.uniform_first_round:
-            return [int(c) for c in self.rng.choice(np.arange(self.num_actions), size=k, replace=False)]
+            return [int(c) for c in self.rng.choice(ids, size=k, replace=False)]
         eps = self.epsilon(round_)
         raw = self.q_values(state)
         q = rank_scores(raw)
@@ -345,7 +347,8 @@ class DDQNAgent:
                 np.flatnonzero(~np.isfinite(raw)).tolist(),
                 " (later rounds like this are logged at INFO level)" if self.nonfinite_q_rounds == 1 else "",
             )
-        free = np.ones(self.num_actions, bool)
+        free = np.zeros(self.num_actions, bool)
+        free[ids] = True
         chosen: list[int] = []
         for _ in range(k):
             cand = np.flatnonzero(free)

@@ -230,7 +230,8 @@ class DDQNSelector(Selector):
         if self.pca_components is None:
             raise RuntimeError(f"{self.name}: select() before prepare()")
         self.current_state = self.state_vector(view.round, view.draws, view.global_state)
-        return Selection(self.agent.select(self.current_state, self.settings.clients_per_round, view.round))
+        among = None if view.available is None else view.pool(self.settings.num_clients)
+        return Selection(self.agent.select(self.current_state, view.how_many(self.settings), view.round, among))
 
     def refresh_rows(self, outcomes: Sequence[ClientOutcome]) -> None:
         """Replace the PCA rows of the participants by those of their new local weights (SPEC 1.2)."""

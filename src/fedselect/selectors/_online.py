@@ -104,6 +104,7 @@ class OnlineSelection(Selector):
     """Candidate arrival, evaluation and the per-run bookkeeping shared by ``secretary``,
     ``online_random`` and ``offline_best``; subclasses implement :meth:`choose` only."""
 
+    uses_count = False  # the accepted clients train every round (over-selection leaves them alone)
     Options: ClassVar[type[BaseModel]] = OnlineOptions
     extra_columns: ClassVar[tuple[str, ...]] = ("selection_run", "competitive_ratio")
     candidate_stream = True
@@ -225,7 +226,8 @@ class OnlineSelection(Selector):
         if run is None:
             return Selection(())
         restart = t == run["start_round"] and run["run"] > 0 and not self.options.keep_global  # Algorithm 1 re-initialises
-        return Selection(sorted(k for k in run["accepted_clients"] if self.leave[k] > t - 1), restart=restart)
+        stayed = [k for k in sorted(run["accepted_clients"]) if self.leave[k] > t - 1]
+        return Selection(view.online(stayed), restart=restart)  # an accepted client offline this round sits it out
 
     def observe(self, t, outcomes, feedback):
         run = self._run_at(t)

@@ -13,6 +13,8 @@ class AllClients(Selector):
 
     name = "all"
     summary = "every client every round (full participation)"
+    uses_count = False
 
     def select(self, view: RoundView) -> Selection:
-        return Selection(range(self.settings.num_clients))
+        """Every client online this round (all of them without an availability model)."""
+        return Selection(view.pool(self.settings.num_clients).tolist())

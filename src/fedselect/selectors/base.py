@@ -100,12 +100,33 @@ class RoundView:
             the training samples to score (e.g. a mini-batch drawn with the selector's own
             generator, Power-of-Choice's cpow-d); None scores every sample. Its cost is the
             selector's to charge.
+        available: sorted ids of the clients online when the round starts (``availability``;
+            docs/fleets.md), or None when every client is; a selector picks only among them.
+        count: how many clients to pick: ``ceil(overselect x U)`` (None: U).
     """
 
     round: int
     draws: RoundDraws
     global_state: State | None = None
     probe: Callable[..., list[float]] | None = None
+    available: np.ndarray | None = None
+    count: int | None = None
+
+    def pool(self, num_clients: int) -> np.ndarray:
+        """The ids a selector may pick from: ``available``, or ``0..N-1`` when all are online."""
+        return np.arange(num_clients) if self.available is None else np.asarray(self.available, dtype=np.int64)
+
+    def how_many(self, settings) -> int:
+        """Clients to pick: ``count`` (default U), at most the number available."""
+        want = settings.clients_per_round if self.count is None else int(self.count)
+        return min(want, settings.num_clients if self.available is None else len(self.available))
+
+    def online(self, ids) -> list[int]:
+        """``ids`` (in their order) that are online this round."""
+        if self.available is None:
+            return [int(k) for k in ids]
+        on = set(np.asarray(self.available).tolist())
+        return [int(k) for k in ids if int(k) in on]
 
 
 class SelectorContext(Protocol):
@@ -186,6 +207,9 @@ class Selector:
         needs_every_round_evaluation: rewards need the global metric every round (eval_every 1).
         candidate_stream: candidates arrive one by one (budgeted online selection): an engine
             with real nodes may let them arrive as the nodes connect instead of waiting for all.
+        uses_count: picks ``RoundView.count`` clients (U, or more with ``overselect``); False
+            for selectors with a fixed set (all clients, CEFL's leaders, budgeted online's
+            accepted ones), which over-selection leaves alone.
     """
 
     name: ClassVar[str] = ""
@@ -201,6 +225,7 @@ class Selector:
     needs_shared_model: ClassVar[bool] = False
     needs_every_round_evaluation: ClassVar[bool] = False
     candidate_stream: ClassVar[bool] = False
+    uses_count: ClassVar[bool] = True
 
     def __init__(self, ctx: SelectorContext, options: BaseModel | None = None):
         self.ctx = ctx

@@ -48,6 +48,7 @@ class CeflLeaders(Selector):
     """
 
     name = "cefl_leaders"
+    uses_count = False
     summary = "CEFL: cluster clients by warm-up model similarity (Louvain), pick one leader per cluster"
     Options = CeflLeadersOptions
     rng_stream = "selector/cefl"
@@ -115,7 +116,7 @@ class CeflLeaders(Selector):
     def select(self, view: RoundView) -> Selection:
         if self.groups is None:
             raise RuntimeError("cefl_leaders: select() before prepare()")
-        return Selection(sorted(self.groups.leaders))
+        return Selection(view.online(sorted(self.groups.leaders)))  # a leader offline this round sits it out
 
     def state_dict(self) -> dict[str, Any]:
         out = super().state_dict()

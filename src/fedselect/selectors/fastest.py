@@ -41,5 +41,6 @@ class Fastest(Selector):
             lat = np.asarray(self.ctx.expected_latency_s(), dtype=np.float64)
         else:
             lat = np.array([self.ctx.client_cost(k, s.local_epochs, view.draws).latency_s for k in range(s.num_clients)])
-        order = np.lexsort((np.arange(s.num_clients), lat))
-        return Selection(sorted(int(k) for k in order[: s.clients_per_round]))
+        pool = view.pool(s.num_clients)
+        order = pool[np.lexsort((pool, lat[pool]))]
+        return Selection(sorted(int(k) for k in order[: view.how_many(s)]))

@@ -101,13 +101,15 @@ class FlashRL(DDQNSelector):
         latency ``max(expected latency, 2 x deadline)`` (:func:`censored_latency`: it was slower
         than the deadline, so it never scores as fast as the deadline); for a **dropout** its
         expected latency (a dropout says nothing about speed; its reported 0 s, or the deadline,
-        would make it look faster than it is)."""
-        if o.failed not in ("timeout", "dropout"):
+        would make it look faster than it is); a **cancelled** one (over-selection) as a timeout
+        at the round's end."""
+        if o.failed not in ("timeout", "dropout", "cancelled"):
             return float(o.latency_s)
         if getattr(self, "_expected", None) is None:  # deterministic: computed once, never checkpointed
             self._expected = np.asarray(self.ctx.expected_latency_s(), dtype=np.float64)
         expected = float(self._expected[o.client_id])
-        return censored_latency(expected, float(o.latency_s)) if o.failed == "timeout" else expected
+        censored = o.failed in ("timeout", "cancelled")  # slower than the deadline / the round's end
+        return censored_latency(expected, float(o.latency_s)) if censored else expected
 
     def state_dict(self):
         st = super().state_dict()

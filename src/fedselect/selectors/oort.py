@@ -129,10 +129,13 @@ class Oort(Selector):
 
     def select(self, view: RoundView) -> Selection:
         opts, t = self.options, view.round
-        n, u = self.settings.num_clients, min(self.settings.clients_per_round, self.settings.num_clients)
+        n, u = self.settings.num_clients, view.how_many(self.settings)
+        pool = view.pool(n)
+        online = np.zeros(n, dtype=bool)
+        online[pool] = True
         preferred = preferred_duration(self.duration, self.threshold)
-        known = np.flatnonzero(self.explored)
-        unknown = np.flatnonzero(~self.explored)
+        known = np.flatnonzero(self.explored & online)
+        unknown = np.flatnonzero(~self.explored & online)
         eps = self.epsilon if unknown.size else 0.0
         n_exploit = min(int(np.floor(u * (1.0 - eps) + 1e-9)), known.size)  # floor, robust to 0.8 * 5 = 3.999...
 
@@ -167,7 +170,7 @@ class Oort(Selector):
         chosen = exploited + explored
         missing = u - len(chosen)
         if missing > 0:
-            rest = np.setdiff1d(np.arange(n), np.array(chosen, dtype=np.int64))
+            rest = np.setdiff1d(pool, np.array(chosen, dtype=np.int64))
             chosen += [int(k) for k in self.rng.choice(rest, size=missing, replace=False)]
         self.exploited = exploited
         self.pending = {
@@ -183,6 +186,11 @@ class Oort(Selector):
         utilities = []
         for o in outcomes:
             k = o.client_id
+            if o.failed == "cancelled":  # over-selection: slower than the round's end, utility unknown
+                self.duration[k] = censored_latency(self.duration[k], o.latency_s)
+                if self.explored[k]:
+                    self.last_round[k] = t
+                continue
             if o.failed is not None:
                 self.utility[k] = 0.0
                 if self.explored[k]:

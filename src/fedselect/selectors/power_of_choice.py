@@ -122,8 +122,9 @@ class PowerOfChoice(Selector):
 
     def select(self, view: RoundView) -> Selection:
         s, opts = self.settings, self.options
-        u = min(s.clients_per_round, s.num_clients)
-        cands = weighted_sample(self.rng, np.arange(s.num_clients), self.share, self.d)
+        u, pool = view.how_many(s), view.pool(s.num_clients)
+        d = min(pool.size, max(self.d, u))
+        cands = weighted_sample(self.rng, pool, self.share[pool], d)
         samples = None
         if opts.variant == "rpow-d":
             known = self.last_loss[cands]

@@ -18,4 +18,7 @@ class RandomSelector(Selector):
 
     def select(self, view: RoundView) -> Selection:
         s = self.settings
-        return Selection(sorted(int(k) for k in self.rng.choice(s.num_clients, size=s.clients_per_round, replace=False)))
+        if view.available is None and view.how_many(s) == s.clients_per_round:  # the draws of every earlier version
+            return Selection(sorted(int(k) for k in self.rng.choice(s.num_clients, size=s.clients_per_round, replace=False)))
+        pool = view.pool(s.num_clients)
+        return Selection(sorted(int(k) for k in self.rng.choice(pool, size=view.how_many(s), replace=False)))

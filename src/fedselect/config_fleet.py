@@ -1,0 +1,123 @@
+"""The fleet sections of the experiment schema: availability, capacities, deadlines, stragglers.
+
+Part of :mod:`fedselect.config` (which re-exports these models); like it, this module imports
+no other part of fedselect. Semantics: docs/fleets.md; the models that read these settings:
+:mod:`fedselect.fl.availability` and :mod:`fedselect.system`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+#: keys of ``availability`` that each model reads (every other key set explicitly is an error)
+AVAILABILITY_KEYS: dict[str, tuple[str, ...]] = {
+    "always": (),
+    "bernoulli": ("p_online",),
+    "markov": ("mean_on_s", "mean_off_s", "spread"),
+    "diurnal": ("day_s", "p_peak", "p_trough", "peak_hour"),
+    "trace": ("trace_file",),
+}
+
+#: keys of ``system.capacity`` that each model reads
+CAPACITY_KEYS: dict[str, tuple[str, ...]] = {
+    "profiles": (),
+    "file": ("file",),
+    "lognormal": ("compute_mhz", "compute_sigma", "bandwidth_mbps", "bandwidth_sigma", "jitter"),
+    "pareto": ("compute_mhz", "compute_shape", "bandwidth_mbps", "bandwidth_shape", "jitter"),
+}
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
+    _keys: ClassVar[dict[str, tuple[str, ...]]] = {}
+    _label: ClassVar[str] = ""
+
+    @model_validator(mode="after")
+    def _only_the_models_keys(self) -> Any:
+        allowed = set(self._keys[self.model])
+        # a key of another model is an error unless it holds the default (a resolved config writes every key)
+        stray = sorted(
+            k
+            for k in self.model_fields_set
+            if k != "model" and k not in allowed and getattr(self, k) != type(self).model_fields[k].default
+        )
+        if stray:
+            users = {k: [m for m, ks in self._keys.items() if k in ks] for k in stray}
+            raise ValueError(
+                f"{self._label}: {', '.join(f'{k} applies only to model {users[k]}' for k in stray)}; "
+                f"model {self.model!r} reads {sorted(allowed) or 'no other key'}"
+            )
+        return self
+
+
+class AvailabilityConfig(_Section):
+    """Which clients are online, on the simulated clock (docs/fleets.md). The selector sees only
+    the clients online when a round starts; a participant whose online interval ends before its
+    work is done fails as ``dropout`` at that moment."""
+
+    _keys: ClassVar[dict[str, tuple[str, ...]]] = AVAILABILITY_KEYS
+    _label: ClassVar[str] = "availability"
+    model: Literal["always", "bernoulli", "markov", "diurnal", "trace"] = Field(
+        "always", description="always (every client online: the default), bernoulli, markov, diurnal or trace"
+    )
+    p_online: float = Field(0.5, gt=0, le=1, description="bernoulli: probability that a client is online in a round")
+    mean_on_s: float = Field(3600.0, gt=0, description="markov: mean length of an online period (simulated seconds)")
+    mean_off_s: float = Field(3600.0, gt=0, description="markov: mean length of an offline period (simulated seconds)")
+    spread: float = Field(
+        0.0, ge=0, le=3, description="markov: sigma of a lognormal factor drawn per client for its two means (0: shared)"
+    )
+    day_s: float = Field(86400.0, gt=0, description="diurnal: length of a day in simulated seconds (24 hour slots)")
+    p_peak: float = Field(0.9, ge=0, le=1, description="diurnal: online probability at the local peak hour")
+    p_trough: float = Field(0.1, ge=0, le=1, description="diurnal: online probability 12 hours from the peak")
+    peak_hour: float = Field(20.0, ge=0, lt=24, description="diurnal: local hour of the peak (0-24)")
+    trace_file: str | None = Field(None, description="trace: CSV with columns client,start_s,end_s, one row per online interval")
+
+    @model_validator(mode="after")
+    def _trace_needs_file(self) -> "AvailabilityConfig":
+        if self.model == "trace" and not self.trace_file:
+            raise ValueError("availability.trace_file: model 'trace' needs a CSV file (columns client,start_s,end_s)")
+        return self
+
+
+class CapacityConfig(_Section):
+    """Each client's fixed compute and network capacity (docs/fleets.md): ``profiles`` (the
+    device/network tables, FLASH-RL Tables II and III: the default), ``file`` (a CSV
+    ``client,compute_speed,bandwidth_kbps``), or heavy-tailed draws (``lognormal``, ``pareto``)."""
+
+    _keys: ClassVar[dict[str, tuple[str, ...]]] = CAPACITY_KEYS
+    _label: ClassVar[str] = "system.capacity"
+    model: Literal["profiles", "file", "lognormal", "pareto"] = Field(
+        "profiles", description="profiles (device/network tables), file, lognormal or pareto"
+    )
+    file: str | None = Field(
+        None, description="file: CSV client,compute_speed,bandwidth_kbps (compute_speed in training samples per second)"
+    )
+    compute_mhz: float = Field(
+        1000.0, gt=0, description="lognormal: median, pareto: minimum of the per-client CPU frequency (MHz, one core)"
+    )
+    compute_sigma: float = Field(1.0, gt=0, le=5, description="lognormal: sigma of log(frequency)")
+    compute_shape: float = Field(1.5, gt=0, description="pareto: shape (tail index) of the frequency")
+    bandwidth_mbps: float = Field(10.0, gt=0, description="lognormal: median, pareto: minimum of the per-client bandwidth (Mb/s)")
+    bandwidth_sigma: float = Field(1.0, gt=0, le=5, description="lognormal: sigma of log(bandwidth)")
+    bandwidth_shape: float = Field(1.5, gt=0, description="pareto: shape (tail index) of the bandwidth")
+    jitter: float = Field(
+        0.0, ge=0, lt=1, description="per-round std of a client's frequency and bandwidth, as a share of its own value"
+    )
+
+    @model_validator(mode="after")
+    def _file_needs_path(self) -> "CapacityConfig":
+        if self.model == "file" and not self.file:
+            raise ValueError("system.capacity.file: model 'file' needs a CSV file (columns client,compute_speed,bandwidth_kbps)")
+        return self
+
+
+class DeadlineConfig(BaseModel):
+    """An adaptive round deadline: the ``percentile`` of the latencies of the participants that
+    reported in the last ``window`` rounds (until the first report: ``system.round_deadline_s``
+    or no deadline)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
+    percentile: float = Field(..., gt=0, le=100, description="percentile (0-100] of recent participants' latencies")
+    window: int = Field(5, ge=1, description="rounds of history")
