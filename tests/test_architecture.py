@@ -26,6 +26,7 @@ LAYERS = {
     "fedselect.inputs": 3,  # digests of the input files and of the federation (reads data/federation)
     "fedselect.kernels": 3,
     "fedselect.stats": 3,
+    "fedselect.fedscale": 4,  # converters of FedScale fleet files (reads data.files, fl.metrics)
     "fedselect.selectors": 4,
     "fedselect.algorithms": 4,
     "fedselect.resolve": 5,

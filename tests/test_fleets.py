@@ -125,3 +125,70 @@ def test_config_errors_name_the_key():
         parse_experiment(doc(straggler="partial"))
     with pytest.raises(ConfigError, match="overselect"):
         parse_experiment(doc(overselect=0.5))
+
+
+def test_fednova_by_hand():
+    import torch
+
+    from fedselect.algorithms.fedavg import FedAvg
+    from fedselect.fl.types import ServerState
+
+    class _Cfg:
+        momentum, optimizer, batch_size = 0.0, "sgd", 10
+
+    alg = FedAvg.__new__(FedAvg)
+    alg.train_cfg = _Cfg()
+    w = ServerState({"w": torch.tensor([1.0])})
+    # client A: 10 samples, 1 epoch = 1 step, w_A = 0; client B: 30 samples, 2 of 3 steps done, w_B = 0.4
+    a = ClientOutcome(0, 1, {"w": torch.tensor([0.0])}, 10, 0.1, 1, 0, 0, 0, 1, 0, 0)
+    b = ClientOutcome(1, 1, {"w": torch.tensor([0.4])}, 30, 0.1, 1, 0, 0, 0, 1, 0, 0, local_steps=2)
+    # p = (0.25, 0.75), a = (1, 2), tau_eff = 1.75; d = 0.25 * 1 / 1 + 0.75 * 0.6 / 2 = 0.475
+    got = alg._fednova(w, [a, b], None)["w"].item()
+    assert got == pytest.approx(1.0 - 1.75 * 0.475)
+
+
+def test_capacities_from_draws_and_file(tmp_path):
+    from fedselect.federation import build_federation
+
+    for model in ("lognormal", "pareto"):
+        cfg = parse_experiment(doc(system={"capacity": {"model": model, "compute_mhz": 500.0, "bandwidth_mbps": 5.0}}))
+        fl = build_federation(cfg).fleet
+        assert len(fl) == 20 and (fl.std_mhz == 0).all() and (fl.cores == 1).all()
+        if model == "pareto":
+            assert fl.mean_mhz.min() >= 500.0 and fl.mean_mbps.min() >= 5.0
+    f = tmp_path / "caps.csv"
+    f.write_text("client,compute_speed,bandwidth_kbps\n" + "".join(f"{k},{100 * (k + 1)},{2000}\n" for k in range(20)))
+    cfg = parse_experiment(doc(system={"capacity": {"model": "file", "file": str(f)}}))
+    fed = build_federation(cfg)
+    # E n_k / compute_speed seconds of compute (FR-eq 3 with f = speed x bits/sample x g / 1e6)
+    from fedselect.system import compute_time
+
+    k = 3
+    n_k = fed.clients[k].num_samples
+    got = compute_time(1, fed.client_bits(k), 20.0, fed.fleet.cores[k], fed.fleet.mean_mhz[k])
+    assert got == pytest.approx(n_k / 400.0) and fed.fleet.mean_mbps[k] == pytest.approx(2.0)
+    f.write_text("client,compute_speed,bandwidth_kbps\n0,10,10\n")
+    with pytest.raises(ValueError, match="no row for clients"):
+        build_federation(parse_experiment(doc(system={"capacity": {"model": "file", "file": str(f)}})))
+
+
+def test_fedscale_converters(tmp_path):
+    import pickle
+
+    from fedselect.fedscale import main
+
+    src = tmp_path / "behave.pkl"
+    src.write_bytes(
+        pickle.dumps({1: {"active": [0, 100], "inactive": [50], "finish_time": 500}, 0: {"active": [10], "inactive": [20]}})
+    )
+    main(["trace", str(src), str(tmp_path / "t.csv")])
+    iv = read_trace(tmp_path / "t.csv")
+    assert iv[0].tolist() == [[10.0, 20.0]] and iv[1].tolist() == [[0.0, 50.0], [100.0, 500.0]]
+    cap = tmp_path / "cap.pkl"
+    cap.write_bytes(pickle.dumps({0: {"computation": 20.0, "communication": 5000.0}}))
+    main(["capacity", str(cap), str(tmp_path / "c.csv")])
+    assert (tmp_path / "c.csv").read_text().splitlines()[1] == "0,50.0,5000.0"
+    evil = tmp_path / "evil.pkl"
+    evil.write_bytes(pickle.dumps({0: np.float64(1.0)}))
+    with pytest.raises(ValueError, match="refused"):
+        main(["trace", str(evil), str(tmp_path / "x.csv")])

@@ -120,6 +120,51 @@ def _profile_tables(s: SystemConfig) -> tuple[list[DeviceProfile], list[NetworkP
     return devices, networks
 
 
+def capacity_fleet(system: SystemConfig, n: int, seed: int, bits_per_sample: float) -> Fleet:
+    """Per-client fixed capacities (``system.capacity``; docs/fleets.md) in the FR-eq 3-5 latency
+    model: client k is a one-core device of frequency f_k (MHz) and a network of b_k (Mb/s), with
+    per-round std ``jitter x`` its value. ``lognormal``: f_k = compute_mhz exp(sigma z), b_k alike;
+    ``pareto``: f_k = compute_mhz (1 + Pareto(shape)) (compute_mhz is the minimum), b_k alike;
+    ``file``: a CSV ``client,compute_speed,bandwidth_kbps`` (compute_speed in training samples per
+    second: f_k = compute_speed x bits per sample x g / 1e6, so FR-eq 3 gives E n_k / compute_speed
+    seconds; b_k = bandwidth_kbps / 1000). Generator ``np_rng(seed, "capacity")``.
+
+    Raises:
+        DataFileError: a bad capacity file (names the line and column), a client id outside 0..N-1
+            or a client of the federation missing from it.
+    """
+    c = system.capacity
+    if c.model == "file":
+        from fedselect.data.files import Col, DataFileError, read_csv_checked
+
+        t = read_csv_checked(
+            c.file,
+            (Col("client", "int", lo=0), Col("compute_speed", "float", lo=1e-12), Col("bandwidth_kbps", "float", lo=1e-12)),
+            what="capacity CSV (client, compute_speed, bandwidth_kbps)",
+        )
+        ids = t.frame["client"].to_numpy(dtype=np.int64)
+        t.reject(ids >= n, "client", f"client id outside 0..{n - 1} (data.num_clients = {n})")
+        missing = sorted(set(range(n)) - set(ids.tolist()))
+        if missing:
+            raise DataFileError(c.file, f"no row for clients {missing[:10]}{' ...' if len(missing) > 10 else ''} of the {n}")
+        speed = dict(zip(ids.tolist(), t.frame["compute_speed"].tolist()))
+        kbps = dict(zip(ids.tolist(), t.frame["bandwidth_kbps"].tolist()))
+        mhz = np.array([speed[k] * bits_per_sample * system.cycles_per_bit / 1e6 for k in range(n)])
+        mbps = np.array([kbps[k] / 1000.0 for k in range(n)])
+    else:
+        rng = np_rng(seed, "capacity")
+        if c.model == "lognormal":
+            mhz = c.compute_mhz * np.exp(c.compute_sigma * rng.standard_normal(n))
+            mbps = c.bandwidth_mbps * np.exp(c.bandwidth_sigma * rng.standard_normal(n))
+        else:
+            mhz = c.compute_mhz * (1.0 + rng.pareto(c.compute_shape, n))
+            mbps = c.bandwidth_mbps * (1.0 + rng.pareto(c.bandwidth_shape, n))
+    j = c.jitter if c.model != "file" else 0.0
+    devices = [DeviceProfile(c.model, float(f), float(j * f), 1) for f in mhz]
+    networks = [NetworkProfile(c.model, float(b), float(j * b)) for b in mbps]
+    return Fleet(devices, networks, seed)
+
+
 def build_federation(cfg: ExperimentConfig) -> Federation:
     """The federation of ``cfg``: built from its ``data``, ``model`` and ``system`` sections and
     its seed only (:func:`make_federation`)."""
@@ -155,6 +200,8 @@ def make_federation(d: DataConfig, model: ModelConfig, system: SystemConfig, see
         )
     fleet = Fleet.create(d.num_clients, seed, devices, networks, system.device_mix, system.network_mix)
     fed = Federation(d, model, system, seed, train_set, test_set, clients, fleet)
+    if system.capacity.model != "profiles":
+        fed.fleet = capacity_fleet(system, d.num_clients, seed, data_bits(1, fed.features))
     fed.source_files = sorted(reads.values(), key=lambda f: f["path"])
     return fed
 

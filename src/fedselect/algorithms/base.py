@@ -195,7 +195,33 @@ class Algorithm:
         Returns the new state, or None to keep ``state`` (never mutates it)."""
         keys = self.upload_keys()
         avg = fedavg([o.state for o in outcomes], [o.num_samples for o in outcomes], keys=keys)
+        if any(o.local_steps is not None for o in outcomes):  # stragglers' partial work (straggler: partial)
+            avg.update(self._fednova(state, outcomes, keys))
         return replace(state, model={**state.model, **avg})
+
+    def _fednova(self, state: ServerState, outcomes: Sequence[ClientOutcome], keys) -> dict:
+        """FedNova's normalised averaging (Wang et al. 2020, eq. 6 with the momentum form of
+        a_k): ``w - tau_eff * sum_k p_k (w - w_k) / a_k`` with ``p_k = n_k / sum n``,
+        ``a_k = (tau_k - rho (1 - rho^tau_k) / (1 - rho)) / (1 - rho)`` for SGD momentum rho
+        (``a_k = tau_k`` without), ``tau_eff = sum_k p_k a_k``; ``tau_k`` the local steps done.
+        Floating entries only (the others keep FedAvg's average)."""
+        import math as _m
+
+        rho = self.train_cfg.momentum if self.train_cfg.optimizer == "sgd" else 0.0
+        b = self.train_cfg.batch_size
+        taus = [o.local_steps if o.local_steps is not None else o.epochs * _m.ceil(o.num_samples / b) for o in outcomes]
+        a = [(t - rho * (1 - rho**t) / (1 - rho)) / (1 - rho) if rho > 0 else float(t) for t in taus]
+        total = float(sum(o.num_samples for o in outcomes))
+        p = [o.num_samples / total for o in outcomes]
+        tau_eff = sum(pk * ak for pk, ak in zip(p, a))
+        out = {}
+        for name in keys if keys is not None else state.model.keys():
+            w = state.model[name]
+            if not w.is_floating_point():
+                continue
+            d = sum(pk * (w.double() - o.state[name].double()) / ak for pk, ak, o in zip(p, a, outcomes))
+            out[name] = (w.double() - tau_eff * d).to(w.dtype)
+        return out
 
     # ---------------------------------------------------------------- evaluation
     def eval_state(self, state: ServerState, k: int) -> State:
