@@ -84,6 +84,8 @@ def _fake_run(d, rows, rounds, complete=True):
             "cum_upload_bytes": int(mb * 1e6),
             "cum_download_bytes": 0,
             "failed": "",
+            "clock_s": lat,
+            "available": 2,
         }
         lines.append(",".join(str(vals[c]) for c in CORE_COLUMNS))
     (d / "metrics.csv").write_text("\n".join(lines) + "\n")
