@@ -153,3 +153,22 @@ def test_engine_option_is_a_config_override(tmp_path):
     assert res.exit_code == 2 and "it cannot be combined with --engine" in " ".join(res.output.split())
     res = runner.invoke(app, ["compare", "--resume", str(out), "--engine", "flower", "-q"])
     assert res.exit_code == 2 and "it cannot be combined with --engine" in " ".join(res.output.split())
+
+
+def test_list_shows_every_fleet_key_with_its_default():
+    from fedselect.config_fleet import AVAILABILITY_KEYS, CAPACITY_KEYS
+    from fedselect.console import fleet_table
+
+    t = fleet_table()
+    rows = dict(zip(t.columns[0]._cells, t.columns[1]._cells))
+    applies = dict(zip(t.columns[0]._cells, t.columns[2]._cells))
+    assert rows["overselect"] == "1.0" and rows["straggler"] == "'drop'" and rows["availability.model"] == "'always'"
+    assert rows["availability.mean_on_s"] == "3600.0" and applies["availability.mean_on_s"] == "markov"
+    assert rows["system.adaptive_deadline.percentile"] == "required"
+    for k in {k for ks in AVAILABILITY_KEYS.values() for k in ks}:
+        assert f"availability.{k}" in rows
+    for k in {k for ks in CAPACITY_KEYS.values() for k in ks}:
+        assert f"system.capacity.{k}" in rows
+    assert applies["system.capacity.compute_mhz"] == "lognormal, pareto"
+    res = runner.invoke(app, ["list"])
+    assert res.exit_code == 0 and "fleet settings" in res.output

@@ -196,3 +196,34 @@ def print_components() -> None:
             doc = getattr(cls, "summary", "") or first_sentence(cls.__doc__ or "")
             t.add_row(name, fields or "-", doc)
         wide.print(t)
+    wide.print(fleet_table())
+
+
+def fleet_table() -> Table:
+    """The fleet keys (docs/fleets.md) with their defaults and meaning, read from the schema
+    (``fedselect.config_fleet`` and the top-level fields), so the list cannot drift from it."""
+    from fedselect.config import ExperimentConfig, SystemConfig
+    from fedselect.config_fleet import AVAILABILITY_KEYS, CAPACITY_KEYS, AvailabilityConfig, CapacityConfig, DeadlineConfig
+
+    t = Table(title="fleet settings (docs/fleets.md)")
+    for c in ("key", "default", "applies to", "meaning"):
+        t.add_column(c)
+
+    def row(key: str, f, applies: str = "") -> None:
+        default = "required" if f.is_required() else ("{}" if f.default_factory is not None else repr(f.default))
+        t.add_row(key, default, applies, f.description or "")
+
+    for top in ("overselect", "straggler"):
+        row(top, ExperimentConfig.model_fields[top])
+    for prefix, cls, keys in (
+        ("availability", AvailabilityConfig, AVAILABILITY_KEYS),
+        ("system.capacity", CapacityConfig, CAPACITY_KEYS),
+    ):
+        row(f"{prefix}.model", cls.model_fields["model"])
+        for name, f in cls.model_fields.items():
+            if name != "model":
+                row(f"{prefix}.{name}", f, ", ".join(m for m, ks in keys.items() if name in ks))
+    row("system.round_deadline_s", SystemConfig.model_fields["round_deadline_s"])
+    for name, f in DeadlineConfig.model_fields.items():
+        row(f"system.adaptive_deadline.{name}", f)
+    return t
