@@ -113,6 +113,17 @@ class OortOptions(BaseModel):
         0.3, ge=0, le=1, description="the blacklist holds at most this share of all clients (the most-trained ones)"
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _artifact_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "cut_off_util" in data:
+            raise ValueError(
+                "cut_off_util: the artifact's name of the option cut_off here (candidates score >= cut_off x the "
+                "score of the last exploited slot; 0.95: the 95 % named in the artifact's code comment); FedScale's cut_off_util 0.05 is a "
+                "different rule (docs/selectors.md#oort)"
+            )
+        return data
+
     @model_validator(mode="after")
     def _eps_order(self) -> "OortOptions":
         if self.exploration_min > self.exploration_factor:
