@@ -241,6 +241,24 @@ def test_options_are_validated():
         parse_experiment({"selector": {"name": "oort", "options": {"exploration_min": 0.95}}, "algorithm": {"name": "fedavg"}})
     with pytest.raises(ConfigError, match="unknown key"):
         parse_experiment({"method": "oort", "method_options": {"alpha": 2}})
+    for key, bad, why in (
+        ("blacklist_rounds", -2, "greater than or equal to -1"),
+        ("blacklist_rounds", 1.5, "a valid integer"),
+        ("blacklist_max_len", 1.5, "less than or equal to 1"),
+        ("pacer_delta", -1.0, "greater than or equal to 0"),
+        ("pacer_step", 0, "greater than or equal to 1"),
+        ("round_threshold", 101.0, "less than or equal to 100"),
+        ("exploration_decay", 0.0, "greater than 0"),
+        ("cut_off", 0.0, "greater than 0"),
+        ("sample_window", 0.5, "greater than or equal to 1"),
+    ):
+        with pytest.raises(ConfigError, match=rf"selector\.options\.{key}: Input should be {why}"):
+            parse_experiment({"selector": {"name": "oort", "options": {key: bad}}, "algorithm": {"name": "fedavg"}})
+        with pytest.raises(ConfigError, match=rf"method_options\.{key}"):
+            parse_experiment({"method": "oort", "method_options": {key: bad}})
+    # the artifact's name cut_off_util is refused with a pointer to ours (its FedScale value 0.05 is another rule)
+    with pytest.raises(ConfigError, match="cut_off_util: the artifact's name of the option cut_off"):
+        parse_experiment({"selector": {"name": "oort", "options": {"cut_off_util": 0.95}}, "algorithm": {"name": "fedavg"}})
     cfg = parse_experiment({"method": "oort"})
     assert cfg.selector.options == OortOptions().model_dump(mode="json")
     assert cfg.selector.options["round_threshold"] == 30.0 and cfg.selector.options["pacer_step"] == 20
@@ -348,6 +366,25 @@ def test_exploration_factor_after_k_rounds_is_max_min_and_decayed_factor():
     assert fast.epsilon == 0.5
 
 
+def test_defaults_are_the_artifacts_where_it_is_consistent():
+    """docs/selectors.md#oort tabulates these against the artifact (SymbioticLab/Oort
+    training/argParser.py) and FedScale (fedscale/cloud/config_parser.py)."""
+    assert OortOptions().model_dump() == {
+        "round_penalty": 2.0,  # both
+        "round_threshold": 30.0,  # FedScale (the artifact: 101 = off, or 10)
+        "pacer_step": 20,  # both
+        "pacer_delta": 5.0,  # FedScale and one artifact version (the other: 10)
+        "exploration_factor": 0.9,  # both
+        "exploration_decay": 0.98,  # FedScale and one artifact version (the other: 0.95)
+        "exploration_min": 0.2,  # the artifact (FedScale: 0.3)
+        "cut_off": 0.95,  # the artifact's comment "95%" (its cut_off_util: 0.7 / 0.9; FedScale 0.05, another rule)
+        "clip_bound": 0.95,  # one artifact version (the other 0.98; FedScale 0.9)
+        "sample_window": 5.0,  # both
+        "blacklist_rounds": -1,  # both: off
+        "blacklist_max_len": 0.3,  # both
+    }
+
+
 # ---------------------------------------------------------------- real runs on the embedded MNIST
 def tiny(method="oort", **over):
     return tiny_experiment(method, seed=4, **over)
@@ -424,6 +461,20 @@ def test_oort_kill_and_resume_is_exact(tmp_path, fed, faults):
     same_run(tmp_path / "ref", tmp_path / "cut")
     rows = read_csv_rows(tmp_path / "ref" / "metrics.csv")
     assert int(rows[-1]["exploited"]) == 3  # the resumed part exploits (the state was restored)
+
+
+def test_oort_with_blacklist_and_pacer_kill_and_resume_is_exact(tmp_path, fed):
+    """The blacklist counts and the pacer's history live in the selector's state_dict: a run cut
+    after round 3 and resumed equals the uninterrupted one. N 8, U 3, R = 1: clients that trained
+    twice leave exploitation (at most floor(0.3 x 8) = 2); W = 2 decides in rounds 4 and 6."""
+    cfg = tiny(rounds=7, method_options={"blacklist_rounds": 1, "pacer_step": 2})
+    run_experiment(cfg, tmp_path / "ref", federation=fed)
+    run_experiment(cfg, tmp_path / "cut", federation=fed, stop_after=3)
+    run_experiment(cfg, tmp_path / "cut", federation=fed, resume=True)
+    same_run(tmp_path / "ref", tmp_path / "cut")
+    rows = [r for r in read_csv_rows(tmp_path / "ref" / "metrics.csv") if r["round"] != "0"]
+    assert max(int(r["blacklisted"]) for r in rows) == 2  # the cap floor(0.3 x 8) is reached
+    assert all(int(r["blacklisted"]) <= 2 for r in rows)
 
 
 # ---------------------------------------------------------------- bookkeeping under failures
