@@ -535,3 +535,15 @@ def test_a_timeout_is_a_censored_latency_by_hand():
     assert censored_latency(1.0, 2.5) == 5.0 and censored_latency(9.0, 2.5) == 9.0
     with pytest.raises(ValueError, match="deadline"):
         censored_latency(1.0, 0.0)
+
+
+def test_fedselect_list_shows_oorts_options_with_their_defaults():
+    from typer.testing import CliRunner
+
+    from fedselect.cli import app
+
+    res = CliRunner().invoke(app, ["list"], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    for shown in ("blacklist_rounds=-1", "blacklist_max_len=0.3", "pacer_step=20", "pacer_delta=5.0", "exploration_min=0.2"):
+        assert shown in text, shown
