@@ -547,3 +547,26 @@ def test_fedselect_list_shows_oorts_options_with_their_defaults():
     text = " ".join(res.output.split())
     for shown in ("blacklist_rounds=-1", "blacklist_max_len=0.3", "pacer_step=20", "pacer_delta=5.0", "exploration_min=0.2"):
         assert shown in text, shown
+
+
+def test_blacklist_with_availability_and_over_selection_end_to_end(tmp_path, fed):
+    """Clients 0-5 of 8 online (trace), U 3, overselect 1.5: ceil(4.5) = 5 selected among the 6
+    online, the first 3 to finish aggregated, the other 2 cancelled (censored: not counted).
+    blacklist_rounds 0: a client that trained once leaves exploitation, at most floor(0.25 x 8) = 2."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("client,start_s,end_s\n" + "".join(f"{k},0,inf\n" for k in range(6)))
+    cfg = tiny(
+        rounds=5,
+        availability={"model": "trace", "trace_file": str(trace)},
+        overselect=1.5,
+        method_options={"blacklist_rounds": 0, "blacklist_max_len": 0.25},
+    )
+    summary = run_experiment(cfg, tmp_path / "run", federation=fed)
+    rows = [r for r in read_csv_rows(tmp_path / "run" / "metrics.csv") if r["round"] != "0"]
+    for r in rows:
+        sel = [int(k) for k in r["selected"].split(";")]
+        assert len(sel) == len(set(sel)) == 5 and all(k < 6 for k in sel)
+        assert len(r["aggregated_ids"].split(";")) == 3
+    assert [int(r["blacklisted"]) for r in rows][0] == 0  # nobody has trained before round 1
+    assert all(int(r["blacklisted"]) == 2 for r in rows[1:])  # 3 trained in round 1, the cap keeps 2
+    assert summary["blacklisted_clients"] == 2
