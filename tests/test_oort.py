@@ -570,3 +570,15 @@ def test_blacklist_with_availability_and_over_selection_end_to_end(tmp_path, fed
     assert [int(r["blacklisted"]) for r in rows][0] == 0  # nobody has trained before round 1
     assert all(int(r["blacklisted"]) == 2 for r in rows[1:])  # 3 trained in round 1, the cap keeps 2
     assert summary["blacklisted_clients"] == 2
+
+
+def test_random_fill_draws_from_the_online_pool_not_the_exploitation_candidates():
+    """5 explored clients, 1 unexplored, U 4, eps 0.5: floor(4 x 0.5) = 2 exploited (cut_off 1:
+    exactly the top 2 are candidates), 1 explored, 1 slot left for the random fill. It used to be
+    drawn from the 2 candidates, both taken already (an error); now from the online clients."""
+    sel = explored_fleet([50.0, 40.0, 30.0, 20.0, 10.0, 0.0], [1.0] * 6, 4, cut_off=1.0, clip_bound=1.0)
+    sel.explored[5], sel.count[5] = False, 0
+    sel.epsilon = 0.5
+    s = sel.select(view(2))
+    assert len(set(s.clients)) == 4 and set(s.clients[:2]) == {0, 1} and s.clients[2] == 5
+    assert s.clients[3] in {2, 3, 4} and (sel.pending["exploited"], sel.pending["explored"]) == (2, 1)
