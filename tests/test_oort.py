@@ -23,6 +23,7 @@ from fedselect.fl.round import updates
 from fedselect.fl.train import TrainConfig, iterate_minibatches, local_train, make_optimizer
 from fedselect.fl.types import ClientOutcome, RunSettings
 from fedselect.kernels.oort import (
+    blacklist,
     exploration_scores,
     normalise_utilities,
     pacer_update,
@@ -106,6 +107,36 @@ def test_pacer_relaxes_tightens_and_waits():
     assert pacer_update([1.0] * 20 + [1.5] * 20, 30.0, 20, 5.0, 40) == (30.0, "")  # +50 %: kept
     assert pacer_update([1.0] * 20 + [10.0] * 20, 5.0, 20, 5.0, 40) == (5.0, "tighten")  # floor at delta
     assert pacer_update(flat, 98.0, 20, 5.0, 40) == (100.0, "relax")  # cap at 100
+
+
+def test_pacer_follows_the_artifact_rule_by_hand():
+    # W = 2, delta = 10: windows [10, 10] then [9.5, 9.5]: |19 - 20| = 1 <= 0.1 x 20 = 2, the
+    # utility fell (flattened): T relaxed, 30 -> 40 percentile points
+    assert pacer_update([10.0, 10.0, 9.5, 9.5], 30.0, 2, 10.0, 4) == (40.0, "relax")
+    # a rising window ([10, 10] then [15, 15]: |30 - 20| = 10 > 2 and < 5 x 20) keeps T
+    assert pacer_update([10.0, 10.0, 15.0, 15.0], 30.0, 2, 10.0, 4) == (30.0, "")
+    # the artifact relaxes only a flat window: a fall of more than 10 % ([10, 10] -> [5, 5]) keeps T
+    assert pacer_update([10.0, 10.0, 5.0, 5.0], 30.0, 2, 10.0, 4) == (30.0, "")
+    # pacer_delta 0 is the artifact's "Oort w/o Pacer": nothing moves
+    assert pacer_update([1.0] * 4, 30.0, 2, 0.0, 4) == (30.0, "relax")
+    with pytest.raises(ValueError, match="delta"):
+        pacer_update([1.0] * 4, 30.0, 2, -1.0, 4)
+
+
+def test_blacklist_kernel_by_hand():
+    # counts [3, 5, 1, 4], R = 2: clients 1 (5), 3 (4), 0 (3) trained more than twice; at most
+    # floor(0.5 x 4) = 2 of them, the most-trained: clients 1 and 3
+    assert blacklist([3, 5, 1, 4], 2, 0.5).tolist() == [1, 3]
+    assert blacklist([3, 5, 1, 4], 2, 1.0).tolist() == [0, 1, 3]
+    assert blacklist([3, 5, 1, 4], -1, 1.0).tolist() == []  # -1: off (the artifact's default)
+    assert blacklist([3, 5, 1, 4], 5, 1.0).tolist() == []  # nobody trained more than 5 times
+    assert blacklist([2, 2, 2, 0], 1, 0.5).tolist() == [0, 1]  # ties: lowest id first
+    assert blacklist([9, 9, 9], 0, 0.3).tolist() == []  # floor(0.3 x 3) = 0
+    assert blacklist([9] * 10, 0, 0.3).tolist() == [0, 1, 2]  # floor(0.3 x 10) = 3 (not 2.999...)
+    with pytest.raises(ValueError, match="blacklist rounds"):
+        blacklist([1], -2, 0.3)
+    with pytest.raises(ValueError, match="blacklist share"):
+        blacklist([1], 1, 1.5)
 
 
 def test_normalise_utilities_clips_and_scales():
@@ -210,9 +241,148 @@ def test_options_are_validated():
         parse_experiment({"selector": {"name": "oort", "options": {"exploration_min": 0.95}}, "algorithm": {"name": "fedavg"}})
     with pytest.raises(ConfigError, match="unknown key"):
         parse_experiment({"method": "oort", "method_options": {"alpha": 2}})
+    for key, bad, why in (
+        ("blacklist_rounds", -2, "greater than or equal to -1"),
+        ("blacklist_rounds", 1.5, "a valid integer"),
+        ("blacklist_max_len", 1.5, "less than or equal to 1"),
+        ("pacer_delta", -1.0, "greater than or equal to 0"),
+        ("pacer_step", 0, "greater than or equal to 1"),
+        ("round_threshold", 101.0, "less than or equal to 100"),
+        ("exploration_decay", 0.0, "greater than 0"),
+        ("cut_off", 0.0, "greater than 0"),
+        ("sample_window", 0.5, "greater than or equal to 1"),
+    ):
+        with pytest.raises(ConfigError, match=rf"selector\.options\.{key}: Input should be {why}"):
+            parse_experiment({"selector": {"name": "oort", "options": {key: bad}}, "algorithm": {"name": "fedavg"}})
+        with pytest.raises(ConfigError, match=rf"method_options\.{key}"):
+            parse_experiment({"method": "oort", "method_options": {key: bad}})
+    # the artifact's name cut_off_util is refused with a pointer to ours (its FedScale value 0.05 is another rule)
+    with pytest.raises(ConfigError, match="cut_off_util: the artifact's name of the option cut_off"):
+        parse_experiment({"selector": {"name": "oort", "options": {"cut_off_util": 0.95}}, "algorithm": {"name": "fedavg"}})
     cfg = parse_experiment({"method": "oort"})
     assert cfg.selector.options == OortOptions().model_dump(mode="json")
     assert cfg.selector.options["round_threshold"] == 30.0 and cfg.selector.options["pacer_step"] == 20
+
+
+def explored_fleet(utilities, durations, u, **opts):
+    """An Oort whose clients have all trained once (in round 1): eps is 0, every slot exploits."""
+    n = len(utilities)
+    sel = Oort(fake_ctx([10] * n, durations, u), OortOptions(**opts))
+    sel.explored[:] = True
+    sel.count[:] = 1
+    sel.last_round[:] = 1
+    sel.utility[:] = utilities
+    sel.duration[:] = durations
+    return sel
+
+
+def trained(k, t, utility, latency=1.0):
+    """An outcome whose statistical utility is ``utility``: |B| = 10, 10 losses of (utility / 10)^2."""
+    return outcome(k, t, 10, (utility / 10) ** 2 * 10, 10, latency)
+
+
+def test_blacklist_excludes_a_client_after_it_trained_more_than_blacklist_rounds_times():
+    # clients 0..4, utilities [100, 1, 2, 3, 4], every duration 1 s (no speed penalty), U = 1,
+    # cut_off 1: the pool is the top client only. Round 2: client 0 scores norm 1 + sqrt(0.1 ln 2)
+    # = 1.263 against 0.0303 + 0.263 for client 4, so client 0 is exploited.
+    sel = explored_fleet([100.0, 1.0, 2.0, 3.0, 4.0], [1.0] * 5, 1, cut_off=1.0, clip_bound=1.0, blacklist_rounds=2)
+    for t in (2, 3):  # client 0 has trained 1, then 2 times: not more than 2, still exploited
+        assert sel.select(view(t)).clients == (0,) and sel.pending["blacklisted"] == 0
+        sel.observe(t, [trained(0, t, 100.0)], None)
+    assert sel.count.tolist() == [3, 1, 1, 1, 1]
+    # round 4: 3 > 2, client 0 is blacklisted; among clients 1-4 (utilities 1-4, min-max normalised
+    # over them) client 4 scores 1 + sqrt(0.1 ln 4) and is the only candidate with cut_off 1
+    assert sel.select(view(4)).clients == (4,)
+    assert sel.pending["blacklisted"] == 1 and sel.pending["exploited"] == 1
+    # off (-1, the default): client 0 stays the pick
+    off = explored_fleet([100.0, 1.0, 2.0, 3.0, 4.0], [1.0] * 5, 1, cut_off=1.0, clip_bound=1.0)
+    off.count[0] = 50
+    assert off.select(view(5)).clients == (0,) and off.pending["blacklisted"] == 0
+
+
+def test_blacklist_count_is_times_trained_cancelled_and_failed_do_not_count():
+    sel = explored_fleet([5.0, 4.0, 3.0], [1.0] * 3, 3, blacklist_rounds=1)
+    sel.select(view(2))
+    sel.observe(
+        2,
+        [trained(0, 2, 5.0), outcome(1, 2, 10, 0.0, 0, 3.0, "cancelled"), outcome(2, 2, 10, 0.0, 0, 0.0, "dropout")],
+        None,
+    )
+    assert sel.count.tolist() == [2, 1, 1]  # only client 0's result counts; over-selection is censored
+    assert sel.utility[1] == 4.0  # a cancelled client keeps its utility (no update)
+
+
+def test_blacklist_caps_at_its_share_and_the_round_still_gets_u_clients():
+    # 5 clients, every one trained 3 times, R = 2, share 0.4: floor(0.4 x 5) = 2 are barred, the
+    # two most-trained (ties: lowest ids 0 and 1); U = 5: 3 slots exploit clients 2-4, the other
+    # two are filled at random, from the blacklisted clients since no one else is online
+    sel = explored_fleet([5.0, 4.0, 3.0, 2.0, 1.0], [1.0] * 5, 5, blacklist_rounds=2, blacklist_max_len=0.4)
+    sel.count[:] = 3
+    s = sel.select(view(2))
+    assert sorted(s.clients) == [0, 1, 2, 3, 4] and set(s.clients[:3]) == {2, 3, 4} and set(s.clients[3:]) == {0, 1}
+    assert sel.pending["blacklisted"] == 2 and sel.pending["exploited"] == 3
+    # availability: only clients 1, 2 and 3 online, U = 3; client 1 is barred, so exploitation takes
+    # 2 and 3 and the random fill the barred client 1, the only one left online
+    sel = explored_fleet([5.0, 4.0, 3.0, 2.0, 1.0], [1.0] * 5, 3, blacklist_rounds=2, blacklist_max_len=0.4)
+    sel.count[:] = 3
+    s = sel.select(RoundView(2, None, available=np.array([1, 2, 3])))
+    assert set(s.clients) == {1, 2, 3} and set(s.clients[:2]) == {2, 3} and sel.pending["exploited"] == 2
+
+
+def test_pacer_in_the_selector_relaxes_t_after_a_flat_falling_window_not_after_a_rising_one():
+    # 10 clients with durations 1..10 s: T = sorted[int(10 x 30 / 100) = 3] = 4 s; W = 2, delta 10.
+    # Exploitation utility per round [10, 10, 9.5, 9.5]: |19 - 20| <= 2, relaxed after round 4 to
+    # 40 %, T = sorted[4] = 5 s from round 5. Rising [10, 10, 15, 15]: T stays 4 s.
+    def run(per_round):
+        durations = [float(d) for d in range(1, 11)]
+        sel = explored_fleet([1.0] * 10, durations, 1, pacer_step=2, pacer_delta=10.0)
+        for t, util in enumerate(per_round, start=1):
+            k = sel.select(view(t)).clients[0]
+            assert sel.pending["exploited"] == 1
+            sel.observe(t, [trained(k, t, util, latency=durations[k])], None)
+        sel.select(view(len(per_round) + 1))
+        return sel.pending["round_threshold"], sel.pending["preferred_duration_s"]
+
+    assert run([10.0, 10.0, 9.5, 9.5]) == (40.0, 5.0)
+    assert run([10.0, 10.0, 15.0, 15.0]) == (30.0, 4.0)
+    assert run([10.0, 10.0, 9.5]) == (30.0, 4.0)  # round 3 is no pacer round (W = 2: rounds 4, 6, ...)
+
+
+def test_exploration_factor_after_k_rounds_is_max_min_and_decayed_factor():
+    # 200 clients, U = 1: never out of clients to explore, so eps only decays: after k rounds
+    # eps = max(0.2, 0.9 x 0.98^k) (0.9 x 0.98^74 = 0.2018 > 0.2 > 0.9 x 0.98^75 = 0.1978); round t
+    # uses the value after t - 1 rounds
+    sel = Oort(fake_ctx([10] * 200, [1.0] * 200, 1))
+    for k in range(1, 101):
+        sel.select(view(k))
+        assert sel.pending["epsilon"] == pytest.approx(max(0.2, 0.9 * 0.98 ** (k - 1)))
+        sel.observe(k, [], None)
+        assert sel.epsilon == pytest.approx(max(0.2, 0.9 * 0.98**k))
+    assert 0.9 * 0.98**74 > 0.2 > 0.9 * 0.98**75
+    assert sel.epsilon == 0.2
+    # another floor and decay: max(0.5, 0.9 x 0.5^k): 0.45 < 0.5 from k = 1
+    fast = Oort(fake_ctx([10] * 5, [1.0] * 5, 1), OortOptions(exploration_decay=0.5, exploration_min=0.5))
+    fast.observe(1, [], None)
+    assert fast.epsilon == 0.5
+
+
+def test_defaults_are_the_artifacts_where_it_is_consistent():
+    """docs/selectors.md#oort tabulates these against the artifact (SymbioticLab/Oort
+    training/argParser.py) and FedScale (fedscale/cloud/config_parser.py)."""
+    assert OortOptions().model_dump() == {
+        "round_penalty": 2.0,  # both
+        "round_threshold": 30.0,  # FedScale (the artifact: 101 = off, or 10)
+        "pacer_step": 20,  # both
+        "pacer_delta": 5.0,  # FedScale and one artifact version (the other: 10)
+        "exploration_factor": 0.9,  # both
+        "exploration_decay": 0.98,  # FedScale and one artifact version (the other: 0.95)
+        "exploration_min": 0.2,  # the artifact (FedScale: 0.3)
+        "cut_off": 0.95,  # the artifact's comment "95%" (its cut_off_util: 0.7 / 0.9; FedScale 0.05, another rule)
+        "clip_bound": 0.95,  # one artifact version (the other 0.98; FedScale 0.9)
+        "sample_window": 5.0,  # both
+        "blacklist_rounds": -1,  # both: off
+        "blacklist_max_len": 0.3,  # both
+    }
 
 
 # ---------------------------------------------------------------- real runs on the embedded MNIST
@@ -293,6 +463,20 @@ def test_oort_kill_and_resume_is_exact(tmp_path, fed, faults):
     assert int(rows[-1]["exploited"]) == 3  # the resumed part exploits (the state was restored)
 
 
+def test_oort_with_blacklist_and_pacer_kill_and_resume_is_exact(tmp_path, fed):
+    """The blacklist counts and the pacer's history live in the selector's state_dict: a run cut
+    after round 3 and resumed equals the uninterrupted one. N 8, U 3, R = 1: clients that trained
+    twice leave exploitation (at most floor(0.3 x 8) = 2); W = 2 decides in rounds 4 and 6."""
+    cfg = tiny(rounds=7, method_options={"blacklist_rounds": 1, "pacer_step": 2})
+    run_experiment(cfg, tmp_path / "ref", federation=fed)
+    run_experiment(cfg, tmp_path / "cut", federation=fed, stop_after=3)
+    run_experiment(cfg, tmp_path / "cut", federation=fed, resume=True)
+    same_run(tmp_path / "ref", tmp_path / "cut")
+    rows = [r for r in read_csv_rows(tmp_path / "ref" / "metrics.csv") if r["round"] != "0"]
+    assert max(int(r["blacklisted"]) for r in rows) == 2  # the cap floor(0.3 x 8) is reached
+    assert all(int(r["blacklisted"]) <= 2 for r in rows)
+
+
 # ---------------------------------------------------------------- bookkeeping under failures
 def test_explored_means_reported_a_training_result(tmp_path):
     """Issue input: N 8, U 4, faults.dropout 0.75, 3 rounds. Before: all 8 clients counted as
@@ -351,3 +535,50 @@ def test_a_timeout_is_a_censored_latency_by_hand():
     assert censored_latency(1.0, 2.5) == 5.0 and censored_latency(9.0, 2.5) == 9.0
     with pytest.raises(ValueError, match="deadline"):
         censored_latency(1.0, 0.0)
+
+
+def test_fedselect_list_shows_oorts_options_with_their_defaults():
+    from typer.testing import CliRunner
+
+    from fedselect.cli import app
+
+    res = CliRunner().invoke(app, ["list"], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    for shown in ("blacklist_rounds=-1", "blacklist_max_len=0.3", "pacer_step=20", "pacer_delta=5.0", "exploration_min=0.2"):
+        assert shown in text, shown
+
+
+def test_blacklist_with_availability_and_over_selection_end_to_end(tmp_path, fed):
+    """Clients 0-5 of 8 online (trace), U 3, overselect 1.5: ceil(4.5) = 5 selected among the 6
+    online, the first 3 to finish aggregated, the other 2 cancelled (censored: not counted).
+    blacklist_rounds 0: a client that trained once leaves exploitation, at most floor(0.25 x 8) = 2."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("client,start_s,end_s\n" + "".join(f"{k},0,inf\n" for k in range(6)))
+    cfg = tiny(
+        rounds=5,
+        availability={"model": "trace", "trace_file": str(trace)},
+        overselect=1.5,
+        method_options={"blacklist_rounds": 0, "blacklist_max_len": 0.25},
+    )
+    summary = run_experiment(cfg, tmp_path / "run", federation=fed)
+    rows = [r for r in read_csv_rows(tmp_path / "run" / "metrics.csv") if r["round"] != "0"]
+    for r in rows:
+        sel = [int(k) for k in r["selected"].split(";")]
+        assert len(sel) == len(set(sel)) == 5 and all(k < 6 for k in sel)
+        assert len(r["aggregated_ids"].split(";")) == 3
+    assert [int(r["blacklisted"]) for r in rows][0] == 0  # nobody has trained before round 1
+    assert all(int(r["blacklisted"]) == 2 for r in rows[1:])  # 3 trained in round 1, the cap keeps 2
+    assert summary["blacklisted_clients"] == 2
+
+
+def test_random_fill_draws_from_the_online_pool_not_the_exploitation_candidates():
+    """5 explored clients, 1 unexplored, U 4, eps 0.5: floor(4 x 0.5) = 2 exploited (cut_off 1:
+    exactly the top 2 are candidates), 1 explored, 1 slot left for the random fill. It used to be
+    drawn from the 2 candidates, both taken already (an error); now from the online clients."""
+    sel = explored_fleet([50.0, 40.0, 30.0, 20.0, 10.0, 0.0], [1.0] * 6, 4, cut_off=1.0, clip_bound=1.0)
+    sel.explored[5], sel.count[5] = False, 0
+    sel.epsilon = 0.5
+    s = sel.select(view(2))
+    assert len(set(s.clients)) == 4 and set(s.clients[:2]) == {0, 1} and s.clients[2] == 5
+    assert s.clients[3] in {2, 3, 4} and (sel.pending["exploited"], sel.pending["explored"]) == (2, 1)

@@ -17,6 +17,9 @@ Oort scores a client ``k`` that took part in training by (paper Eq. (1), (2) and
   the penalty exponent (:func:`speed_penalty`). ``T`` is a percentile of the known durations
   (:func:`preferred_duration`) that the pacer moves every W rounds (:func:`pacer_update`).
 
+Clients that have trained more than ``blacklist_rounds`` times may be barred from exploitation
+(:func:`blacklist`; off by default, as in the authors' artifact).
+
 Everything here is a pure function of arrays and floats; the selector
 (:mod:`fedselect.selectors.oort`) keeps the state and draws with
 :func:`fedselect.kernels.sampling.weighted_sample` and its own generator.
@@ -132,15 +135,19 @@ def preferred_duration(durations: Sequence[float] | np.ndarray, percentile: floa
 
 
 def pacer_update(history: Sequence[float], threshold: float, step: int, delta: float, t: int) -> tuple[float, str]:
-    """Oort's pacer (Sec. 4.3, Algorithm 1 "Pacer"): every ``step`` rounds (from round ``2 * step``)
-    compare the exploitation utility summed over the last ``step`` rounds with the ``step`` rounds
-    before:
+    """Oort's pacer (Sec. 4.3; the rule of the authors' artifact, ``_training_selector.pacer``):
+    every ``step`` rounds (from round ``2 * step``) compare the exploitation utility summed over
+    the last ``step`` rounds with the ``step`` rounds before:
 
     * within 10 % (``|cur - prev| <= 0.1 * prev``): utility has flattened, relax the preferred
       duration (``threshold += delta``, at most 100);
     * changed by 5x or more (``|cur - prev| >= 5 * prev``): tighten it (``threshold -= delta``, at
       least ``delta``);
-    * otherwise unchanged.
+    * otherwise unchanged (in particular a window that rose by more than 10 % and less than 5x,
+      or fell by more than 10 %).
+
+    ``threshold`` is a percentile, so T (s) moves with it: :func:`preferred_duration` turns it
+    into seconds. ``delta = 0`` keeps T fixed (the artifact's "Oort w/o Pacer").
 
     Args:
         history: exploitation utility of rounds 1..t (index i = round i + 1).
@@ -153,6 +160,8 @@ def pacer_update(history: Sequence[float], threshold: float, step: int, delta: f
     """
     if step < 1:
         raise ValueError(f"pacer step must be >= 1, got {step}")
+    if delta < 0:
+        raise ValueError(f"pacer delta must be >= 0, got {delta}")
     if t < 2 * step or t % step != 0 or len(history) < 2 * step:
         return threshold, ""
     prev = float(sum(history[-2 * step : -step]))
@@ -163,6 +172,36 @@ def pacer_update(history: Sequence[float], threshold: float, step: int, delta: f
     if change >= 5.0 * prev:
         return max(float(delta), threshold - delta), "tighten"
     return threshold, ""
+
+
+def blacklist(counts: Sequence[int] | np.ndarray, rounds: int, max_share: float) -> np.ndarray:
+    """Clients barred from exploitation (the artifact's ``get_blacklist``; Oort Sec. 7.2.3, robustness
+    to outliers): those that have trained more than ``rounds`` times, most-trained first (ties:
+    lowest id first), at most ``floor(max_share * N)`` of the ``N`` clients.
+
+    Args:
+        counts: ``(N,)`` how many training results each client has reported so far.
+        rounds: the artifact's ``blacklist_rounds``; ``-1`` turns the blacklist off.
+        max_share: the artifact's ``blacklist_max_len``, share of all clients in [0, 1].
+
+    Returns:
+        Sorted ids of the blacklisted clients (empty when off).
+
+    Example: counts [3, 5, 1, 4], rounds 2, max share 0.5: clients 1 (5), 3 (4) and 0 (3) trained
+    more than twice; at most floor(0.5 * 4) = 2 are kept, the two most-trained: [1, 3].
+    """
+    if rounds < -1:
+        raise ValueError(f"blacklist rounds must be -1 (off) or >= 0, got {rounds}")
+    if not 0.0 <= max_share <= 1.0:
+        raise ValueError(f"blacklist share must be in [0, 1], got {max_share}")
+    c = np.asarray(counts, dtype=np.int64)
+    if rounds == -1:
+        return np.zeros(0, dtype=np.int64)
+    ids = np.arange(c.size, dtype=np.int64)
+    over = ids[c > rounds]
+    over = over[np.lexsort((over, -c[over]))]  # most-trained first, ties by id
+    cap = int(math.floor(max_share * c.size + 1e-9))
+    return np.sort(over[:cap])
 
 
 def normalise_utilities(utilities: np.ndarray, clip_bound: float) -> np.ndarray:

@@ -17,7 +17,14 @@ Each round t (Oort Algorithm 1), with U slots:
    ranked by ``|B_k| x (T / d_k)^alpha`` (fast clients with much data first), ``d_k`` the expected
    latency ``ctx.expected_latency_s()`` (or, after a timeout, the censored latency below); the
    slots are drawn among the best ``sample_window`` x (slots) of them proportionally to it;
-4. slots still empty (nothing left to explore or exploit) are filled uniformly at random.
+4. slots still empty (nothing left to explore or exploit) are filled uniformly at random among
+   the online clients, those on the blacklist last.
+
+Every step picks only among ``view.available`` (the clients online this round). **Blacklist**
+(the artifact's ``get_blacklist``; Oort Sec. 7.2.3, outliers): with ``blacklist_rounds`` = R >= 0,
+a client that has reported more than R training results is left out of exploitation (and of the
+utility normalisation), at most ``floor(blacklist_max_len x N)`` clients, the most-trained first;
+``-1`` (the default, as in the artifact) turns it off.
 
 ``eps`` starts at ``exploration_factor`` (round 1) and is multiplied by ``exploration_decay``
 after every round, down to ``exploration_min``; once every client has been explored all U slots
@@ -31,11 +38,13 @@ gets utility 0; its duration becomes: for a **timeout** the censored latency
 ``max(previous duration, 2 x deadline)`` (:func:`fedselect.kernels.rewards.censored_latency`: it
 was slower than the deadline, so it never looks as fast as the deadline); for a **dropout** its
 previous duration is kept (a dropout says nothing about speed, with or without a deadline); for
-an error or a non-finite update the latency it reported (the time it really spent). Every ``pacer_step`` rounds the
-pacer compares the exploitation utility summed over the last window with the window before
+an error or a non-finite update the latency it reported (the time it really spent). An
+over-selected client that was **cancelled** (slower than the round's end) is censored: no utility
+update, no count, only the censored latency. Every ``pacer_step`` rounds the pacer compares the exploitation utility summed over the last window with the window before
 (:func:`fedselect.kernels.oort.pacer_update`): nearly flat (within 10 %) relaxes T
 (``round_threshold += pacer_delta``), a 5x change tightens it. The per-round exploitation utility
 is the mean statistical utility of that round's exploited clients that succeeded (0 without any).
+``pacer_delta = 0`` keeps T's percentile fixed (the artifact's "Oort w/o Pacer").
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedselect.fl.types import ClientOutcome
 from fedselect.kernels.oort import (
+    blacklist,
     exploitation_scores,
     exploration_scores,
     pacer_update,
@@ -61,23 +71,34 @@ from fedselect.selectors.base import Feedback, RoundView, Selection, Selector
 
 
 class OortOptions(BaseModel):
-    """Oort's options; defaults are the paper's / FedScale's (Oort Sec. 7.1, FedScale arguments)."""
+    """Oort's options, named as in the authors' artifact (SymbioticLab/Oort, ``oort/``
+    ``create_training_selector(args)``; the same names in FedScale, where Oort now lives) except
+    ``cut_off`` (the artifact's ``cut_off_util``). Durations are seconds of simulated latency;
+    docs/selectors.md#oort compares every default with the artifact's."""
 
     model_config = ConfigDict(extra="forbid")
 
-    round_penalty: float = Field(2.0, ge=0, description="alpha, exponent of the speed penalty (T/t_k)^alpha (Oort Eq. (2))")
+    round_penalty: float = Field(
+        2.0, ge=0, description="alpha, exponent of the speed penalty (T/t_k)^alpha (Oort Eq. (2)); 0 = Oort w/o system utility"
+    )
     round_threshold: float = Field(
-        30.0, ge=0, le=100, description="initial percentile (%) of the known durations that sets the preferred round duration T"
+        30.0,
+        ge=0,
+        le=100,
+        description="initial percentile (%) of the known durations (s) that sets the preferred round duration T (s); 100 = no T",
     )
     pacer_step: int = Field(20, ge=1, description="W, rounds between two pacer decisions (and the window compared)")
     pacer_delta: float = Field(
-        5.0, gt=0, le=100, description="percentile points the pacer adds to / removes from round_threshold"
+        5.0, ge=0, le=100, description="percentile points the pacer adds to / removes from round_threshold; 0 = no pacer"
     )
     exploration_factor: float = Field(0.9, ge=0, le=1, description="eps of round 1: the share of slots left to exploration")
     exploration_decay: float = Field(0.98, gt=0, le=1, description="eps is multiplied by this after every round")
     exploration_min: float = Field(0.2, ge=0, le=1, description="eps never decays below this")
     cut_off: float = Field(
-        0.95, gt=0, le=1, description="exploitation candidates score >= cut_off x the score of the last exploited slot"
+        0.95,
+        gt=0,
+        le=1,
+        description="the artifact's cut_off_util: exploitation candidates score >= cut_off x the score of the last exploited slot",
     )
     clip_bound: float = Field(
         0.95, gt=0, le=1, description="statistical utilities are clipped at this quantile before min-max normalisation"
@@ -85,6 +106,23 @@ class OortOptions(BaseModel):
     sample_window: float = Field(
         5.0, ge=1, description="exploration draws among the best sample_window x (exploration slots) unexplored clients"
     )
+    blacklist_rounds: int = Field(
+        -1, ge=-1, description="a client that has trained more than this many times is not exploited any more; -1 = off"
+    )
+    blacklist_max_len: float = Field(
+        0.3, ge=0, le=1, description="the blacklist holds at most this share of all clients (the most-trained ones)"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _artifact_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "cut_off_util" in data:
+            raise ValueError(
+                "cut_off_util: the artifact's name of the option cut_off here (candidates score >= cut_off x the "
+                "score of the last exploited slot; 0.95: the 95 % named in the artifact's code comment); FedScale's cut_off_util 0.05 is a "
+                "different rule (docs/selectors.md#oort)"
+            )
+        return data
 
     @model_validator(mode="after")
     def _eps_order(self) -> "OortOptions":
@@ -102,7 +140,8 @@ class Oort(Selector):
     Extra per-round columns: ``epsilon`` (eps used this round; 0 once every client is explored),
     ``exploited`` / ``explored`` (slots filled by exploitation / by exploration; the rest were
     filled at random), ``preferred_duration_s`` (T, s; inf when the threshold reached 100 %),
-    ``round_threshold`` (its percentile), ``mean_utility`` (mean statistical utility U_k of this
+    ``round_threshold`` (its percentile), ``blacklisted`` (clients on the blacklist when the round
+    was selected), ``mean_utility`` (mean statistical utility U_k of this
     round's successful participants; nan without any).
     """
 
@@ -110,7 +149,15 @@ class Oort(Selector):
     summary = "Oort: statistical utility (data size x loss) x speed penalty, staleness bonus, explore / exploit"
     Options = OortOptions
     wants_sample_losses = True
-    extra_columns = ("epsilon", "exploited", "explored", "preferred_duration_s", "round_threshold", "mean_utility")
+    extra_columns = (
+        "epsilon",
+        "exploited",
+        "explored",
+        "preferred_duration_s",
+        "round_threshold",
+        "blacklisted",
+        "mean_utility",
+    )
 
     def __init__(self, ctx, options=None):
         super().__init__(ctx, options)
@@ -121,6 +168,7 @@ class Oort(Selector):
         self.duration = self.expected.copy()
         self.last_round = np.zeros(n, dtype=np.int64)
         self.explored = np.zeros(n, dtype=bool)
+        self.count = np.zeros(n, dtype=np.int64)
         self.epsilon = float(self.options.exploration_factor)
         self.threshold = float(self.options.round_threshold)
         self.exploit_history: list[float] = []
@@ -133,8 +181,10 @@ class Oort(Selector):
         pool = view.pool(n)
         online = np.zeros(n, dtype=bool)
         online[pool] = True
+        barred = np.zeros(n, dtype=bool)
+        barred[blacklist(self.count, opts.blacklist_rounds, opts.blacklist_max_len)] = True
         preferred = preferred_duration(self.duration, self.threshold)
-        known = np.flatnonzero(self.explored & online)
+        known = np.flatnonzero(self.explored & online & ~barred)
         unknown = np.flatnonzero(~self.explored & online)
         eps = self.epsilon if unknown.size else 0.0
         n_exploit = min(int(np.floor(u * (1.0 - eps) + 1e-9)), known.size)  # floor, robust to 0.8 * 5 = 3.999...
@@ -153,8 +203,8 @@ class Oort(Selector):
             score_of = dict(zip(known.tolist(), scores.tolist()))
             ranked = rank_desc(known, scores)
             cut = opts.cut_off * score_of[int(ranked[n_exploit - 1])]
-            pool = np.array([k for k in ranked if score_of[int(k)] >= cut], dtype=np.int64)
-            exploited = weighted_sample(self.rng, pool, np.array([score_of[int(k)] for k in pool]), n_exploit)
+            candidates = np.array([k for k in ranked if score_of[int(k)] >= cut], dtype=np.int64)
+            exploited = weighted_sample(self.rng, candidates, np.array([score_of[int(k)] for k in candidates]), n_exploit)
 
         n_explore = min(unknown.size, u - len(exploited))
         explored: list[int] = []
@@ -168,10 +218,16 @@ class Oort(Selector):
             explored = weighted_sample(self.rng, window, np.array([prio_of[int(k)] for k in window]), n_explore)
 
         chosen = exploited + explored
-        missing = u - len(chosen)
-        if missing > 0:
-            rest = np.setdiff1d(pool, np.array(chosen, dtype=np.int64))
-            chosen += [int(k) for k in self.rng.choice(rest, size=missing, replace=False)]
+        taken = np.array(chosen, dtype=np.int64)
+        for allowed in (~barred, barred):  # random fill: online clients off the blacklist first
+            missing = u - len(chosen)
+            if missing <= 0:
+                break
+            rest = np.setdiff1d(pool[allowed[pool]], taken)
+            take = min(missing, rest.size)
+            if take:
+                chosen += [int(k) for k in self.rng.choice(rest, size=take, replace=False)]
+                taken = np.array(chosen, dtype=np.int64)
         self.exploited = exploited
         self.pending = {
             "epsilon": eps,
@@ -179,6 +235,7 @@ class Oort(Selector):
             "explored": len(explored),
             "preferred_duration_s": preferred,
             "round_threshold": self.threshold,
+            "blacklisted": int(barred.sum()),
         }
         return Selection(tuple(chosen))
 
@@ -201,6 +258,7 @@ class Oort(Selector):
                     self.duration[k] = float(o.latency_s)
                 continue  # a dropout says nothing about speed: the previous duration is kept
             self.explored[k] = True  # explored = has reported a training result
+            self.count[k] += 1  # the artifact's "count" (times involved), read by the blacklist
             self.last_round[k] = t
             self.utility[k] = statistical_utility(o.sample_loss_sq_sum, o.sample_loss_count, o.num_samples)
             self.duration[k] = float(o.latency_s)
@@ -216,6 +274,7 @@ class Oort(Selector):
     def finish(self) -> dict[str, Any]:
         return {
             "explored_clients": int(self.explored.sum()),
+            "blacklisted_clients": int(blacklist(self.count, self.options.blacklist_rounds, self.options.blacklist_max_len).size),
             "final_round_threshold": self.threshold,
             "final_epsilon": self.epsilon,
         }
@@ -227,6 +286,7 @@ class Oort(Selector):
             duration=self.duration.copy(),
             last_round=self.last_round.copy(),
             explored=self.explored.copy(),
+            count=self.count.copy(),
             epsilon=self.epsilon,
             threshold=self.threshold,
             exploit_history=list(self.exploit_history),
@@ -241,6 +301,8 @@ class Oort(Selector):
         self.duration = np.array(state["duration"], dtype=np.float64, copy=True)
         self.last_round = np.array(state["last_round"], dtype=np.int64, copy=True)
         self.explored = np.array(state["explored"], dtype=bool, copy=True)
+        # checkpoints from before the blacklist have no counts (their runs had no blacklist)
+        self.count = np.array(state.get("count", np.zeros(self.explored.size)), dtype=np.int64, copy=True)
         self.epsilon = float(state["epsilon"])
         self.threshold = float(state["threshold"])
         self.exploit_history = [float(x) for x in state["exploit_history"]]
