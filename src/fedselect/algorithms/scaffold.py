@@ -81,6 +81,13 @@ class Scaffold(Algorithm):
     summary = "SCAFFOLD: control variates correct client drift (Karimireddy et al. 2020, option II)"
     Options = ScaffoldOptions
 
+    @classmethod
+    def check(cls, options, settings) -> list[str]:
+        """Local training must be SGD (``train.optimizer: sgd``)."""
+        if settings.optimizer != "sgd":
+            return [f"needs train.optimizer: sgd (its control variates assume SGD steps), got {settings.optimizer!r}"]
+        return []
+
     def __init__(self, ctx, options=None):
         super().__init__(ctx, options)
         if self.train_cfg.optimizer != "sgd":

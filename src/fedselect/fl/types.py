@@ -171,6 +171,7 @@ class RunSettings:
         dataset: the data set's registered name.
         count_download: the broadcast counts in a client's latency.
         cycles_per_bit: g of FR-eq 3.
+        optimizer: the local optimiser (``train.optimizer``: ``sgd`` or ``adam``).
     """
 
     seed: int
@@ -184,6 +185,7 @@ class RunSettings:
     dataset: str = ""
     count_download: bool = False
     cycles_per_bit: float = 20.0
+    optimizer: str = "sgd"
 
 
 @dataclass(frozen=True)
