@@ -162,7 +162,17 @@ def test_the_promised_components_are_registered():
         "power_of_choice",
         "fastest",
     }
-    assert set(ALGORITHMS.builtin_names()) >= {"fedavg", "fedper", "cefl", "individual"}
+    assert set(ALGORITHMS.builtin_names()) >= {
+        "fedavg",
+        "fedper",
+        "cefl",
+        "individual",
+        "fedprox",
+        "fedadam",
+        "fedyogi",
+        "fedadagrad",
+        "scaffold",
+    }
     assert set(PRESETS) >= {
         "fedavg",
         "full",

@@ -94,6 +94,11 @@ def test_presets_are_the_documented_pairs():
         "oort": ("oort", "fedavg"),
         "power_of_choice": ("power_of_choice", "fedavg"),
         "fastest": ("fastest", "fedavg"),
+        "fedprox": ("random", "fedprox"),
+        "fedadam": ("random", "fedadam"),
+        "fedyogi": ("random", "fedyogi"),
+        "fedadagrad": ("random", "fedadagrad"),
+        "scaffold": ("random", "scaffold"),
     }
     assert parse_experiment(base(method="regular_fl")).algorithm.options == {"evaluation": "per_client"}
 

@@ -46,5 +46,10 @@ PRESETS: dict[str, Preset] = {
         Preset("oort", "oort", "fedavg", description="Oort: statistical x system utility with exploration, then FedAvg"),
         Preset("power_of_choice", "power_of_choice", "fedavg", description="Power-of-Choice: d candidates, the U highest losses"),
         Preset("fastest", "fastest", "fedavg", description="oracle: the U clients with the lowest expected latency"),
+        Preset("fedprox", "random", "fedprox", description="FedProx: random U of N, proximal term in the local loss"),
+        Preset("fedadam", "random", "fedadam", description="FedAdam: random U of N, Adam step on the server"),
+        Preset("fedyogi", "random", "fedyogi", description="FedYogi: random U of N, Yogi step on the server"),
+        Preset("fedadagrad", "random", "fedadagrad", description="FedAdagrad: random U of N, Adagrad step on the server"),
+        Preset("scaffold", "random", "scaffold", description="SCAFFOLD: random U of N, control variates against client drift"),
     ]
 }

@@ -238,6 +238,7 @@ def resolve(cfg: ExperimentConfig, source: str = "<config>") -> Resolved:
         dataset=d.dataset,
         count_download=cfg.system.count_download,
         cycles_per_bit=cfg.system.cycles_per_bit,
+        optimizer=cfg.train.optimizer,
     )
     if sel_opts is not None and alg_opts is not None:
         errors += _compatibility(sel_cls, sel_spec.name, alg_cls, alg_spec.name, settings)

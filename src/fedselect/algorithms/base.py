@@ -189,6 +189,13 @@ class Algorithm:
         """The weights client ``k`` starts local training from (default: the server model)."""
         return state.model
 
+    def job_extras(self, state: ServerState, k: int) -> dict[str, Any]:
+        """What this algorithm adds to client ``k``'s training job in a round: keyword fields of
+        :class:`fedselect.fl.work.TrainJob` (e.g. ``{"prox_mu": 0.01}`` for FedProx,
+        ``{"correction": c - c_k}`` for SCAFFOLD). The round passes them to every transport;
+        the engine never asks which algorithm it runs. Default: nothing (plain local training)."""
+        return {}
+
     def aggregate(self, t: int, state: ServerState, outcomes: Sequence[ClientOutcome]) -> ServerState | None:
         """FedAvg (SPEC 0.5) of the surviving updates: w = sum_k n_k / sum n * w_k.
 

@@ -34,6 +34,11 @@ class TrainJob:
         trainable: names of the parameters to update, the others frozen (None: all).
         max_steps: stop after this many optimiser steps (a straggler's partial work,
             ``straggler: partial``); None = all ``epochs``.
+        prox_mu: FedProx's proximal weight mu >= 0 (Li et al. 2020): the local objective gains
+            ``mu/2 ||w - w_start||^2`` (its gradient ``mu (w - w_start)`` is added to every
+            parameter's gradient); 0 = plain local training, exactly the code path without it.
+        correction: SCAFFOLD's drift correction ``c - c_k`` (Karimireddy et al. 2020), one
+            tensor per parameter name, added to every mini-batch gradient; None = none.
         crash_after_batches: fault drill: a worker process of :class:`fedselect.fl.pool.ClientTrainer`
             kills itself (SIGKILL) after this many mini-batches, as an out-of-memory kill would;
             trainers in this process report the job failed instead.
@@ -48,6 +53,8 @@ class TrainJob:
     trainable: frozenset[str] | None = None
     crash_after_batches: int | None = None
     max_steps: int | None = None
+    prox_mu: float = 0.0
+    correction: State | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,8 @@ class SequentialTrainer:
                 stats=stats,
                 trainable=None if job.trainable is None else set(job.trainable),
                 max_steps=job.max_steps,
+                prox_mu=job.prox_mu,
+                correction=job.correction,
             )
         except ClientFailure as e:  # a client-side failure: the round goes on without this client
             return TrainResult(job.client_id, None, math.nan, error=str(e) or type(e).__name__)

@@ -247,9 +247,18 @@ class ClientTrainer:
             for _ in range(self.workers):
                 in_buf = {k: _shared_copy(torch.zeros_like(v)) for k, v in template.items()}
                 out_buf = {k: _shared_copy(torch.zeros_like(v)) for k, v in template.items()}
+                corr_buf = {k: _shared_copy(torch.zeros_like(template[k])) for k in self._param_names}
                 inits.append(
                     WorkerInit(
-                        self.spec, self.data, self._eval, train_cfg, self.channels_last, in_buf, out_buf, self.eval_forward_batch
+                        self.spec,
+                        self.data,
+                        self._eval,
+                        train_cfg,
+                        self.channels_last,
+                        in_buf,
+                        out_buf,
+                        self.eval_forward_batch,
+                        corr_buf,
                     )
                 )
             self._pool = WorkerPool(inits, start_method, self.start_timeout_s, job_timeout_s)
@@ -297,10 +306,19 @@ class ClientTrainer:
                     f"{sorted(set(j.trainable) - self._param_names)}; parameters: {sorted(self._param_names)}"
                 )
             self._check_state(j.start_state, f"TrainJob for client {j.client_id}")
+            if not (math.isfinite(j.prox_mu) and j.prox_mu >= 0):
+                raise ValueError(f"TrainJob for client {j.client_id}: prox_mu must be finite and >= 0, got {j.prox_mu!r}")
+            if j.correction is not None and set(j.correction) != self._param_names:
+                raise ValueError(
+                    f"TrainJob for client {j.client_id}: the correction needs one entry per parameter "
+                    f"(missing {sorted(self._param_names - set(j.correction))}, unexpected "
+                    f"{sorted(set(j.correction) - self._param_names)})"
+                )
         if not jobs:
             return []
         if self.workers == 0:
-            if self.batched and all(j.max_steps is None for j in jobs):  # partial work trains sequentially
+            # partial work, FedProx's and SCAFFOLD's gradient terms train sequentially
+            if self.batched and all(j.max_steps is None and not j.prox_mu and j.correction is None for j in jobs):
                 from fedselect.fl.batched import train_batched
 
                 return train_batched(self._model, self.data, list(jobs), self.train_cfg, self.device)
@@ -317,9 +335,12 @@ class ClientTrainer:
                     bool(j.sample_losses),
                     j.crash_after_batches,
                     j.max_steps,
+                    float(j.prox_mu),
+                    j.correction is not None,
                 ),
                 j.start_state,
                 cost=int(j.epochs) * self.data.num_samples(j.client_id),
+                correction=j.correction,
             )
             for j in jobs
         ]
@@ -436,6 +457,8 @@ class ClientTrainer:
                     j.crash_after_batches,
                     in_process=True,
                     max_steps=j.max_steps,
+                    prox_mu=j.prox_mu,
+                    correction=j.correction,
                 )
                 state = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in self._model.state_dict().items()}
             return TrainResult(j.client_id, state, loss, sq, cnt)

@@ -46,8 +46,9 @@ class ModelSpec:
 
 @dataclass
 class WorkerInit:
-    """A worker's start-up: the model, the shared data and evaluation sets, its two shared
-    state buffers (``in_buf``: the start state of the next task; ``out_buf``: a trained state)."""
+    """A worker's start-up: the model, the shared data and evaluation sets, its shared state
+    buffers (``in_buf``: the start state of the next task; ``out_buf``: a trained state;
+    ``corr_buf``: the next task's SCAFFOLD correction, one entry per parameter)."""
 
     spec: ModelSpec
     data: ClientData
@@ -57,13 +58,15 @@ class WorkerInit:
     in_buf: State
     out_buf: State
     eval_forward_batch: int
+    corr_buf: State | None = None
 
 
 # ---------------------------------------------------------------------------- parent -> worker
 @dataclass(frozen=True)
 class TrainTask:
     """Train client ``client_id`` from the state in the input buffer (a :class:`TrainJob`
-    without its state)."""
+    without its state; ``correction``: the job's SCAFFOLD correction is in the worker's
+    correction buffer)."""
 
     seq: int
     client_id: int
@@ -74,6 +77,8 @@ class TrainTask:
     sample_losses: bool
     crash_after: int | None
     max_steps: int | None = None
+    prox_mu: float = 0.0
+    correction: bool = False
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,8 @@ def _train_job(
     crash_after: int | None,
     in_process: bool,
     max_steps: int | None = None,
+    prox_mu: float = 0.0,
+    correction: State | None = None,
 ) -> tuple[float, float, int]:
     stats: dict | None = {} if sample_losses else None
     after = None
@@ -84,6 +86,8 @@ def _train_job(
         stats=stats,
         after_batch=after,
         max_steps=max_steps,
+        prox_mu=prox_mu,
+        correction=correction,
     )
     if stats is None:
         return loss, 0.0, 0
@@ -137,6 +141,8 @@ def _serve(model: nn.Module, init: WorkerInit, task: TrainTask | EvalTask) -> Tr
             task.crash_after,
             in_process=False,
             max_steps=task.max_steps,
+            prox_mu=task.prox_mu,
+            correction=init.corr_buf if task.correction else None,
         )
         _store(model, init.out_buf)
         return TrainDone(task.seq, loss, sq, cnt)

@@ -151,8 +151,18 @@ def _plan(
     epochs, wants = run.settings.local_epochs, run.selector.wants_sample_losses
     deadline = run.clock.deadline_s(run.faults.deadline_s)
     offline, partial = run.clock.plan_work(run, t, draws, selection, faults, deadline, clock_s)
+    alg = run.algorithm
     jobs = tuple(
-        TrainJob(k, run.algorithm.start_state(state, k), epochs, run.fed.seed, f"train/{t}/{k}", wants, max_steps=partial.get(k))
+        TrainJob(
+            k,
+            alg.start_state(state, k),
+            epochs,
+            run.fed.seed,
+            f"train/{t}/{k}",
+            wants,
+            max_steps=partial.get(k),
+            **alg.job_extras(state, k),
+        )
         for k in selection.clients
         if faults[k] not in ("drop", "raise") and k not in offline
     )

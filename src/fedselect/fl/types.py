@@ -14,7 +14,7 @@ algorithms (``fedselect.algorithms``) both speak them, and so does the Flower in
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -171,6 +171,7 @@ class RunSettings:
         dataset: the data set's registered name.
         count_download: the broadcast counts in a client's latency.
         cycles_per_bit: g of FR-eq 3.
+        optimizer: the local optimiser (``train.optimizer``: ``sgd`` or ``adam``).
     """
 
     seed: int
@@ -184,6 +185,7 @@ class RunSettings:
     dataset: str = ""
     count_download: bool = False
     cycles_per_bit: float = 20.0
+    optimizer: str = "sgd"
 
 
 @dataclass(frozen=True)
@@ -263,11 +265,15 @@ class ServerState:
         clients: per-client model states (personalised algorithms), client order, or None.
         aggregated: the server holds an average of the shared entries (before the first
             aggregation a personalised client starts from its own state alone).
+        aux: the algorithm's own tensors, by name (e.g. a server optimiser's moments ``m``,
+            ``v``; SCAFFOLD's control variates), checkpointed and committed with the model so
+            that a resumed run continues exactly and a rejected aggregate leaves them unchanged.
     """
 
     model: State
     clients: tuple[State, ...] | None = None
     aggregated: bool = False
+    aux: dict[str, State] = field(default_factory=dict)
 
     def changed_entries(self, old: "ServerState") -> list[tuple[str, State]]:
         """The states that differ (by identity) from ``old``'s: ``("model", s)`` and
@@ -276,6 +282,7 @@ class ServerState:
         if self.clients is not None:
             before = old.clients or ()
             out += [(f"client {k}", s) for k, s in enumerate(self.clients) if k >= len(before) or s is not before[k]]
+        out += [(f"aux {name}", s) for name, s in self.aux.items() if old.aux.get(name) is not s]
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -284,6 +291,7 @@ class ServerState:
             "model": self.model,
             "clients": None if self.clients is None else list(self.clients),
             "aggregated": self.aggregated,
+            "aux": dict(self.aux),
         }
 
     @classmethod
@@ -293,4 +301,5 @@ class ServerState:
             clone_state(d["model"]),
             None if clients is None else tuple(clone_state(s) for s in clients),
             bool(d.get("aggregated", False)),
+            {name: clone_state(s) for name, s in (d.get("aux") or {}).items()},
         )

@@ -143,7 +143,8 @@ class FlowerTransport:
         if self.measured:
             trip = ex.arrival.get(node, ex.seconds)
             size = state_bytes(getattr(job, "start_state", None) or getattr(job, "state", {}))
-            measured = Measured(float(trip), handler_s(reply) if reply is not None else 0.0, size, size)
+            extra = state_bytes(getattr(job, "correction", None) or {})  # SCAFFOLD's c - c_k travels with the job
+            measured = Measured(float(trip), handler_s(reply) if reply is not None else 0.0, size, size + extra)
         if reply is None:
             if self.measured and self.deadline_s is not None and isinstance(job, TrainJob):
                 return failed_result(job, "no reply at the deadline", "timeout", measured)

@@ -8,7 +8,8 @@ replies here, the node decodes jobs and encodes results here.
 job                ``message_type``      content                                      reply content
 =================  ====================  ===========================================  =====================
 ``TrainJob``       ``train``             ``arrays`` (start state), ``config`` (job,   ``arrays`` (state),
-                                         training settings)                           ``metrics``
+                                         training settings, ``prox-mu``),             ``metrics``
+                                         ``correction`` (SCAFFOLD's ``c - c_k``)
 ``EvalJob``        ``evaluate``          ``arrays`` (state), ``config``               ``metrics``
 ``FineTuneJob``    ``train``             ``arrays`` (leader's model), ``config``      ``arrays``, ``metrics``
 query              ``query``             ``config`` (empty)                           ``profile``
@@ -61,7 +62,7 @@ __all__ = [
 #: a reply may hold at most this many times the model's bytes (a size bound against junk)
 MAX_REPLY_FACTOR = 1.5
 
-_ARRAYS, _CONFIG, _METRICS, _PROFILE = "arrays", "config", "metrics", "profile"
+_ARRAYS, _CONFIG, _METRICS, _PROFILE, _CORRECTION = "arrays", "config", "metrics", "profile", "correction"
 _JOB, _CLIENT, _ROUND = "job", "client-id", "server-round"
 _TRAIN_KEYS = ("epochs", "batch-size", "lr", "momentum", "optimizer", "weight-decay")
 
@@ -98,6 +99,8 @@ def encode_job(job: Job, node: int, train_cfg: TrainConfig) -> Message:
             conf["trainable"] = sorted(job.trainable)
         if job.max_steps is not None:
             conf["max-steps"] = int(job.max_steps)
+        if job.prox_mu:
+            conf["prox-mu"] = float(job.prox_mu)
         arrays, kind = job.start_state, MessageType.TRAIN
     elif isinstance(job, EvalJob):
         conf.update({_JOB: "evaluate", "split": job.split, "loss-only": bool(job.loss_only)})
@@ -113,6 +116,8 @@ def encode_job(job: Job, node: int, train_cfg: TrainConfig) -> Message:
     else:
         raise TypeError(f"no message for {type(job).__name__}")
     content = RecordDict({_ARRAYS: ArrayRecord({n: v.detach() for n, v in arrays.items()}), _CONFIG: ConfigRecord(conf)})
+    if isinstance(job, TrainJob) and job.correction is not None:  # SCAFFOLD's c - c_k, one entry per parameter
+        content[_CORRECTION] = ArrayRecord({n: v.detach() for n, v in job.correction.items()})
     return Message(content, dst_node_id=int(node), message_type=kind)
 
 
@@ -157,6 +162,8 @@ def decode_job(msg: Message) -> tuple[Job, TrainConfig]:
             bool(conf.get("sample-losses", False)),
             None if trainable is None else frozenset(trainable),
             max_steps=int(_need(conf, "max-steps", int)) if "max-steps" in conf else None,
+            prox_mu=float(_need(conf, "prox-mu", (int, float))) if "prox-mu" in conf else 0.0,
+            correction=c[_CORRECTION].to_torch_state_dict() if _CORRECTION in c else None,
         )
     elif kind == "evaluate":
         samples = tuple(conf.get("samples") or ()) if conf.get("has-samples") else None
