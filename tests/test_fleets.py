@@ -192,3 +192,37 @@ def test_fedscale_converters(tmp_path):
     evil.write_bytes(pickle.dumps({0: np.float64(1.0)}))
     with pytest.raises(ValueError, match="refused"):
         main(["trace", str(evil), str(tmp_path / "x.csv")])
+
+
+# ---------------------------------------------------------------- many clients (issue 22 item 6)
+def test_clients_are_views_of_the_training_set():
+    from fedselect.federation import build_federation
+
+    fed = build_federation(parse_experiment(doc(data={"dataset": "mnist-embedded", "num_clients": 30})))
+    counts = fed.label_counts()
+    for c in fed.clients[:5]:
+        assert c._train is None and c._holdout is None  # nothing copied until asked for
+        tr = c.train
+        assert np.array_equal(tr.x, fed.train_set.x[c.train_indices]) and np.array_equal(tr.y, c.labels)
+        assert np.array_equal(c.holdout.y, fed.train_set.y[c.holdout_indices])
+        assert c.num_samples == len(c.train_indices) == counts[c.id].sum()
+    assert counts.shape == (30, 10) and counts.sum() == sum(len(c.train_indices) for c in fed.clients)
+
+
+def test_20000_clients_with_replacement_end_to_end(tmp_path):
+    # more clients than the embedded set's 4,000 images: client_dirichlet with replacement
+    part = {"scheme": "client_dirichlet", "alpha": 0.5, "samples_per_client": 10, "replacement": True}
+    for method in ("fedavg", "oort", "fastest"):
+        d = doc(
+            method=method,
+            rounds=2,
+            overselect=1.5,
+            availability={"model": "bernoulli", "p_online": 0.5},
+            data={"dataset": "mnist-embedded", "num_clients": 20_000, "partition": part, "holdout_fraction": 0.0},
+        )
+        run_experiment(parse_experiment(d), tmp_path / method)
+        rs = rows(tmp_path / method)
+        for r in rs[1:]:
+            sel = [int(x) for x in r["selected"].split(";")]
+            assert len(sel) == 6 and int(r["aggregated"]) == 4 and all(0 <= k < 20_000 for k in sel)
+            assert 9_000 < int(r["available"]) < 11_000  # about half of 20,000 online

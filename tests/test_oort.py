@@ -582,3 +582,21 @@ def test_random_fill_draws_from_the_online_pool_not_the_exploitation_candidates(
     s = sel.select(view(2))
     assert len(set(s.clients)) == 4 and set(s.clients[:2]) == {0, 1} and s.clients[2] == 5
     assert s.clients[3] in {2, 3, 4} and (sel.pending["exploited"], sel.pending["explored"]) == (2, 1)
+
+
+def test_top_desc_is_the_head_of_the_full_ranking_with_ties():
+    from fedselect.kernels.oort import kth_largest, rank_desc, top_desc
+
+    rng = np.random.default_rng(0)
+    ids = rng.permutation(5_000)[:3_000]
+    scores = rng.integers(0, 50, size=ids.size).astype(float)  # many ties: the id breaks them
+    full = rank_desc(ids, scores)
+    score_of = dict(zip(ids.tolist(), scores.tolist()))
+    for m in (1, 7, 100, 2_999, 3_000, 4_000):
+        head, head_scores = top_desc(ids, scores, m=m)
+        assert head.tolist() == full[:m].tolist()
+        assert head_scores.tolist() == [score_of[k] for k in full[:m].tolist()]
+    cut = 0.95 * kth_largest(scores, 10)
+    got, _ = top_desc(ids, scores, at_least=cut)
+    assert got.tolist() == [k for k in full.tolist() if score_of[k] >= cut]
+    assert kth_largest(np.array([3.0, 9.0, 9.0, 1.0]), 2) == 9.0 and kth_largest(np.array([3.0, 9.0, 9.0, 1.0]), 3) == 3.0

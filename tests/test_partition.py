@@ -72,3 +72,63 @@ def test_local_holdout():
     assert len(tr) == 1 and len(ho) == 0
     with pytest.raises(ValueError):
         local_holdout(np.arange(4), 1.0, np.random.default_rng(0))
+
+
+# ---------------------------------------------------------------- client_dirichlet: the partition for large N
+def test_client_dirichlet_disjoint_exact_sizes_where_dirichlet_cannot():
+    # 1,000 samples over 400 clients: the per-class Dirichlet leaves clients empty at this N
+    with pytest.raises(ValueError, match="client_dirichlet"):
+        make_partitioner("dirichlet", alpha=0.5, min_size=1, max_seconds=1).split(LABELS, 400, np.random.default_rng(0))
+    parts = make_partitioner("client_dirichlet", alpha=0.5).split(LABELS, 400, np.random.default_rng(0))
+    assert len(parts) == 400 and {len(p) for p in parts} == {2}  # 1,000 // 400 = 2 each
+    assert len(_check_disjoint_cover(parts, len(LABELS))) == 800  # disjoint; 200 samples unused
+    assert all(np.all(np.diff(p) > 0) for p in parts)  # sorted, int64
+    assert parts[0].dtype == np.int64
+
+
+def test_client_dirichlet_alpha_controls_the_class_mix():
+    def classes(alpha):
+        parts = make_partitioner("client_dirichlet", alpha=alpha).split(LABELS, 10, np.random.default_rng(3))
+        assert {len(p) for p in parts} == {100}
+        return np.mean([len(np.unique(LABELS[p])) for p in parts])
+
+    assert classes(0.05) < 3 < 8 < classes(100.0)  # skewed mixes vs nearly IID
+
+
+def test_client_dirichlet_lognormal_sizes_keep_the_total_and_min_size():
+    parts = make_partitioner("client_dirichlet", size_sigma=1.0, min_size=3).split(LABELS, 50, np.random.default_rng(4))
+    sizes = np.array([len(p) for p in parts])
+    assert sizes.min() >= 3 and sizes.max() > 3 * np.median(sizes)  # heavy-tailed
+    assert sizes.sum() <= len(LABELS)
+    _check_disjoint_cover(parts, len(LABELS))
+
+
+def test_client_dirichlet_with_replacement_more_clients_than_samples():
+    p = make_partitioner("client_dirichlet", samples_per_client=30, replacement=True)
+    parts = p.split(LABELS, 5_000, np.random.default_rng(5))
+    assert len(parts) == 5_000 and {len(x) for x in parts} == {30}
+    assert all(len(np.unique(x)) == 30 for x in parts)  # distinct within a client (classes of 100 >= 30)
+    assert all(0 <= x.min() and x.max() < len(LABELS) for x in parts)
+    again = p.split(LABELS, 5_000, np.random.default_rng(5))
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again))
+
+
+@pytest.mark.parametrize(
+    "params,n_clients,match",
+    [
+        ({}, 2_000, "samples_per_client and replacement: true"),
+        ({"samples_per_client": 10}, 200, "replacement: true"),
+        ({"min_size": 0}, 10, "min_size must be >= 1"),
+        ({"alpha": 0}, 10, "alpha must be > 0"),
+        ({"size_sigma": -1}, 10, "size_sigma must be >= 0"),
+        ({"replacement": "yes"}, 10, "replacement must be true or false"),
+    ],
+)
+def test_client_dirichlet_errors_name_the_fix(params, n_clients, match):
+    with pytest.raises(ValueError, match=match):
+        make_partitioner("client_dirichlet", **params).split(LABELS, n_clients, np.random.default_rng(0))
+
+
+def test_dirichlet_min_size_error_names_client_dirichlet():
+    with pytest.raises(ValueError, match="client_dirichlet"):
+        make_partitioner("dirichlet", min_size=10).split(LABELS, 101, np.random.default_rng(0))

@@ -7,8 +7,6 @@ draws (SPEC 0.2).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 from torch import nn
@@ -23,21 +21,67 @@ from fedselect.seeding import np_rng, torch_rng
 from fedselect.system import DEFAULT_DEVICES, DEFAULT_NETWORKS, DeviceProfile, Fleet, NetworkProfile, data_bits, load_profiles
 
 
-@dataclass
 class Client:
     """One client: its training data, its held-out split (per-client evaluation) and the
-    indices of both into the federation's training set."""
+    indices of both into the federation's training set.
 
-    id: int
-    train: ArrayDataset
-    holdout: ArrayDataset
-    train_indices: np.ndarray
-    holdout_indices: np.ndarray
+    A federation's clients are *views*: ``train`` and ``holdout`` are built from the training
+    set and the indices when asked for (a copy of a few samples, dropped after use), so memory
+    does not grow with the number of clients (100,000 clients of a shared training set hold
+    only their indices). A client built with its own data sets (``Client(id, train, holdout,
+    train_indices, holdout_indices)``) keeps them.
+
+    Attributes:
+        id: the client id, 0..N-1.
+        train_indices, holdout_indices: int64 ``(n_k,)`` / ``(h_k,)`` rows of the training set.
+    """
+
+    __slots__ = ("id", "train_indices", "holdout_indices", "_train", "_holdout", "_source")
+
+    def __init__(
+        self,
+        id: int,
+        train: ArrayDataset | None,
+        holdout: ArrayDataset | None,
+        train_indices: np.ndarray,
+        holdout_indices: np.ndarray,
+        source: ArrayDataset | None = None,
+    ):
+        if (train is None or holdout is None) and source is None:
+            raise ValueError(f"client {id}: give its train and holdout data sets, or the source they are rows of")
+        self.id, self.train_indices, self.holdout_indices = int(id), train_indices, holdout_indices
+        self._train, self._holdout, self._source = train, holdout, source
+
+    @classmethod
+    def view(cls, id: int, source: ArrayDataset, train_indices: np.ndarray, holdout_indices: np.ndarray) -> "Client":
+        """Client ``id`` as rows of ``source`` (its data sets are built on demand)."""
+        return cls(id, None, None, train_indices, holdout_indices, source)
+
+    @property
+    def train(self) -> ArrayDataset:
+        """The client's training samples (``source[train_indices]``, a fresh copy for a view)."""
+        if self._train is not None:
+            return self._train
+        return self._source.subset(self.train_indices, f"{self._source.name}/client{self.id}")
+
+    @property
+    def holdout(self) -> ArrayDataset:
+        """The client's held-out samples (``source[holdout_indices]`` for a view)."""
+        if self._holdout is not None:
+            return self._holdout
+        return self._source.subset(self.holdout_indices, f"{self._source.name}/client{self.id}/holdout")
+
+    @property
+    def labels(self) -> np.ndarray:
+        """int64 ``(n_k,)`` training labels (without copying the inputs)."""
+        if self._train is not None:
+            return self._train.y
+        return self._source.y[np.asarray(self.train_indices, dtype=np.int64)]
 
     @property
     def num_samples(self) -> int:
         """n_k, the training samples (the FedAvg weight)."""
-        return len(self.train)
+        return len(self._train) if self._train is not None else len(self.train_indices)
 
 
 class Federation:
@@ -102,7 +146,7 @@ class Federation:
 
     def label_counts(self) -> np.ndarray:
         """``(N, num_classes)`` training-label counts per client."""
-        return np.stack([np.bincount(c.train.y, minlength=self.num_classes) for c in self.clients])
+        return np.stack([np.bincount(c.labels, minlength=self.num_classes) for c in self.clients])
 
 
 def _profile_tables(s: SystemConfig) -> tuple[list[DeviceProfile], list[NetworkProfile]]:
@@ -189,15 +233,7 @@ def make_federation(d: DataConfig, model: ModelConfig, system: SystemConfig, see
     clients = []
     for k, idx in enumerate(parts):
         tr, ho = local_holdout(idx, d.holdout_fraction, hold_rng)
-        clients.append(
-            Client(
-                k,
-                train_set.subset(tr, f"{train_set.name}/client{k}"),
-                train_set.subset(ho, f"{train_set.name}/client{k}/holdout"),
-                tr,
-                ho,
-            )
-        )
+        clients.append(Client.view(k, train_set, tr, ho))
     fleet = Fleet.create(d.num_clients, seed, devices, networks, system.device_mix, system.network_mix)
     fed = Federation(d, model, system, seed, train_set, test_set, clients, fleet)
     if system.capacity.model != "profiles":

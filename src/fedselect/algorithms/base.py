@@ -142,7 +142,7 @@ class Algorithm:
         self.worker = self.fed.new_model()  # the model's structure (layer names, sizes)
         self.per_client = getattr(self.options, "evaluation", "global") == "per_client"
         if self.per_client:
-            empty = [c.id for c in self.fed.clients if len(c.holdout) == 0]
+            empty = [c.id for c in self.fed.clients if len(c.holdout_indices) == 0]
             if empty:
                 raise ValueError(
                     f"algorithm {self.name!r} evaluates every client on its own held-out split, but clients {empty} have none; "

@@ -30,6 +30,13 @@ class CostModel:
     def __init__(self, fed, settings: RunSettings, payload_bytes: tuple[int, int]):
         self._fed, self.settings, self.fleet = fed, settings, fed.fleet
         self.upload_bytes, self.download_bytes = (int(b) for b in payload_bytes)
+        self._bits: np.ndarray | None = None
+
+    def client_bits(self) -> np.ndarray:
+        """``(N,)`` float64 |D_k| in bits of every client (computed once: the data are fixed)."""
+        if self._bits is None:
+            self._bits = np.array([self._fed.client_bits(k) for k in range(self._fed.num_clients)], dtype=np.float64)
+        return self._bits
 
     def client_cost(self, k: int, epochs: float, draws: RoundDraws) -> ClientCost:
         """Client ``k``'s cost for ``epochs`` local epochs with the round payload: compute
@@ -71,7 +78,7 @@ class CostModel:
         bandwidth, for ``epochs`` (default E) local epochs and the round payload."""
         s, fl = self.settings, self.fleet
         e = s.local_epochs if epochs is None else epochs
-        bits = np.array([self._fed.client_bits(k) for k in range(self._fed.num_clients)], dtype=np.float64)
+        bits = self.client_bits()
         comp = compute_time(e, bits, s.cycles_per_bit, fl.cores, fl.mean_mhz)
         tx = self.upload_bytes * 8 + (self.download_bytes * 8 if s.count_download else 0)
         return comp + transmit_time(tx, fl.mean_mbps)
@@ -79,6 +86,6 @@ class CostModel:
     def latency_bounds(self) -> tuple[float, float]:
         """(L_min, L_max) in seconds for FR-eq 10's min-max normalisation (SPEC 0.3)."""
         s = self.settings
-        bits = [self._fed.client_bits(k) for k in range(self._fed.num_clients)]
+        bits = self.client_bits().tolist()
         down = 8 * self.download_bytes if s.count_download else 0
         return latency_bounds(self.fleet, bits, s.local_epochs, s.cycles_per_bit, 8 * self.upload_bytes, down)

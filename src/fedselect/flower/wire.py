@@ -287,7 +287,7 @@ def profile_reply(fed, k: int) -> RecordDict:
         _CLIENT: int(k),
         "num-partitions": fed.num_clients,
         "num-examples": c.num_samples,
-        "holdout-examples": len(c.holdout),
+        "holdout-examples": len(c.holdout_indices),
         "device": desc["device"],
         "network": desc["network"],
         "federation": federation_hash(fed),

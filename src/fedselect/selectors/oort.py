@@ -59,10 +59,11 @@ from fedselect.kernels.oort import (
     blacklist,
     exploitation_scores,
     exploration_scores,
+    kth_largest,
     pacer_update,
     preferred_duration,
-    rank_desc,
     statistical_utility,
+    top_desc,
 )
 from fedselect.kernels.rewards import censored_latency
 from fedselect.kernels.sampling import weighted_sample
@@ -200,11 +201,9 @@ class Oort(Selector):
                 opts.round_penalty,
                 opts.clip_bound,
             )
-            score_of = dict(zip(known.tolist(), scores.tolist()))
-            ranked = rank_desc(known, scores)
-            cut = opts.cut_off * score_of[int(ranked[n_exploit - 1])]
-            candidates = np.array([k for k in ranked if score_of[int(k)] >= cut], dtype=np.int64)
-            exploited = weighted_sample(self.rng, candidates, np.array([score_of[int(k)] for k in candidates]), n_exploit)
+            cut = opts.cut_off * kth_largest(scores, n_exploit)  # the score at rank n_exploit, times cut_off
+            candidates, cand_scores = top_desc(known, scores, at_least=cut)
+            exploited = weighted_sample(self.rng, candidates, cand_scores, n_exploit)
 
         n_explore = min(unknown.size, u - len(exploited))
         explored: list[int] = []
@@ -212,10 +211,9 @@ class Oort(Selector):
             # self.duration of an unexplored client is its expected latency, or its censored latency
             # after a timeout (equal to the expected latency until it fails)
             prio = exploration_scores(self.num_samples[unknown], self.duration[unknown], preferred, opts.round_penalty)
-            prio_of = dict(zip(unknown.tolist(), prio.tolist()))
-            ranked = rank_desc(unknown, prio)
-            window = ranked[: max(n_explore, min(int(opts.sample_window * n_explore), ranked.size))]
-            explored = weighted_sample(self.rng, window, np.array([prio_of[int(k)] for k in window]), n_explore)
+            width = max(n_explore, min(int(opts.sample_window * n_explore), unknown.size))
+            window, window_prio = top_desc(unknown, prio, m=width)
+            explored = weighted_sample(self.rng, window, window_prio, n_explore)
 
         chosen = exploited + explored
         taken = np.array(chosen, dtype=np.int64)
