@@ -172,3 +172,16 @@ def test_list_shows_every_fleet_key_with_its_default():
     assert applies["system.capacity.compute_mhz"] == "lognormal, pareto"
     res = runner.invoke(app, ["list"])
     assert res.exit_code == 0 and "fleet settings" in res.output
+
+
+def test_list_shows_every_partition_scheme_with_its_parameters():
+    from fedselect.console import partition_table
+    from fedselect.data.partition import PARTITIONERS
+
+    t = partition_table()
+    rows = dict(zip(t.columns[0]._cells, t.columns[1]._cells))
+    assert set(rows) == set(PARTITIONERS)
+    assert rows["client_dirichlet"] == "alpha=0.5, samples_per_client=None, size_sigma=0.0, min_size=1, replacement=False"
+    assert rows["dirichlet"] == "alpha=0.5, min_size=10" and rows["iid"] == "-"
+    res = runner.invoke(app, ["list"])
+    assert res.exit_code == 0 and "partition schemes" in res.output

@@ -132,3 +132,15 @@ def test_client_dirichlet_errors_name_the_fix(params, n_clients, match):
 def test_dirichlet_min_size_error_names_client_dirichlet():
     with pytest.raises(ValueError, match="client_dirichlet"):
         make_partitioner("dirichlet", min_size=10).split(LABELS, 101, np.random.default_rng(0))
+
+
+def test_a_bad_partition_value_is_a_config_error_naming_the_key():
+    from fedselect.config import ConfigError
+    from fedselect.resolve import parse_experiment, resolve
+
+    d = {"rounds": 1, "data": {"num_clients": 10, "partition": {"scheme": "client_dirichlet", "size_sigma": -2}}}
+    with pytest.raises(ConfigError, match=r"data\.partition: client_dirichlet size_sigma must be >= 0, got -2"):
+        resolve(parse_experiment(d))
+    d["data"]["partition"] = {"scheme": "shards", "shards_per_client": 0}
+    with pytest.raises(ConfigError, match=r"data\.partition: shards_per_client must be >= 1"):
+        resolve(parse_experiment(d))

@@ -197,6 +197,7 @@ def print_components() -> None:
             t.add_row(name, fields or "-", doc)
         wide.print(t)
     wide.print(fleet_table())
+    wide.print(partition_table())
 
 
 def fleet_table() -> Table:
@@ -227,3 +228,26 @@ def fleet_table() -> Table:
     for name, f in DeadlineConfig.model_fields.items():
         row(f"system.adaptive_deadline.{name}", f)
     return t
+
+
+def partition_table() -> Table:
+    """The partition schemes (``data.partition.scheme``) with their parameters and defaults,
+    read from each partitioner's signature (``fedselect.data.partition``)."""
+    import inspect
+
+    from fedselect.data.partition import PARTITIONERS
+
+    t = Table(title="partition schemes (data.partition)")
+    for c in ("scheme", "parameters (default)", "what it does"):
+        t.add_column(c)
+    for name in sorted(PARTITIONERS):
+        cls = PARTITIONERS[name]
+        params = [
+            p
+            for p in inspect.signature(cls.__init__).parameters.values()
+            if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+        shown = ", ".join(f"{p.name}={p.default!r}" for p in params if not p.name.startswith("max_")) or "-"
+        t.add_row(name, shown, first_sentence(cls.__doc__ or ""))
+    return t
+

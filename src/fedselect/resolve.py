@@ -169,6 +169,11 @@ def resolve(cfg: ExperimentConfig, source: str = "<config>") -> Resolved:
             isinstance(params["alpha"], (int, float)) and not isinstance(params["alpha"], bool) and params["alpha"] > 0
         ):
             bad.append(f"data.partition.alpha must be a number > 0, got {params['alpha']!r}")
+        if not bad:  # the scheme's own range checks, before any data is loaded
+            try:
+                PARTITIONERS[scheme](**params)
+            except (ValueError, TypeError) as e:
+                bad.append(f"data.partition: {e}")
         errors += bad
         if not bad:
             doc["data"]["partition"] = {"scheme": scheme, **_defaults(init, ("self",)), **params}

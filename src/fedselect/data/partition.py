@@ -285,9 +285,10 @@ class LabelSkewPartitioner(Partitioner):
 
 @register_partitioner
 class ClientDirichletPartitioner(Partitioner):
-    """Client-side Dirichlet label mix with sizes fixed first: the partition for large N
-    (FedLab's ``dirichlet`` partition with ``balance`` / ``unbalance_sgm``; Li et al. 2022,
-    NIID-Bench, "quantity + label skew").
+    """Client-side Dirichlet label mix with every client's size fixed first: the partition for large N.
+
+    FedLab's ``dirichlet`` partition with ``balance`` / ``unbalance_sgm`` (the "quantity + label
+    skew" of Li et al. 2022, NIID-Bench).
 
     Every client first gets its size: ``samples_per_client`` (default ``n // N``), or with
     ``size_sigma > 0`` a lognormal draw around it (``s exp(sigma z)``, rescaled to the same
