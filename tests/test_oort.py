@@ -585,7 +585,8 @@ def test_random_fill_draws_from_the_online_pool_not_the_exploitation_candidates(
 
 
 def test_top_desc_is_the_head_of_the_full_ranking_with_ties():
-    from fedselect.kernels.oort import kth_largest, rank_desc, top_desc
+    from fedselect.kernels.oort import rank_desc
+    from fedselect.kernels.sampling import kth_largest, top_desc
 
     rng = np.random.default_rng(0)
     ids = rng.permutation(5_000)[:3_000]

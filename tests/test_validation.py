@@ -54,7 +54,10 @@ CONFIG_CASES = [
     (with_(data__dataset="mnits"), "data.dataset: unknown dataset 'mnits'; allowed: ["),
     (with_(data__num_clients=0), "data.num_clients: Input should be greater than or equal to 1"),
     (with_(data__holdout_fraction=1.0), "data.holdout_fraction: Input should be less than 1"),
-    (with_(data__partition__scheme="dirichlett"), "data.partition.scheme: unknown scheme 'dirichlett'; allowed: ['client_dirichlet', 'dirichlet'"),
+    (
+        with_(data__partition__scheme="dirichlett"),
+        "data.partition.scheme: unknown scheme 'dirichlett'; allowed: ['client_dirichlet', 'dirichlet'",
+    ),
     (with_(data__partition__alpha=0), "data.partition.alpha must be a number > 0, got 0"),
     (
         with_(data__partition__alpah=0.5),

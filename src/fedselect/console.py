@@ -250,4 +250,3 @@ def partition_table() -> Table:
         shown = ", ".join(f"{p.name}={p.default!r}" for p in params if not p.name.startswith("max_")) or "-"
         t.add_row(name, shown, first_sentence(cls.__doc__ or ""))
     return t
-

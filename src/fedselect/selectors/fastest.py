@@ -16,6 +16,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from fedselect.kernels.sampling import top_desc
 from fedselect.selectors import register_selector
 from fedselect.selectors.base import RoundView, Selection, Selector
 
@@ -42,5 +43,5 @@ class Fastest(Selector):
         else:
             lat = np.array([self.ctx.client_cost(k, s.local_epochs, view.draws).latency_s for k in range(s.num_clients)])
         pool = view.pool(s.num_clients)
-        order = pool[np.lexsort((pool, lat[pool]))]
-        return Selection(sorted(int(k) for k in order[: view.how_many(s)]))
+        head, _ = top_desc(pool, -lat[pool], m=view.how_many(s))  # lowest latency first, ties: lowest id
+        return Selection(sorted(int(k) for k in head))

@@ -59,14 +59,12 @@ from fedselect.kernels.oort import (
     blacklist,
     exploitation_scores,
     exploration_scores,
-    kth_largest,
     pacer_update,
     preferred_duration,
     statistical_utility,
-    top_desc,
 )
 from fedselect.kernels.rewards import censored_latency
-from fedselect.kernels.sampling import weighted_sample
+from fedselect.kernels.sampling import kth_largest, top_desc, weighted_sample
 from fedselect.selectors import register_selector
 from fedselect.selectors.base import Feedback, RoundView, Selection, Selector
 
