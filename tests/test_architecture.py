@@ -38,6 +38,7 @@ LAYERS = {
     "fedselect.compare": 8,
     "fedselect.sweep": 8,
     "fedselect.report": 8,
+    "fedselect.reproduce": 8,
     "fedselect.plots": 8,
     "fedselect.html_report": 8,
     "fedselect.tables": 8,

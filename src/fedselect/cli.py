@@ -308,6 +308,56 @@ def report(
 
 
 @app.command()
+def reproduce(
+    paper: Optional[str] = typer.Argument(None, help="flashrl, cefl or budgeted (default: all three)"),
+    quick: bool = typer.Option(False, "--quick", help="the small variant of every table (2 seeds, a few minutes on 2 cores)"),
+    out: Path = typer.Option(Path("runs/reproduce"), "--out", "-o", help="where the comparisons go (kept; rerunning continues)"),
+    doc: Optional[Path] = typer.Option(
+        None, "--doc", help="also write the document here, e.g. docs/reproduction.md (plots go to its img/reproduction/)"
+    ),
+    manifest: Path = typer.Option(Path("configs/reproduce.yaml"), "--manifest", help="the reproduction manifest"),
+    workers: Optional[int] = typer.Option(None, "--workers", "-w", help=WORKERS_HELP),
+    no_run: bool = typer.Option(
+        False, "--no-run", help="run nothing: write the document from the comparisons already in --out (the rest: not run yet)"
+    ),
+) -> None:
+    """Run the papers' headline experiments over seeds and write the reproduction document.
+
+    Every entry of the manifest is a comparison (configs/repro/, configs/paper/); each is run
+    into <out>/<id> (a finished one is kept, an interrupted one continues), rebuilt from its
+    saved runs and judged figure by figure against the paper: reproduced, direction only, not
+    reproduced, reference only (substitute data) or not judged. Writes <out>/reproduction.md
+    (docs/reproduction.md explains it).
+    """
+    from fedselect.reproduce import reproduce as run_reproduction
+
+    if not manifest.is_file():
+        ui.fail(FileNotFoundError(f"--manifest {manifest}: no such file (run from the repository root, or give --manifest)"))
+    try:
+        target, results = run_reproduction(
+            manifest,
+            out,
+            [paper] if paper else None,
+            quick,
+            doc,
+            on_progress=lambda m: console.print(m),
+            workers=workers,
+            run=not no_run,
+        )
+    except KeyboardInterrupt:
+        ui.interrupted(out, "run the same command again to continue")
+    except (OSError, ValueError, RuntimeError) as e:
+        ui.fail(e)
+    for r in results:
+        counts: dict[str, int] = {}
+        for j in r.judged:
+            counts[j.verdict] = counts.get(j.verdict, 0) + 1
+        what = ", ".join(f"{n} {v}" for v, n in counts.items()) or "no figures"
+        console.print(f"{r.entry.id}: " + (what if r.ran else "not run yet"))
+    console.print(f"wrote {target}")
+
+
+@app.command()
 def sweep(
     config: Path = typer.Argument(
         ..., help="sweep YAML: base experiment, methods, grid of dotted keys, seeds (e.g. configs/budgeted-sweep.yaml)"

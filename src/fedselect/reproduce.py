@@ -1,0 +1,445 @@
+"""``fedselect reproduce``: the papers' headline figures, run over seeds, judged, written up.
+
+A manifest (default ``configs/reproduce.yaml``) lists *entries*: one comparison config each
+(the configs of ``configs/paper/`` and friends), the seeds (at least 5 for the full variant),
+the dotted-key overrides of its small ``--quick`` variant, and the paper's figures to set
+ours against (default: the comparison's own ``paper:`` section). For every entry the command
+runs the comparison into ``OUT/<id>`` (a finished one is kept; an interrupted one resumes),
+rebuilds its report from the saved run directories (:func:`fedselect.report.build_report`)
+and judges each figure:
+
+* ``<key>_vs`` (the change against the comparison's baseline: accuracy in points, latency,
+  rounds and communication in percent): ours is the mean of the per-seed paired differences
+  with its 95% Student-t interval (the comparison's ``paired.csv``);
+* any other key (e.g. ``final_accuracy`` as a fraction): the mean over seeds with its 95%
+  Student-t interval.
+
+Verdicts (:func:`verdict`): **reproduced** (a change: the paper's value lies inside our
+interval and the interval excludes 0, or the paper's change is negligible, under 1 point / 1%,
+and our interval is no wider than +-2; an absolute accuracy: within ``tolerance`` of our mean, or inside an interval
+no wider than +-0.05; a direction claim ``"> 0"``: our interval lies above 0), **direction
+only** (a change of the paper's sign whose interval excludes 0, but not the paper's size),
+**inconclusive** (the interval holds both the paper's value and no change, or is too wide),
+**not reproduced** (the interval holds 0 where the paper reports a change, or the sign is the
+opposite, or an absolute value outside it), **reference only** (substitute data: the paper's
+absolute values are another data set's), **not judged** (fewer than 2 seeds, no value, or a
+text claim).
+
+The result is ``OUT/reproduction.md`` (and, with ``doc=``, a copy such as
+``docs/reproduction.md``): per entry the paper's figure, ours with its interval, the verdict,
+the config and the command that made it, the seeds, the machine and the time it took, and
+the entry's plots (copied next to the document).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fedselect.runfiles import atomic_write
+
+__all__ = ["Claim", "Entry", "Manifest", "Judged", "load_manifest", "verdict", "judge_entry", "reproduce", "render"]
+
+PAPERS = ("flashrl", "cefl", "budgeted")
+#: a paper's change this small (points or percent) is "no change" ...
+NEGLIGIBLE = 1.0
+#: ... and ours agrees when its interval lies within +-TIGHT (points or percent)
+TIGHT = 2.0
+#: an absolute fraction's interval wider than +-WIDE says too little to call it reproduced
+WIDE = 0.05
+#: figures given as fractions (accuracy, F1): a tolerance in the same unit applies to them
+FRACTION_PREFIXES = ("final_accuracy", "best_accuracy", "final_f1", "last_k_")
+#: the table key behind a paired ``<key>_vs`` figure (the paired table's keys)
+PAIRED_KEY = {"final_accuracy": "final_accuracy", "final_f1_macro": "final_f1_macro", "last_k_accuracy": "last_k_accuracy"}
+
+
+class Claim(BaseModel):
+    """One figure of a paper: ``method`` (a label of the comparison), ``figure`` (a table key,
+    ``<key>_vs`` for the change against the baseline) and the paper's ``value``: a number in
+    the table's units, ``"> 0"`` / ``"< 0"`` for a claim of direction only (e.g. "secretary
+    above online random"), or another text, printed as is and not judged."""
+
+    model_config = ConfigDict(extra="forbid")
+    method: str
+    figure: str
+    value: float | str
+    note: str | None = None
+
+
+class Entry(BaseModel):
+    """One reproduced table or experiment (module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$", description="directory name under --out")
+    paper: Literal["flashrl", "cefl", "budgeted"]
+    title: str
+    config: str = Field(description="comparison config, relative to the manifest's directory's parent or absolute")
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1)
+    quick: dict[str, Any] = Field(default_factory=dict, description="dotted-key overrides of the base for --quick")
+    quick_seeds: list[int] = Field(default_factory=lambda: [0, 1], min_length=1)
+    quick_methods: list[str] | None = Field(None, description="labels kept in --quick (default all)")
+    claims: list[Claim] | None = Field(None, description="default: the comparison's paper: section")
+    substitute: bool = Field(False, description="substitute data: absolute figures are a reference only")
+    tolerance: float = Field(0.01, ge=0, description="accuracy fractions within this of ours count as reproduced")
+    finding: str | None = Field(None, description="what we found, printed under the entry's table")
+
+
+class Manifest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    title: str = "The papers' results, reproduced"
+    entries: list[Entry] = Field(min_length=1)
+
+
+def load_manifest(path: str | Path) -> tuple[Manifest, Path]:
+    """The manifest at ``path`` and the directory its config paths are relative to (the
+    repository root: the manifest's directory's parent for ``configs/reproduce.yaml``).
+
+    Raises:
+        FileNotFoundError: no such file. ConfigError: an invalid manifest (names the key).
+    """
+    from fedselect.config import read_yaml_file, validate_model
+
+    p = Path(path)
+    doc = read_yaml_file(p, "reproduction manifest") or {}
+    m = validate_model(Manifest, doc, str(p), "reproduction manifest")
+    ids = [e.id for e in m.entries]
+    if len(set(ids)) != len(ids):
+        from fedselect.config import ConfigError
+
+        raise ConfigError(
+            f"invalid reproduction manifest {p}:\n  entries: duplicate ids {sorted({i for i in ids if ids.count(i) > 1})}"
+        )
+    return m, p.resolve().parent.parent
+
+
+@dataclass
+class Judged:
+    """One claim with our figure: ``mean``, ``low``/``high`` (95% interval or None), ``n``
+    seeds, the ``verdict`` and its ``why``."""
+
+    claim: Claim
+    mean: float | None
+    low: float | None
+    high: float | None
+    n: int
+    verdict: str
+    why: str
+
+
+@dataclass
+class EntryResult:
+    entry: Entry
+    directory: Path
+    config_path: Path
+    seeds: list[int]
+    quick: bool
+    wall_s: float
+    runs_wall_s: float
+    judged: list[Judged] = field(default_factory=list)
+    plots: list[Path] = field(default_factory=list)
+    command: str = ""
+    ran: bool = True
+    incomplete: list[str] = field(default_factory=list)
+
+
+def _is_fraction(key: str) -> bool:
+    return key.startswith(FRACTION_PREFIXES)
+
+
+def verdict(
+    value: float | str,
+    mean: float | None,
+    low: float | None,
+    high: float | None,
+    relative: bool,
+    substitute: bool,
+    tolerance: float,
+) -> tuple[str, str]:
+    """``(verdict, why)`` for one figure (module docstring): ``value`` the paper's, ``mean``
+    and ``[low, high]`` ours (None: no interval), ``relative`` for a change against the
+    baseline, ``substitute`` for another data set than the paper's."""
+    direction = value.strip() if isinstance(value, str) and value.strip() in ("> 0", "< 0") else None
+    if isinstance(value, str) and direction is None:
+        return "not judged", "the paper states it as text, not one experiment's number"
+    if mean is None:
+        return "not judged", "we have no value (the target was never reached, or the method did not run)"
+    if low is None or high is None:
+        return "not judged", "fewer than 2 seeds (no interval)"
+    if direction is not None:  # a claim of direction only ("> 0": above the baseline)
+        if (direction == "> 0" and low > 0) or (direction == "< 0" and high < 0):
+            return "reproduced", f"the paper's direction ({direction}) with our interval excluding 0"
+        if low <= 0 <= high:
+            return "not reproduced", "our interval holds 0: no difference we can tell from seed-to-seed noise"
+        return "not reproduced", "the opposite direction, with an interval excluding 0"
+    if substitute and not relative:
+        return "reference only", "substitute data: the paper's absolute figure is another data set's"
+    if relative and low <= value <= high:
+        if not low <= 0 <= high:
+            return "reproduced", "the paper's value lies inside our 95% interval, which excludes 0"
+        if abs(value) <= NEGLIGIBLE and high - low <= 2 * TIGHT:
+            return "reproduced", "no change beyond the seed-to-seed noise, as in the paper"
+        return "inconclusive", "our interval holds both the paper's change and no change: more seeds needed"
+    if not relative and abs(mean - value) <= tolerance:
+        return "reproduced", f"within {tolerance:g} of our mean"
+    if not relative and low <= value <= high:
+        if high - low <= 2 * WIDE:
+            return "reproduced", "the paper's value lies inside our 95% interval"
+        return "inconclusive", f"our interval is wider than +-{WIDE:g}: more seeds needed"
+    if relative:
+        if value != 0 and (low > 0 or high < 0) and math.copysign(1, mean) == math.copysign(1, value):
+            return "direction only", "the same direction with an interval excluding 0, but not the paper's size"
+        if low <= 0 <= high:
+            return "not reproduced", "our interval holds 0: no change we can tell from seed-to-seed noise"
+        return "not reproduced", "the opposite direction"
+    return "not reproduced", f"ours {mean:.4g} [{low:.4g}, {high:.4g}] against the paper's {value:g}"
+
+
+def _claims(entry: Entry, rep: dict[str, Any]) -> list[Claim]:
+    if entry.claims is not None:
+        return entry.claims
+    out = []
+    for label, figs in (rep.get("paper") or {}).items():
+        for key, val in figs.items():
+            out.append(Claim(method=label, figure=key, value=val))
+    return out
+
+
+def judge_entry(entry: Entry, rep: dict[str, Any]) -> list[Judged]:
+    """Each claim of ``entry`` against the comparison report ``rep`` (:func:`build_report`)."""
+    from fedselect.stats import paired_interval
+    from fedselect.tables import _value
+
+    results, baseline = rep["results"], rep["baseline"]
+    paired = {p["label"]: p for p in rep.get("paired") or []}
+    out = []
+    ran = set(rep["labels"])
+    for c in _claims(entry, rep):
+        if c.method not in ran:  # e.g. a method left out of the quick variant
+            continue
+        relative = c.figure.endswith("_vs")
+        key = c.figure[: -len("_vs")] if relative else c.figure
+        mean = low = high = None
+        n = 0
+        if relative:
+            cell = paired.get(c.method, {}).get("cells", {}).get(PAIRED_KEY.get(key, key))
+            if c.method == baseline:
+                cell = None
+            if cell is not None:
+                iv = cell["interval"]
+                mean, low, high, n = iv.mean, iv.low, iv.high, iv.n
+        else:
+            vals = [_value(r, key) for r in results if r.label == c.method]
+            xs = [float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+            if xs:
+                iv = paired_interval(xs)
+                mean, low, high, n = iv.mean, iv.low, iv.high, iv.n
+                if iv.spread == "none":  # every seed gave the same value: a zero-width interval
+                    low = high = mean
+        v, why = verdict(c.value, mean, low, high, relative, entry.substitute, entry.tolerance)
+        out.append(Judged(c, mean, low, high, n, v, why))
+    return out
+
+
+def _machine() -> str:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs ({cpu}), torch {torch.__version__}, {torch.get_num_threads()} threads"
+
+
+def _runs_wall(directory: Path) -> float:
+    import json
+
+    total = 0.0
+    for s in (directory / "runs").glob("*/summary.json"):
+        try:
+            total += float(json.loads(s.read_text()).get("wall_s") or 0.0)
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def run_entry(
+    entry: Entry,
+    root: Path,
+    out: Path,
+    quick: bool,
+    on_progress: Callable[[str], None] | None = None,
+    workers: int | None = None,
+    run: bool = True,
+) -> EntryResult:
+    """Run (or finish, or keep) one entry's comparison in ``out/<id>`` and judge it. With
+    ``run=False`` nothing runs: a comparison already in ``out/<id>`` is judged as it is (its
+    incomplete runs listed), a missing one is returned with ``ran=False``.
+
+    Raises:
+        FileNotFoundError: the entry's config is missing. ConfigError: it is invalid.
+    """
+    from fedselect.compare import check_comparison_runs, load_compare, run_comparison
+    from fedselect.report import build_report
+
+    cfg_path = Path(entry.config) if Path(entry.config).is_absolute() else root / entry.config
+    overrides = dict(entry.quick) if quick else {}
+    if workers is not None:
+        overrides["train.workers"] = workers
+    cc = load_compare(cfg_path, overrides or None)
+    cc.seeds = list(entry.quick_seeds if quick else entry.seeds)
+    if quick and entry.quick_methods:
+        keep = set(entry.quick_methods)
+        cc.methods = [m for m in cc.methods if m.label in keep]
+    d = out / entry.id
+    seeds = ",".join(map(str, cc.seeds))
+    sets = " ".join(f"--set {k}={v}" for k, v in (entry.quick.items() if quick else []))
+    cmd = f"fedselect compare {entry.config} --seeds {seeds}" + (f" {sets}" if sets else "") + f" --out {d}"
+    t0 = time.perf_counter()
+    resume = (d / "compare.json").is_file()
+    if not run and not resume:
+        return EntryResult(entry, d, cfg_path, cc.seeds, quick, 0.0, 0.0, command=cmd, ran=False)
+    if run:
+        if on_progress:
+            on_progress(f"{entry.id}: {'continuing' if resume else 'running'} {len(cc.methods)} methods x {len(cc.seeds)} seeds")
+        run_comparison(cc, d, resume=resume)
+    check_comparison_runs(d)
+    rep = build_report(d)
+    wall = time.perf_counter() - t0 if run else _runs_wall(d)
+    res = EntryResult(entry, d, cfg_path, cc.seeds, quick, wall, _runs_wall(d), judge_entry(entry, rep), command=cmd)
+    res.incomplete = [x for e in rep["table"] for x in e["incomplete"]] + [
+        f"{m['dir']} (missing)" for m in rep.get("missing") or []
+    ]
+    res.plots = [p for p in (d / "plots").glob("*.png") if p.stem in ("metric_vs_latency", "latency_vs_round", "metric_vs_round")]
+    return res
+
+
+def _fmt(v: float | None, key: str) -> str:
+    if v is None:
+        return "-"
+    if _is_fraction(key) and not key.endswith("_vs"):
+        return f"{v:.4f}"
+    return f"{v:+.2f}" if key.endswith("_vs") else f"{v:.4g}"
+
+
+def render(title: str, results: list[EntryResult], machine: str, quick: bool, image_dir: str | None = None) -> str:
+    """The reproduction document (Markdown) for ``results``."""
+    lines = [f"# {title}", ""]
+    lines += [
+        "Made by `fedselect reproduce" + (" --quick" if quick else "") + "` (docs/comparisons.md explains the tables). "
+        "Every number below comes from a saved comparison directory that `fedselect report DIR` rebuilds; "
+        "the command under each table makes it again. Ours: the mean over seeds with its 95% Student-t "
+        "interval; for a `_vs` figure the mean of the per-seed paired differences against the baseline "
+        "(accuracy in points, latency / rounds / communication in percent).",
+        "",
+        f"Machine: {machine}.",
+        "",
+    ]
+    if quick:
+        lines += [
+            "**Quick variant**: small federations, few rounds and 2 seeds, to check the plumbing. Its numbers are not "
+            "the papers' settings and its verdicts mean nothing about the papers.",
+            "",
+        ]
+    for paper in PAPERS:
+        rs = [r for r in results if r.entry.paper == paper]
+        if not rs:
+            continue
+        lines += [f"## {dict(flashrl='FLASH-RL', cefl='CEFL', budgeted='Budgeted online selection')[paper]}", ""]
+        for r in rs:
+            e = r.entry
+            lines += [f"### {e.title}", ""]
+            if not r.ran:
+                lines += [
+                    f"**Not run yet** (config `{e.config}`, seeds {', '.join(map(str, r.seeds))}). To run it:",
+                    "",
+                    "```",
+                    f"fedselect reproduce {e.paper}" + (" --quick" if quick else ""),
+                    "```",
+                    "",
+                ]
+                if e.finding:
+                    lines += [e.finding.strip(), ""]
+                continue
+            if r.incomplete:
+                lines += ["Caution, incomplete runs (their existing rounds are used): " + ", ".join(r.incomplete), ""]
+            lines += ["| method | figure | paper | ours (95% interval) | seeds | verdict |", "|---|---|---|---|---|---|"]
+            for j in r.judged:
+                ours = _fmt(j.mean, j.claim.figure)
+                if j.low is not None and j.high is not None and j.mean is not None:
+                    ours += f" [{_fmt(j.low, j.claim.figure)}, {_fmt(j.high, j.claim.figure)}]"
+                pv = j.claim.value if isinstance(j.claim.value, str) else _fmt(float(j.claim.value), j.claim.figure)
+                lines.append(f"| {j.claim.method} | `{j.claim.figure}` | {pv} | {ours} | {j.n} | **{j.verdict}**: {j.why} |")
+            lines.append("")
+            counts = {v: sum(1 for j in r.judged if j.verdict == v) for v in dict.fromkeys(j.verdict for j in r.judged)}
+            lines.append(
+                "Verdict: "
+                + (", ".join(f"{n} {v}" for v, n in counts.items()) or "no figures to judge")
+                + "."
+                + (" Substitute data: the paper's absolute figures are another data set's." if e.substitute else "")
+            )
+            if e.finding:
+                lines += ["", e.finding.strip()]
+            lines += [
+                "",
+                f"Config `{e.config}`, seeds {', '.join(map(str, r.seeds))}; {r.wall_s / 60:.1f} min here "
+                f"(runs' own wall time {r.runs_wall_s / 60:.1f} min). Directory `{r.directory}`.",
+                "",
+                "```",
+                r.command,
+                f"fedselect report {r.directory}",
+                "```",
+                "",
+            ]
+            for p in r.plots:
+                src = f"{image_dir}/{e.id}-{p.name}" if image_dir else str(p)
+                lines += [f"![{e.id} {p.stem.replace('_', ' ')}]({src})", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def reproduce(
+    manifest: str | Path,
+    out: str | Path,
+    papers: list[str] | None = None,
+    quick: bool = False,
+    doc: str | Path | None = None,
+    on_progress: Callable[[str], None] | None = None,
+    workers: int | None = None,
+    run: bool = True,
+) -> tuple[Path, list[EntryResult]]:
+    """Run every entry of ``manifest`` (of ``papers``, default all) into ``out``; write
+    ``out/reproduction.md`` and, with ``doc``, a copy there with the plots in ``doc``'s
+    ``img/reproduction/``. ``run=False``: run nothing, write the document from the comparisons
+    already in ``out`` (the others listed as not run yet). Returns the document's path and the
+    results.
+
+    Raises:
+        ValueError: an unknown paper name. FileNotFoundError, ConfigError: a bad manifest or config.
+    """
+    for p in papers or []:
+        if p not in PAPERS:
+            raise ValueError(f"unknown paper {p!r}; allowed: {', '.join(PAPERS)}")
+    m, root = load_manifest(manifest)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    entries = [e for e in m.entries if not papers or e.paper in papers]
+    results = [run_entry(e, root, out, quick, on_progress, workers, run) for e in entries]
+    machine = _machine()
+    text = render(m.title, results, machine, quick)
+    target = out / "reproduction.md"
+    atomic_write(target, lambda fh: fh.write(text))
+    if doc is not None:
+        doc = Path(doc)
+        img = doc.parent / "img" / "reproduction"
+        img.mkdir(parents=True, exist_ok=True)
+        for r in results:
+            for p in r.plots:
+                shutil.copyfile(p, img / f"{r.entry.id}-{p.name}")
+        text = render(m.title, results, machine, quick, image_dir="img/reproduction")
+        atomic_write(doc, lambda fh: fh.write(text))
+        target = doc
+    return target, results

@@ -1,0 +1,101 @@
+"""`fedselect reproduce` (issue 21 item 5): verdicts by hand, the manifest, and the quick variant end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedselect.compare import load_compare
+from fedselect.config import ConfigError
+from fedselect.reproduce import load_manifest, reproduce, verdict
+
+ROOT = Path(__file__).resolve().parent.parent
+MANIFEST = ROOT / "configs" / "reproduce.yaml"
+
+
+@pytest.mark.parametrize(
+    "value,mean,low,high,relative,substitute,expected",
+    [
+        (-7.87, -9.0, -12.0, -6.0, True, False, "reproduced"),  # inside, excludes 0
+        (-7.87, -25.7, -35.1, -16.4, True, False, "direction only"),  # same sign, not the size
+        (-7.87, 2.0, -13.8, 17.8, True, False, "inconclusive"),  # holds the paper's value and 0
+        (-24.0, 2.0, -3.0, 7.0, True, False, "not reproduced"),  # holds 0, not the paper's value
+        (-7.87, 5.0, 2.0, 8.0, True, False, "not reproduced"),  # opposite direction
+        (-0.2, 0.3, -1.5, 1.2, True, False, "reproduced"),  # negligible change, tight interval
+        (-0.2, 0.3, -5.0, 5.6, True, False, "inconclusive"),  # negligible, but a wide interval
+        (0.9899, 0.9870, 0.9850, 0.9890, False, False, "reproduced"),  # within the 0.01 tolerance
+        (0.95, 0.80, 0.78, 0.82, False, False, "not reproduced"),
+        (0.95, 0.80, 0.60, 1.00, False, False, "inconclusive"),  # holds it, but +-0.2 wide
+        (0.882, 0.64, 0.60, 0.68, False, True, "reference only"),
+        ("> 0", 9.4, 2.3, 16.5, True, False, "reproduced"),
+        ("> 0", 0.8, -1.0, 2.6, True, False, "not reproduced"),
+        ("< 0", 0.8, 0.2, 1.4, True, False, "not reproduced"),
+        ("up to +2.82", 1.0, 0.0, 2.0, True, False, "not judged"),
+        (-7.87, None, None, None, True, False, "not judged"),
+        (-7.87, -5.0, None, None, True, False, "not judged"),  # one seed: no interval
+    ],
+)
+def test_verdicts(value, mean, low, high, relative, substitute, expected):
+    assert verdict(value, mean, low, high, relative, substitute, 0.01)[0] == expected
+
+
+def test_the_manifest_and_every_quick_variant_validate():
+    m, root = load_manifest(MANIFEST)
+    assert root == ROOT and {e.paper for e in m.entries} == {"flashrl", "cefl", "budgeted"}
+    for e in m.entries:
+        assert len(e.seeds) >= 5, e.id  # the full variant: at least 5 seeds
+        full = load_compare(root / e.config)
+        quick = load_compare(root / e.config, e.quick)
+        labels = {x.label for x in full.methods}
+        assert set(e.quick_methods or labels) <= labels
+        assert quick.base != full.base or not e.quick
+        for c in e.claims or []:
+            assert c.method in labels, (e.id, c.method)
+
+
+def test_a_bad_manifest_names_the_key(tmp_path):
+    p = tmp_path / "configs" / "m.yaml"
+    p.parent.mkdir()
+    p.write_text(yaml.safe_dump({"entries": [{"id": "x", "paper": "oort", "title": "t", "config": "c.yaml"}]}))
+    with pytest.raises(ConfigError, match=r"entries\.0\.paper"):
+        load_manifest(p)
+    p.write_text(yaml.safe_dump({"entries": [{"id": "x", "paper": "cefl", "title": "t", "config": "c.yaml", "seedz": [1]}]}))
+    with pytest.raises(ConfigError, match="seedz"):
+        load_manifest(p)
+    with pytest.raises(ValueError, match="unknown paper 'oort'"):
+        reproduce(MANIFEST, tmp_path / "out", papers=["oort"])
+
+
+def test_quick_reproduction_end_to_end(tmp_path):
+    doc = tmp_path / "docs" / "reproduction.md"
+    target, results = reproduce(MANIFEST, tmp_path / "runs", quick=True, doc=doc, workers=0)
+    text = doc.read_text()
+    assert target == doc and (tmp_path / "runs" / "reproduction.md").is_file()
+    m, _ = load_manifest(MANIFEST)
+    for e in m.entries:
+        assert f"### {e.title}" in text and f"fedselect report {tmp_path / 'runs' / e.id}" in text
+        assert (tmp_path / "runs" / e.id / "compare.json").is_file()
+    assert "**Quick variant**" in text and "Machine:" in text
+    by_id = {r.entry.id: r for r in results}
+    # a direction that holds with margin on the quick setting: CEFL's leaders move a fraction of
+    # Regular FL's bytes (the same bytes every seed, an exact difference)
+    cefl = {(j.claim.method, j.claim.figure): j for j in by_id["cefl-table1-imu-watch"].judged}
+    comm = cefl[("CEFL", "communication_mb_vs")]
+    assert comm.mean < -30 and comm.low == comm.high == comm.mean and comm.verdict == "direction only"
+    assert all(j.verdict == "reference only" for (_, f), j in cefl.items() if not f.endswith("_vs"))
+    for r in results:  # every plot the document names was copied next to it
+        for p in r.plots:
+            assert (doc.parent / "img" / "reproduction" / f"{r.entry.id}-{p.name}").is_file()
+    # run again: the finished comparisons are kept, the document is the same
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/runs/*/metrics.csv")}
+    reproduce(MANIFEST, tmp_path / "runs", quick=True, workers=0)
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/runs/*/metrics.csv")} == before
+
+
+def test_no_run_lists_what_has_not_run(tmp_path):
+    target, results = reproduce(MANIFEST, tmp_path / "runs", papers=["cefl"], run=False, doc=tmp_path / "r.md")
+    assert [r.ran for r in results] == [False] and not (tmp_path / "runs" / "cefl-table1-imu-watch").exists()
+    text = target.read_text()
+    assert "**Not run yet**" in text and "fedselect reproduce cefl" in text
