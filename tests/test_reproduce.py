@@ -99,3 +99,12 @@ def test_no_run_lists_what_has_not_run(tmp_path):
     assert [r.ran for r in results] == [False] and not (tmp_path / "runs" / "cefl-table1-imu-watch").exists()
     text = target.read_text()
     assert "**Not run yet**" in text and "fedselect reproduce cefl" in text
+
+
+def test_reports_accept_runs_made_before_an_option_was_added():
+    from fedselect.experiment import config_differences
+
+    saved, now = {"selector": {"options": {"eps_end": 0.2}}}, {"selector": {"options": {"eps_end": 0.2, "q_network": "auto"}}}
+    assert config_differences(saved, now) == ["selector.options.q_network (absent in the saved run, 'auto' now)"]
+    assert config_differences(saved, now, new_keys_ok=True) == []
+    assert config_differences({"a": 1, "b": 2}, {"a": 1}, new_keys_ok=True) == ["b (2 in the saved run, absent now)"]

@@ -351,13 +351,17 @@ _MISSING = object()
 EXECUTION_KEYS = ("train.workers", "engine", "log.tensorboard")
 
 
-def config_differences(saved: dict[str, Any], now: dict[str, Any], ignore: tuple[str, ...] = ()) -> list[str]:
+def config_differences(
+    saved: dict[str, Any], now: dict[str, Any], ignore: tuple[str, ...] = (), new_keys_ok: bool = False
+) -> list[str]:
     """Every dotted key whose value differs between two resolved configs (defaults included;
-    a key present on one side only differs too), as ``"key (old in the saved run, new now)"``."""
+    a key present on one side only differs too), as ``"key (old in the saved run, new now)"``.
+    ``new_keys_ok``: a key only ``now`` has (an option added after the run was made, whose
+    default keeps the earlier behaviour) does not count."""
     a, b = _flatten(saved), _flatten(now)
     out = []
     for k in sorted(set(a) | set(b)):
-        if k in ignore:
+        if k in ignore or (new_keys_ok and k not in a):
             continue
         x, y = a.get(k, _MISSING), b.get(k, _MISSING)
         if x != y:
@@ -366,7 +370,7 @@ def config_differences(saved: dict[str, Any], now: dict[str, Any], ignore: tuple
     return out
 
 
-def saved_run_differences(run_dir: str | Path, cfg: ExperimentConfig, finished: bool) -> list[str]:
+def saved_run_differences(run_dir: str | Path, cfg: ExperimentConfig, finished: bool, new_keys_ok: bool = False) -> list[str]:
     """How the resolved config saved in ``run_dir`` differs from ``cfg`` (resolved), every key
     and default included; the round budget counts only for a finished run (an interrupted one
     may still be extended). [] when the directory holds no run."""
@@ -377,7 +381,10 @@ def saved_run_differences(run_dir: str | Path, cfg: ExperimentConfig, finished: 
         return []
     saved = yaml.safe_load(p.read_text()) or {}
     return config_differences(
-        saved, cfg.model_dump(mode="json"), ignore=EXECUTION_KEYS if finished else ("rounds", *EXECUTION_KEYS)
+        saved,
+        cfg.model_dump(mode="json"),
+        ignore=EXECUTION_KEYS if finished else ("rounds", *EXECUTION_KEYS),
+        new_keys_ok=new_keys_ok,
     )
 
 
@@ -390,13 +397,15 @@ def check_saved_runs(items: list[tuple[Path, ExperimentConfig]], where: str, how
         items: (run directory, the resolved config it should hold) pairs.
         where: what reuses them (for the message). how: what the user can do instead.
         inputs: also check the runs' input files (off for reports, which only read saved metrics).
+            Reports also accept runs made before an option was added (a key the saved config lacks:
+            by the project's rule a new option's default keeps the earlier results).
 
     Raises:
         ValueError: naming every run directory and every differing key or changed file.
     """
     bad, changed = [], []
     for run_dir, cfg in items:
-        diff = saved_run_differences(run_dir, cfg, finished=(Path(run_dir) / "summary.json").exists())
+        diff = saved_run_differences(run_dir, cfg, finished=(Path(run_dir) / "summary.json").exists(), new_keys_ok=not inputs)
         if diff:
             bad.append(f"{run_dir}: " + "; ".join(diff))
         files = saved_inputs_changed(run_dir) if inputs else []

@@ -283,7 +283,7 @@ def run_entry(
     Raises:
         FileNotFoundError: the entry's config is missing. ConfigError: it is invalid.
     """
-    from fedselect.compare import check_comparison_runs, load_compare, run_comparison
+    from fedselect.compare import check_comparison_runs, load_compare, run_comparison, run_dir_name
     from fedselect.report import build_report
 
     cfg_path = Path(entry.config) if Path(entry.config).is_absolute() else root / entry.config
@@ -303,7 +303,8 @@ def run_entry(
     resume = (d / "compare.json").is_file()
     if not run and not resume:
         return EntryResult(entry, d, cfg_path, cc.seeds, quick, 0.0, 0.0, command=cmd, ran=False)
-    if run:
+    done = resume and all((d / run_dir_name(m.label, sd) / "summary.json").is_file() for sd in cc.seeds for m in cc.methods)
+    if run and not done:  # a finished comparison is kept as it is
         if on_progress:
             on_progress(f"{entry.id}: {'continuing' if resume else 'running'} {len(cc.methods)} methods x {len(cc.seeds)} seeds")
         run_comparison(cc, d, resume=resume)
