@@ -154,7 +154,7 @@ class DDQNSelector(Selector):
         self.client_rows = np.zeros((n, self.n_components), np.float32)
         self.q_network = self.resolve_q_network(self.options, n)
         if self.q_network is None:
-            raise ValueError(self.q_network_problem(self.options, n))
+            raise ValueError(f"selector {self.name!r}: {self.q_network_problem(self.options, n)}")
         context_dim, feature_dim = self.state_layout(n, self.n_components)
         self.agent = DDQNAgent(
             self.state_dim(),
@@ -203,7 +203,7 @@ class DDQNSelector(Selector):
         p = cls.full_q_parameters(options, n)
         gb = p * 4 * 5 / 1e9  # main + target + gradient + Adam's two moments, float32
         return (
-            f"selector {cls.name!r}: q_network: full would have {p:,} parameters at {n:,} clients (about {gb:.1f} GB "
+            f"q_network: full would have {p:,} parameters at {n:,} clients (about {gb:.3g} GB "
             f"with the target network, gradients and Adam), above q_network_max_params = {options.q_network_max_params:,}; "
             f"set method_options.q_network: shared (or auto), or raise q_network_max_params"
         )
