@@ -32,8 +32,8 @@ Large N (docs/flash-rl.md, "At 10,000 clients"):
   (m + 4): O(N^2 x hidden) parameters); ``shared`` applies one small MLP to every client's own
   block of the state (:class:`~fedselect.kernels.ddqn.SharedQNetwork`, parameters independent of
   N); ``auto`` (default) is ``full`` while its parameter count is <= ``q_network_max_params``
-  (100M: N up to ~1,350 at the defaults) and ``shared`` above. An explicit ``full`` above the
-  bound is refused from the config, before anything is allocated.
+  (100M: N up to 1,860 for FLASH-RL, 1,932 for FAVOR, at the defaults) and ``shared`` above.
+  An explicit ``full`` above the bound is refused from the config, before anything is allocated.
 """
 
 from __future__ import annotations
