@@ -193,3 +193,17 @@ def test_shared_network_and_sampled_pca_end_to_end(tmp_path, method):
     assert summary["e2e_latency_s"] > 0
     with open(tmp_path / "metrics.csv") as f:
         assert len(list(csv.reader(f))) == 5
+
+
+def test_shipped_scale_configs_parse():
+    from pathlib import Path
+
+    from fedselect.compare import load_compare
+    from fedselect.config import load_config
+
+    root = Path(__file__).resolve().parents[1] / "configs"
+    cfg = load_config(root / "flashrl-mnist-10k.yaml")
+    assert cfg.data.num_clients == 10_000
+    assert FlashRL.resolve_q_network(FlashRLOptions(**cfg.method_options), 10_000) == "shared"
+    cc = load_compare(root / "flashrl-scale-compare.yaml")
+    assert len(cc.methods) == 5
