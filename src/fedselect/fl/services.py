@@ -90,20 +90,22 @@ class FederationContext:
         """``state`` on the server's test set (accuracy, macro-F1, loss)."""
         return self.transport.run([EvalJob(None, state, "test")])[0].evaluation()
 
-    def warmup(self, epochs: int, tag: str) -> Iterator[WarmClient]:
-        """Every client trains ``epochs`` epochs from the initial model in round 0, in client
-        order, with the mini-batch streams ``<tag>/0/<k>``; yields
-        :class:`~fedselect.fl.types.WarmClient` (id, state, mean loss). One warm-up serves
+    def warmup(self, epochs: int, tag: str, clients: Sequence[int] | None = None) -> Iterator[WarmClient]:
+        """Every client (or those of ``clients``, in that order) trains ``epochs`` epochs from the
+        initial model in round 0, in client order, with the mini-batch streams ``<tag>/0/<k>``;
+        yields :class:`~fedselect.fl.types.WarmClient` (id, state, mean loss). One warm-up serves
         FLASH-RL / FAVOR (PCA of the models) and CEFL (similarity of the models). Clients train
-        side by side a few at a time (memory stays bounded at large N).
+        side by side a few at a time (memory stays bounded at large N). A client's result
+        depends only on the seed, ``tag`` and its id, not on which others train with it.
 
         Raises:
             RuntimeError: a client's training failed."""
         init = self.initial_state()
-        n = len(self.num_samples)
+        order = list(range(len(self.num_samples))) if clients is None else [int(k) for k in clients]
+        n = len(order)
         step = max(8, 4 * max(1, self.transport.workers))
         for a in range(0, n, step):
-            ids = list(range(a, min(a + step, n)))
+            ids = order[a : min(a + step, n)]
             for k, (state, loss) in zip(ids, self._train_many(ids, init, epochs, tag, 0)):
                 yield WarmClient(k, state, loss)
 

@@ -3,12 +3,18 @@
 Shared by the FLASH-RL and FAVOR selectors (:mod:`fedselect.selectors.flashrl`, :mod:`fedselect.selectors.favor`).
 
 * Main and target networks: MLP ``state_dim -> 512 -> ReLU -> N``; output k is Q(s, a_k), the
-  value of selecting client k.
+  value of selecting client k (``q_network="full"``, the paper's; :func:`build_q_network`). With
+  ``q_network="shared"`` (large N) one small MLP is applied to every client's own feature block
+  of the state (plus the state's context block and, with ``shared_pool``, the mean of all
+  clients' blocks) and gives that client's Q value: parameters independent of N
+  (:class:`SharedQNetwork`). Either way the network maps ``(B, state_dim) -> (B, N)``, so
+  selection, the double-Q targets and learning are the same code.
 * Selection: epsilon-greedy per slot; U distinct clients (:meth:`DDQNAgent.select`).
 * Epsilon: linear from ``eps_init`` (round 1) to ``eps_end`` (round ``eps_decay_rounds``),
   constant afterwards (:func:`linear_epsilon`).
 * Replay memory of transitions ``(s_t, a_t (U ids), r_t (U rewards), s_{t+1}, done)``, capacity
-  1000, oldest overwritten first.
+  1000, oldest overwritten first; its memory grows with the transitions pushed (one array per
+  stored state, and s_t shares the array of the previous s_{t+1} when they are equal).
 * Learning (FR-eq 15, 16): for every stored action a_k of a minibatch sample,
   ``Y = r_k + gamma * Q_target(s', argmax_a Q_main(s', a)) * (1 - done)`` and
   ``loss = mean over (sample, action) of (Y - Q_main(s, a_k))^2``; one Adam step.
@@ -87,6 +93,10 @@ class DDQNConfig:
         uniform_first_round: round 1 picks U clients uniformly at random (SPEC 1.3).
         learn_steps: Adam steps per round (SPEC 1.3: 1); each on a fresh minibatch. A tuning
             knob (replay ratio), not in the paper.
+        q_network: ``"full"`` (the paper's ``state_dim -> hidden -> N``) or ``"shared"``
+            (:class:`SharedQNetwork`, needs the state layout, see :class:`DDQNAgent`).
+        shared_hidden: hidden width of the shared network (64).
+        shared_pool: the shared network also sees the mean of all clients' feature blocks.
     """
 
     hidden: int = 512
@@ -100,10 +110,13 @@ class DDQNConfig:
     eps_decay_rounds: int | None = None
     uniform_first_round: bool = True
     learn_steps: int = 1
+    q_network: str = "full"
+    shared_hidden: int = 64
+    shared_pool: bool = True
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad field."""
-        for name in ("hidden", "memory_capacity", "batch_size", "target_sync", "learn_steps"):
+        for name in ("hidden", "memory_capacity", "batch_size", "target_sync", "learn_steps", "shared_hidden"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"DDQN config: {name} must be >= 1, got {getattr(self, name)}")
         if self.batch_size > self.memory_capacity:
@@ -117,13 +130,19 @@ class DDQNConfig:
                 raise ValueError(f"DDQN config: {name} must lie in [0, 1], got {getattr(self, name)}")
         if self.eps_decay_rounds is not None and int(self.eps_decay_rounds) < 1:
             raise ValueError(f"DDQN config: eps_decay_rounds must be >= 1 or null, got {self.eps_decay_rounds}")
+        if self.q_network not in ("full", "shared"):
+            raise ValueError(f"DDQN config: q_network must be 'full' or 'shared', got {self.q_network!r}")
 
 
 class ReplayMemory:
     """Ring buffer of transitions ``(s, a, r, s', done)`` (SPEC 1.3).
 
     Shapes: ``s, s'`` ``(state_dim,)`` float32; ``a`` ``(U,)`` int64; ``r`` ``(U,)`` float32;
-    ``done`` bool. Arrays are allocated on the first push; U is fixed by it.
+    ``done`` bool. ``a``, ``r``, ``done`` are ``(capacity, U)`` arrays allocated on the first
+    push (U is fixed by it). The states are kept one array per stored state (not a
+    ``(capacity, state_dim)`` block), so memory grows with the transitions pushed, and a
+    transition's ``s`` shares the array of the previous transition's ``s'`` when the two are
+    equal (consecutive rounds: s_{t+1} stored at round t is s_{t+1} used at round t + 1).
     """
 
     def __init__(self, capacity: int, state_dim: int):
@@ -133,10 +152,10 @@ class ReplayMemory:
         self.state_dim = int(state_dim)
         self.size = 0
         self.pos = 0
-        self.s: np.ndarray | None = None
+        self.s: list[np.ndarray | None] = [None] * self.capacity
+        self.s2: list[np.ndarray | None] = [None] * self.capacity
         self.a: np.ndarray | None = None
         self.r: np.ndarray | None = None
-        self.s2: np.ndarray | None = None
         self.done: np.ndarray | None = None
 
     def __len__(self) -> int:
@@ -159,19 +178,23 @@ class ReplayMemory:
             raise ValueError(f"ReplayMemory.push: {a.size} actions but {r.size} rewards")
         if not (np.all(np.isfinite(r)) and np.all(np.isfinite(s)) and np.all(np.isfinite(s2))):
             raise ValueError("ReplayMemory.push: states and rewards must be finite")
-        if self.s is None:
+        if self.a is None:
             u = a.size
-            self.s = np.zeros((self.capacity, self.state_dim), np.float32)
-            self.s2 = np.zeros((self.capacity, self.state_dim), np.float32)
             self.a = np.zeros((self.capacity, u), np.int64)
             self.r = np.zeros((self.capacity, u), np.float32)
             self.done = np.zeros(self.capacity, bool)
         if a.size != self.a.shape[1]:
             raise ValueError(f"ReplayMemory.push: every transition needs {self.a.shape[1]} actions, got {a.size}")
         i = self.pos
-        self.s[i], self.a[i], self.r[i], self.s2[i], self.done[i] = s, a, r, s2, bool(done)
+        prev = self.s2[(i - 1) % self.capacity] if self.size else None
+        self.s[i] = prev if prev is not None and np.array_equal(prev, s) else s.copy()
+        self.s2[i] = s2.copy()
+        self.a[i], self.r[i], self.done[i] = a, r, bool(done)
         self.pos = (self.pos + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
+
+    def _states(self, which: list, idx) -> np.ndarray:
+        return np.stack([which[int(i)] for i in idx]).astype(np.float32, copy=False)
 
     def sample(self, batch_size: int, rng: np.random.Generator):
         """A minibatch of ``batch_size`` distinct stored transitions, as torch tensors
@@ -180,17 +203,20 @@ class ReplayMemory:
             raise ValueError(f"ReplayMemory.sample: asked for {batch_size} of {self.size} transitions")
         idx = rng.choice(self.size, size=batch_size, replace=False)
         return (
-            torch.from_numpy(self.s[idx]),
+            torch.from_numpy(self._states(self.s, idx)),
             torch.from_numpy(self.a[idx]),
             torch.from_numpy(self.r[idx]),
-            torch.from_numpy(self.s2[idx]),
+            torch.from_numpy(self._states(self.s2, idx)),
             torch.from_numpy(self.done[idx].astype(np.float32)),
         )
 
     def state_dict(self) -> dict[str, Any]:
         """Copies of the filled part of the buffer and the ring pointer."""
         n = self.size
-        arrays = {} if self.s is None else {k: getattr(self, k)[:n].copy() for k in ("s", "a", "r", "s2", "done")}
+        arrays = {}
+        if n:
+            arrays = {k: getattr(self, k)[:n].copy() for k in ("a", "r", "done")}
+            arrays["s"], arrays["s2"] = self._states(self.s, range(n)), self._states(self.s2, range(n))
         # the ring keeps its physical order; pos says where the next write goes
         return {"capacity": self.capacity, "state_dim": self.state_dim, "size": n, "pos": self.pos, **arrays}
 
@@ -201,18 +227,89 @@ class ReplayMemory:
                 f"!= {self.capacity}/{self.state_dim}"
             )
         self.size, self.pos = int(state["size"]), int(state["pos"])
+        self.s, self.s2 = [None] * self.capacity, [None] * self.capacity
         if "s" not in state:
-            self.s = self.a = self.r = self.s2 = self.done = None
+            self.a = self.r = self.done = None
             return
         u = np.asarray(state["a"]).shape[1]
-        self.s = np.zeros((self.capacity, self.state_dim), np.float32)
-        self.s2 = np.zeros((self.capacity, self.state_dim), np.float32)
         self.a = np.zeros((self.capacity, u), np.int64)
         self.r = np.zeros((self.capacity, u), np.float32)
         self.done = np.zeros(self.capacity, bool)
         n = self.size
-        for k in ("s", "a", "r", "s2", "done"):
+        for k in ("a", "r", "done"):
             getattr(self, k)[:n] = np.asarray(state[k])
+        s_all, s2_all = np.asarray(state["s"], np.float32), np.asarray(state["s2"], np.float32)
+        for i in range(n):
+            self.s2[i] = s2_all[i].copy()
+            prev = self.s2[(i - 1) % self.capacity]
+            self.s[i] = prev if i and np.array_equal(prev, s_all[i]) else s_all[i].copy()
+
+
+def full_q_parameters(state_dim: int, num_actions: int, hidden: int) -> int:
+    """Parameters of the full Q network ``state_dim -> hidden -> num_actions`` (weights and biases)."""
+    return int(state_dim) * int(hidden) + int(hidden) + int(hidden) * int(num_actions) + int(num_actions)
+
+
+class SharedQNetwork(nn.Module):
+    """Q network whose parameters do not depend on N (``q_network="shared"``).
+
+    The state ``(context_dim + N * feature_dim,)`` is read as a context block ``g`` (e.g. FAVOR's
+    PCA row of the global model; may be empty) followed by N client blocks ``x_k`` of
+    ``feature_dim`` values. Client k's Q value is one MLP applied to its own block::
+
+        Q(s, a_k) = w2 . relu(W_x x_k + W_c [g, mean_j x_j] + b1) + b2
+
+    (``mean_j x_j`` only with ``pool``): the same weights for every client, so a client is scored
+    by its features, not by its index. Maps ``(B, state_dim) -> (B, N)`` like the full network.
+    """
+
+    def __init__(self, num_actions: int, feature_dim: int, context_dim: int, hidden: int, pool: bool = True):
+        super().__init__()
+        if num_actions < 1 or feature_dim < 1 or context_dim < 0 or hidden < 1:
+            raise ValueError(
+                f"SharedQNetwork: need num_actions, feature_dim, hidden >= 1 and context_dim >= 0, got "
+                f"{num_actions}, {feature_dim}, {hidden}, {context_dim}"
+            )
+        self.num_actions, self.feature_dim, self.context_dim, self.pool = (
+            int(num_actions),
+            int(feature_dim),
+            int(context_dim),
+            bool(pool),
+        )
+        self.client = nn.Linear(self.feature_dim, int(hidden))
+        extra = self.context_dim + (self.feature_dim if self.pool else 0)
+        self.context = nn.Linear(extra, int(hidden), bias=False) if extra else None
+        self.out = nn.Linear(int(hidden), 1)
+
+    @property
+    def state_dim(self) -> int:
+        return self.context_dim + self.num_actions * self.feature_dim
+
+    def forward(self, s: torch.Tensor) -> torch.Tensor:
+        b = s.shape[0]
+        x = s[:, self.context_dim :].reshape(b, self.num_actions, self.feature_dim)
+        h = self.client(x)  # (B, N, H)
+        if self.context is not None:
+            parts = [s[:, : self.context_dim]] if self.context_dim else []
+            if self.pool:
+                parts.append(x.mean(dim=1))
+            h = h + self.context(torch.cat(parts, dim=1)).unsqueeze(1)
+        return self.out(torch.relu(h)).squeeze(-1)
+
+
+def shared_q_parameters(feature_dim: int, context_dim: int, hidden: int, pool: bool = True) -> int:
+    """Parameters of :class:`SharedQNetwork` (independent of N)."""
+    extra = int(context_dim) + (int(feature_dim) if pool else 0)
+    return int(feature_dim) * int(hidden) + int(hidden) + extra * int(hidden) + int(hidden) + 1
+
+
+def build_shared_q_network(
+    num_actions: int, feature_dim: int, context_dim: int, hidden: int, pool: bool, generator: torch.Generator
+) -> nn.Module:
+    """:class:`SharedQNetwork`, initialised from ``generator`` (no global RNG)."""
+    net = SharedQNetwork(num_actions, feature_dim, context_dim, hidden, pool)
+    reset_parameters(net, generator)
+    return net
 
 
 def build_q_network(state_dim: int, num_actions: int, hidden: int, generator: torch.Generator) -> nn.Module:
@@ -254,9 +351,14 @@ class DDQNAgent:
         total_rounds: T, used when ``config.eps_decay_rounds`` is ``None``.
         rng: ``numpy.random.Generator`` for epsilon draws, random slots and minibatches.
         torch_generator: ``torch.Generator`` for the network initialisation.
+        feature_dim, context_dim: the state layout for ``config.q_network == "shared"``: a
+            context block of ``context_dim`` values, then ``num_actions`` client blocks of
+            ``feature_dim`` values (``state_dim == context_dim + num_actions * feature_dim``).
+            Unused by the full network.
 
     Raises:
-        ValueError: non-positive sizes or a bad config field.
+        ValueError: non-positive sizes, a bad config field, or a shared network without a
+            layout matching ``state_dim``.
     """
 
     def __init__(
@@ -267,6 +369,8 @@ class DDQNAgent:
         total_rounds: int,
         rng: np.random.Generator,
         torch_generator: torch.Generator,
+        feature_dim: int | None = None,
+        context_dim: int = 0,
     ):
         if state_dim < 1 or num_actions < 1 or total_rounds < 1:
             raise ValueError(
@@ -281,7 +385,18 @@ class DDQNAgent:
         self.state_dim, self.num_actions, self.total_rounds = int(state_dim), int(num_actions), int(total_rounds)
         self.rng = rng
         self.torch_generator = torch_generator
-        self.main = build_q_network(self.state_dim, self.num_actions, config.hidden, torch_generator)
+        if config.q_network == "shared":
+            if feature_dim is None or int(context_dim) + self.num_actions * int(feature_dim) != self.state_dim:
+                raise ValueError(
+                    f"DDQNAgent: a shared Q network needs feature_dim and context_dim with context_dim + "
+                    f"num_actions * feature_dim == state_dim, got {feature_dim}, {context_dim} for "
+                    f"{self.num_actions} actions and state_dim {self.state_dim}"
+                )
+            self.main = build_shared_q_network(
+                self.num_actions, int(feature_dim), int(context_dim), config.shared_hidden, config.shared_pool, torch_generator
+            )
+        else:
+            self.main = build_q_network(self.state_dim, self.num_actions, config.hidden, torch_generator)
         self.target = copy.deepcopy(self.main)
         self.target.requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.main.parameters(), lr=config.lr)

@@ -20,12 +20,26 @@ counts (up to 4400 and 384) would saturate the 512-unit ReLU layer.
 The warm-up costs one extra "round" in which all N clients download the initial model, train
 and upload their weights; its bytes and latency (the straggler among N) are charged before
 round 1 and, with ``count_warmup: true`` (default), counted in the end-to-end latency.
+
+Large N (docs/flash-rl.md, "At 10,000 clients"):
+
+* ``pca_fit_clients`` (1000): when N is larger, the PCA is fitted on a seeded sample of that
+  many clients (stream ``pca-fit/<selector>``; still ``svd_solver="full"``, exact on the
+  sample). The warm-up is consumed as a stream: the sample trains first and only its models are
+  held for the fit, then the other clients train and are projected as they arrive, so memory is
+  O(sample x P + N x m) instead of O(N x P). With N <= ``pca_fit_clients`` nothing changes.
+* ``q_network``: ``full`` is the paper's ``state_dim -> hidden -> N`` network (state_dim ~ N x
+  (m + 4): O(N^2 x hidden) parameters); ``shared`` applies one small MLP to every client's own
+  block of the state (:class:`~fedselect.kernels.ddqn.SharedQNetwork`, parameters independent of
+  N); ``auto`` (default) is ``full`` while its parameter count is <= ``q_network_max_params``
+  (100M: N up to 1,860 for FLASH-RL, 1,932 for FAVOR, at the defaults) and ``shared`` above.
+  An explicit ``full`` above the bound is refused from the config, before anything is allocated.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 import numpy as np
 import torch
@@ -33,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fedselect.fl.aggregate import flat_parameters
 from fedselect.fl.types import ClientOutcome, PhaseCost, State
-from fedselect.kernels.ddqn import DDQNAgent, DDQNConfig
+from fedselect.kernels.ddqn import DDQNAgent, DDQNConfig, full_q_parameters
 from fedselect.seeding import np_rng, torch_rng
 from fedselect.selectors.base import Feedback, Prepared, RoundView, Selection, Selector
 from fedselect.system import RoundDraws
@@ -61,8 +75,23 @@ class DDQNOptions(BaseModel):
     checkpoint_pca: bool = Field(
         True, description="store the PCA in checkpoints; false = refit it on resume by re-running the deterministic warm-up"
     )
+    pca_fit_clients: int | None = Field(
+        1000,
+        ge=1,
+        description="fit the PCA on a seeded sample of this many clients' warm-up models (all when N is not larger); null = all",
+    )
+    q_network: Literal["auto", "full", "shared"] = Field(
+        "auto",
+        description="full: the paper's state -> hidden -> N network; shared: one per-client MLP, parameters independent of N; "
+        "auto: full while its parameter count is <= q_network_max_params, else shared",
+    )
+    q_network_max_params: int = Field(
+        100_000_000, ge=1, description="largest full Q network (parameters) that auto picks and that full accepts"
+    )
+    shared_hidden: int = Field(64, ge=1, description="hidden width of the shared Q network")
+    shared_pool: bool = Field(True, description="the shared Q network also sees the mean of all clients' features")
 
-    def agent_config(self) -> DDQNConfig:
+    def agent_config(self, q_network: str = "full") -> DDQNConfig:
         return DDQNConfig(
             hidden=self.hidden,
             lr=self.rl_lr,
@@ -74,6 +103,9 @@ class DDQNOptions(BaseModel):
             eps_end=self.eps_end,
             eps_decay_rounds=self.eps_decay_rounds,
             learn_steps=self.rl_learn_steps,
+            q_network=q_network,
+            shared_hidden=self.shared_hidden,
+            shared_pool=self.shared_pool,
         )
 
 
@@ -120,13 +152,19 @@ class DDQNSelector(Selector):
         self.pca_explained: list[float] = []
         self.pca_explained_total = 0.0
         self.client_rows = np.zeros((n, self.n_components), np.float32)
+        self.q_network = self.resolve_q_network(self.options, n)
+        if self.q_network is None:
+            raise ValueError(f"selector {self.name!r}: {self.q_network_problem(self.options, n)}")
+        context_dim, feature_dim = self.state_layout(n, self.n_components)
         self.agent = DDQNAgent(
             self.state_dim(),
             n,
-            self.options.agent_config(),
+            self.options.agent_config(self.q_network),
             s.rounds,
             rng=np_rng(s.seed, f"agent/{self.name}"),
             torch_generator=torch_rng(s.seed, f"agent-init/{self.name}"),
+            feature_dim=feature_dim,
+            context_dim=context_dim,
         )
         self.current_state: np.ndarray | None = None
 
@@ -143,9 +181,49 @@ class DDQNSelector(Selector):
             out.append(f"round {old_rounds}'s transition is in the replay memory as terminal and the agent has learned from it")
         return out
 
+    # ---------------------------------------------------------------- Q network choice
+    @classmethod
+    def full_q_parameters(cls, options: DDQNOptions, n: int) -> int:
+        """Parameters of the full Q network for N = ``n`` clients."""
+        c, d = cls.state_layout(n, min(n, options.pca_components))
+        return full_q_parameters(c + n * d, n, options.hidden)
+
+    @classmethod
+    def resolve_q_network(cls, options: DDQNOptions, n: int) -> str | None:
+        """``"full"`` or ``"shared"`` for N = ``n``; None when ``full`` is asked for above the bound."""
+        fits = cls.full_q_parameters(options, n) <= options.q_network_max_params
+        if options.q_network == "auto":
+            return "full" if fits else "shared"
+        if options.q_network == "full" and not fits:
+            return None
+        return options.q_network
+
+    @classmethod
+    def q_network_problem(cls, options: DDQNOptions, n: int) -> str:
+        p = cls.full_q_parameters(options, n)
+        gb = p * 4 * 5 / 1e9  # main + target + gradient + Adam's two moments, float32
+        return (
+            f"q_network: full would have {p:,} parameters at {n:,} clients (about {gb:.3g} GB "
+            f"with the target network, gradients and Adam), above q_network_max_params = {options.q_network_max_params:,}; "
+            f"set method_options.q_network: shared (or auto), or raise q_network_max_params"
+        )
+
+    @classmethod
+    def check(cls, options, settings):
+        if cls.resolve_q_network(options, settings.num_clients) is None:
+            return [cls.q_network_problem(options, settings.num_clients)]
+        return []
+
     # ---------------------------------------------------------------- to implement
-    def state_dim(self) -> int:
+    @classmethod
+    def state_layout(cls, n: int, m: int) -> tuple[int, int]:
+        """(context_dim, feature_dim) of the state for N = ``n`` clients and m PCA components:
+        the state is a context block followed by N client blocks (the shared Q network reads it so)."""
         raise NotImplementedError
+
+    def state_dim(self) -> int:
+        c, d = self.state_layout(self.settings.num_clients, self.n_components)
+        return c + self.settings.num_clients * d
 
     def state_vector(self, t: int, draws: RoundDraws, global_state: State | None) -> np.ndarray:
         """s_t as float32 ``(state_dim,)`` from the current PCA rows, round t's draws and (FAVOR)
@@ -166,9 +244,32 @@ class DDQNSelector(Selector):
         w = self.flat(state)
         return ((self.pca_components @ (w - self.pca_mean)) / self.pca_scale).numpy().astype(np.float32)
 
-    def _warmup(self) -> np.ndarray:
-        """``(N, P)`` weights of every client after the warm-up (round 0)."""
-        return np.stack([self.flat(w.state).numpy() for w in self.ctx.warmup(self.options.warmup_epochs, "warmup")])
+    def _warmup(self, clients: Sequence[int] | None = None) -> np.ndarray:
+        """``(len(clients), P)`` weights after the warm-up (round 0) of ``clients`` (None: all N)."""
+        return np.stack([self.flat(w.state).numpy() for w in self.ctx.warmup(self.options.warmup_epochs, "warmup", clients)])
+
+    def pca_fit_sample(self) -> np.ndarray | None:
+        """Sorted ids of the clients the PCA is fitted on, or None for all N (N <= ``pca_fit_clients``).
+        Seeded (stream ``pca-fit/<selector>``), independent of every other stream."""
+        n, k = self.settings.num_clients, self.options.pca_fit_clients
+        if k is None or k >= n:
+            return None
+        return np.sort(np_rng(self.settings.seed, f"pca-fit/{self.name}").choice(n, size=k, replace=False))
+
+    def _warmup_and_fit(self) -> None:
+        """The warm-up and the PCA fit (module docstring): all N models at once when N <=
+        ``pca_fit_clients``; else the sample first (fit), then the others streamed and projected."""
+        sample = self.pca_fit_sample()
+        if sample is None:
+            self._fit_pca(self._warmup())
+            return
+        rows = np.zeros((self.settings.num_clients, self.n_components), np.float32)
+        self._fit_pca(self._warmup(sample.tolist()))
+        rows[sample] = self.client_rows
+        rest = np.setdiff1d(np.arange(self.settings.num_clients), sample)
+        for w in self.ctx.warmup(self.options.warmup_epochs, "warmup", rest.tolist()):
+            rows[w.client_id] = self.project(w.state)
+        self.client_rows = rows
 
     def _fit_pca(self, weights: np.ndarray) -> None:
         from sklearn.decomposition import PCA
@@ -193,8 +294,7 @@ class DDQNSelector(Selector):
     def prepare(self) -> Prepared:
         """Warm-up of all N clients and the PCA fit (SPEC 1.2). Charges the warm-up's bytes and
         straggler latency (s); reports the PCA's explained-variance ratio."""
-        weights = self._warmup()
-        self._fit_pca(weights)
+        self._warmup_and_fit()
         draws = self.ctx.draw(0)
         costs = [self.ctx.client_cost(k, self.options.warmup_epochs, draws) for k in range(self.settings.num_clients)]
         lat = max(c.latency_s for c in costs)
@@ -208,6 +308,11 @@ class DDQNSelector(Selector):
             "pca_components": self.n_components,
             "pca_explained_variance": self.pca_explained_total,
         }
+        sample = self.pca_fit_sample()
+        if sample is not None:  # only at large N: the summaries of today's runs stay as they are
+            info["pca_fit_clients"] = int(sample.size)
+        if self.q_network != "full":
+            info["q_network"] = self.q_network
         log.info(
             "%s warm-up: %d clients, straggler %.2f s, PCA %d components explain %.3f of the variance",
             self.name,
@@ -278,7 +383,7 @@ class DDQNSelector(Selector):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("pca") is None:  # refit the PCA from the deterministic warm-up of the initial model
-            self._fit_pca(self._warmup())
+            self._warmup_and_fit()
         else:
             p = state["pca"]
             self.pca_mean, self.pca_components = p["mean"].clone(), p["components"].clone()

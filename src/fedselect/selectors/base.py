@@ -164,9 +164,9 @@ class SelectorContext(Protocol):
     def initial_state(self) -> State:
         """A copy of the freshly initialised global model."""
 
-    def warmup(self, epochs: int, tag: str) -> Iterator[WarmClient]:
-        """Every client trains ``epochs`` epochs from the initial model (round 0), in client
-        order; ``tag`` names the mini-batch streams."""
+    def warmup(self, epochs: int, tag: str, clients: Sequence[int] | None = None) -> Iterator[WarmClient]:
+        """Every client (or those of ``clients``, in that order) trains ``epochs`` epochs from the
+        initial model (round 0), in client order; ``tag`` names the mini-batch streams."""
 
     def train(self, k: int, start: State, epochs: int, tag: str, t: int = 0) -> tuple[State, float]:
         """Client ``k`` trains ``epochs`` epochs from ``start``; returns (state, mean loss)."""

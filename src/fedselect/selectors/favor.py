@@ -53,12 +53,13 @@ class Favor(DDQNSelector):
 
     @classmethod
     def check(cls, options, settings):
+        out = super().check(options, settings)
         if options.target is None and DEFAULT_TARGETS.get(settings.dataset, settings.target) is None:
-            return [
+            out.append(
                 f"selector 'favor': no reward target known for dataset {settings.dataset!r}; set the option target "
                 f"(or metrics.target) to a value in (0, 1]"
-            ]
-        return []
+            )
+        return out
 
     def __init__(self, ctx, options=None):
         super().__init__(ctx, options)
@@ -67,11 +68,13 @@ class Favor(DDQNSelector):
         if target is None:
             target = DEFAULT_TARGETS.get(self.settings.dataset, self.settings.target)
         if target is None:
-            raise ValueError(self.check(self.options, self.settings)[0])
+            raise ValueError(self.check(self.options, self.settings)[-1])
         self.target = float(target)
 
-    def state_dim(self) -> int:
-        return (self.settings.num_clients + 1) * self.n_components
+    @classmethod
+    def state_layout(cls, n, m):
+        """Context: the global model's PCA row (m values); client k's block: its PCA row (m): (N + 1) x m values."""
+        return m, m
 
     def state_vector(self, t, draws, global_state):
         """(PCA(global), PCA(w_1), ..., PCA(w_N)), float32 ``((N + 1) * m,)``."""

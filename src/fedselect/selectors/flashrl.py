@@ -61,8 +61,10 @@ class FlashRL(DDQNSelector):
         self.metric = self.options.performance_metric or self.settings.metric
         self.l_min, self.l_max = ctx.latency_bounds()
 
-    def state_dim(self) -> int:
-        return self.settings.num_clients * (self.n_components + 4)
+    @classmethod
+    def state_layout(cls, n, m):
+        """No context; client k's block is (PCA row, z(n_k), z(c_k), z(f), z(b)): N x (m + 4) values."""
+        return 0, m + 4
 
     def state_vector(self, t, draws, global_state):
         """s_t = (s_t^1, ..., s_t^N), s_t^k = (PCA row, z(n_k), z(c_k), z(f), z(b)) (FR-eq 11, 12)."""
