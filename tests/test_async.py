@@ -169,3 +169,26 @@ def test_resume_is_refused(tmp_path):
     run_experiment(cfg, tmp_path / "r", workers=0)
     with pytest.raises(ValueError, match="cannot be resumed"):
         run_experiment(cfg, tmp_path / "r", workers=0, resume=True)
+
+
+def test_list_shows_the_async_keys():
+    from fedselect.console import fleet_table
+
+    t = fleet_table()
+    rows = dict(zip(t.columns[0]._cells, t.columns[1]._cells))
+    applies = dict(zip(t.columns[0]._cells, t.columns[2]._cells))
+    assert rows["mode"] == "'sync'" and rows["async.server_lr"] == "1.0"
+    for k in ("concurrency", "buffer_size", "staleness.function", "staleness.a", "staleness.b"):
+        assert f"async.{k}" in rows
+    assert applies["async.staleness.b"] == "hinge"
+
+
+def test_comparison_config_resolves():
+    from pathlib import Path
+
+    from fedselect.compare import load_compare
+
+    cc = load_compare(Path(__file__).resolve().parents[1] / "configs" / "async-fleet.yaml", {})
+    modes = [cc.experiment(m, 0).mode for m in cc.methods]
+    assert modes == ["sync", "async", "async"]
+    assert cc.experiment(cc.methods[2], 0).async_.buffer_size == 10

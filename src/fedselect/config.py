@@ -447,14 +447,12 @@ class MethodSpec(BaseModel):
     a ``method`` preset and/or an explicit ``selector`` / ``algorithm`` ({name, options}), with
     ``method_options`` as in an experiment."""
 
-    model_config = ConfigDict(extra="forbid", validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
+    model_config = ConfigDict(extra="forbid")
     label: str | None = None
     method: str | None = None
     selector: ComponentConfig | None = None
     algorithm: ComponentConfig | None = None
     method_options: dict[str, Any] = Field(default_factory=dict)
-    mode: Literal["sync", "async"] | None = Field(None, description="this contender's mode (default: the base's)")
-    async_: dict[str, Any] | None = Field(None, alias="async", description="this contender's async section (mode: async)")
 
     @model_validator(mode="after")
     def _label(self) -> "MethodSpec":
@@ -484,10 +482,6 @@ class MethodSpec(BaseModel):
             doc["algorithm"] = self.algorithm.model_dump()
         if self.method_options:
             doc["method_options"] = {**doc.get("method_options", {}), **self.method_options}
-        if self.mode is not None:
-            doc["mode"] = self.mode
-        if self.async_ is not None:
-            doc["async"] = {**(doc.get("async") or {}), **self.async_}
         return doc
 
 
