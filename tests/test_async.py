@@ -192,3 +192,21 @@ def test_comparison_config_resolves():
     modes = [cc.experiment(m, 0).mode for m in cc.methods]
     assert modes == ["sync", "async", "async"]
     assert cc.experiment(cc.methods[2], 0).async_.buffer_size == 10
+
+
+def _count_selectors():
+    from fedselect.selectors import SELECTORS
+
+    return [n for n in sorted(SELECTORS.builtin_names()) if SELECTORS.get(n).uses_count]
+
+
+@pytest.mark.parametrize("name", _count_selectors())
+def test_every_counting_selector_runs_async(tmp_path, name):
+    from registry_cases import part
+
+    doc = _doc(rounds=2, mode="async", async_={"concurrency": 3, "buffer_size": 2}, selector=part(name))
+    doc["data"] = {"num_clients": 6, "partition": {"scheme": "iid"}}
+    run_experiment(parse_experiment(doc), tmp_path / "r", workers=0)
+    rows = _rows(tmp_path / "r")
+    assert [r["version"] for r in rows[1:]] == ["1", "2"]
+    assert all(len(r["selected"].split(";")) == 2 for r in rows[1:])
