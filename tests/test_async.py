@@ -46,8 +46,12 @@ def test_buffer_equal_to_concurrency_on_an_equal_fleet_is_fedavg(tmp_path):
     asy = parse_experiment(
         _doc(system=system, mode="async", async_={"concurrency": 3, "buffer_size": 3, "staleness": {"function": "constant"}})
     )
-    run_experiment(sync, tmp_path / "sync", workers=0)
-    run_experiment(asy, tmp_path / "async", workers=0)
+    from fedselect.federation import build_federation, federation_key
+
+    assert federation_key(sync) == federation_key(asy)
+    fed = build_federation(sync)  # one federation for both, as in a comparison
+    run_experiment(sync, tmp_path / "sync", workers=0, federation=fed)
+    run_experiment(asy, tmp_path / "async", workers=0, federation=fed)
     a, b = _rows(tmp_path / "sync"), _rows(tmp_path / "async")
     assert len(a) == len(b) == 4
     for ra, rb in zip(a, b):
