@@ -214,3 +214,19 @@ def test_every_counting_selector_runs_async(tmp_path, name):
     rows = _rows(tmp_path / "r")
     assert [r["version"] for r in rows[1:]] == ["1", "2"]
     assert all(len(r["selected"].split(";")) == 2 for r in rows[1:])
+
+
+def test_a_version_where_every_update_fails_ends_and_the_run_goes_on(tmp_path):
+    """Every update of version 2 is NaN under Markov availability: the server does not wait for
+    ever for a client that could succeed; it aggregates what it holds and goes on."""
+    doc = _doc(
+        rounds=4,
+        mode="async",
+        async_={"concurrency": 3, "buffer_size": 2},
+        availability={"model": "markov", "mean_on_s": 2.0, "mean_off_s": 2.0},
+        faults={"inject": [{"kind": "nan", "rounds": 2, "clients": "all"}]},
+    )
+    run_experiment(parse_experiment(doc), tmp_path / "r", workers=0)
+    rows = _rows(tmp_path / "r")
+    assert [r["version"] for r in rows[1:]] == ["1", "2", "3", "4"]
+    assert ":nan" in rows[2]["failed"]

@@ -64,7 +64,7 @@ STALENESS_FUNCTIONS = ("constant", "polynomial", "hinge")
 #: columns an async run adds to metrics.csv after the core and reliability ones
 ASYNC_COLUMNS = ["version", "staleness_mean", "staleness_max"]
 #: how far ahead (s of simulated time) an idle server looks for a client coming online
-WAIT_HORIZON_S = 1e7
+WAIT_HORIZON_S = 1e6
 
 
 def staleness_weight(function: str, s: int, a: float = 0.5, b: float = 4.0) -> float:
@@ -245,9 +245,12 @@ class _Loop:
     def wait(self) -> bool:
         """Nothing in flight and nobody available: move the clock to the next moment a client
         is available (doubling steps, then bisection; at most :data:`WAIT_HORIZON_S` ahead).
-        False when none comes (or availability never changes with time)."""
+        False when none comes, when every client already failed in this version, or when
+        availability never changes with time."""
         if not self.run.clock.availability.restricts:
             return False
+        if len(self.failed_now | set(self.flying)) >= self.run.settings.num_clients:
+            return False  # every client already failed in this version: nobody to wait for
         t = self.version + 1
         lo, step, hi = self.now, 1.0, None
         while step <= WAIT_HORIZON_S:
