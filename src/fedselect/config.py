@@ -20,7 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from fedselect.config_fleet import AvailabilityConfig, CapacityConfig, DeadlineConfig
+from fedselect.config_fleet import AsyncConfig, AvailabilityConfig, CapacityConfig, DeadlineConfig, StalenessConfig  # noqa: F401
 
 
 class ConfigError(ValueError):
@@ -250,6 +250,17 @@ class ExperimentConfig(_Strict):
     preset's part). ``method_options`` go to whichever of the two declares each key.
     """
 
+    # ``async`` is a Python keyword: the field is ``async_``, read and written as ``async``
+    model_config = ConfigDict(
+        extra="forbid",
+        validate_assignment=True,
+        allow_inf_nan=False,
+        strict=True,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+    )
+
     name: str = "experiment"
     seed: int = Field(0, ge=0)
     method: str | None = Field(
@@ -294,6 +305,16 @@ class ExperimentConfig(_Strict):
         description="a participant past the round deadline: drop (its update is discarded, code timeout) or partial "
         "(it uploads the local steps done by the deadline, aggregated with FedNova's normalisation)",
     )
+    mode: Literal["sync", "async"] = Field(
+        "sync",
+        description="sync: rounds of U clients (the default); async: buffered asynchronous aggregation (FedBuff) on the "
+        "fleet clock, see the async section and docs/async.md",
+    )
+    async_: AsyncConfig = Field(
+        default_factory=AsyncConfig,
+        alias="async",
+        description="mode: async only: concurrency, buffer_size, server_lr, staleness {function, a, b}",
+    )
     comment: str | None = None
 
     @field_validator("log", mode="before")
@@ -329,6 +350,7 @@ class ExperimentConfig(_Strict):
                 "straggler: 'partial' keeps the work done by the round deadline, but there is none; set "
                 "system.round_deadline_s or system.adaptive_deadline (or straggler: drop)"
             )
+        self._check_async()
         for i, inj in enumerate(self.faults.inject):
             bad_rounds = [r for r in inj.round_set() or [] if not 1 <= r <= self.rounds]
             if bad_rounds:
@@ -342,6 +364,44 @@ class ExperimentConfig(_Strict):
                     f"without one the server waits for every client"
                 )
         return self
+
+    def _check_async(self) -> None:
+        """``mode: async``: the async section's defaults filled in, and the settings that have no
+        meaning there refused (each named with what to do); ``mode: sync`` with async keys set is
+        an error too (they would be ignored)."""
+        a = self.async_
+        if self.mode == "sync":
+            if "async_" in self.model_fields_set and a != AsyncConfig():
+                raise ValueError("async: applies only to mode: async (set mode: async, or remove the async section)")
+            return
+        n = self.data.num_clients
+        if a.concurrency is None:
+            object.__setattr__(a, "concurrency", self.clients_per_round)  # written out in config.yaml
+        if a.concurrency > n:
+            raise ValueError(f"async.concurrency ({a.concurrency}) must be <= data.num_clients (N = {n})")
+        if a.buffer_size is None:
+            object.__setattr__(a, "buffer_size", max(1, a.concurrency // 2))
+        problems = []
+        if self.overselect != 1.0:
+            problems.append(
+                f"overselect ({self.overselect}): mode: async has no rounds to over-select for; use async.concurrency"
+            )
+        if self.straggler != "drop":
+            problems.append("straggler: 'partial' needs a synchronous round deadline; mode: async allows only straggler: drop")
+        if self.system.adaptive_deadline is not None:
+            problems.append(
+                "system.adaptive_deadline: not supported with mode: async (use system.round_deadline_s, a per-job limit)"
+            )
+        if self.engine != "simulator":
+            problems.append(f"engine {self.engine!r}: mode: async runs on the simulator only for now (engine: simulator)")
+        if "checkpoint_every" in self.model_fields_set and self.checkpoint_every != 0:
+            problems.append(
+                f"checkpoint_every ({self.checkpoint_every}): mode: async writes no checkpoints (its in-flight jobs and "
+                f"buffer are not saved, so it could not resume exactly); set checkpoint_every: 0 or leave it out"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+        object.__setattr__(self, "checkpoint_every", 0)
 
 
 #: characters a method label may hold besides letters and digits (of any script: Ø, β, é)

@@ -121,3 +121,55 @@ class DeadlineConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
     percentile: float = Field(..., gt=0, le=100, description="percentile (0-100] of recent participants' latencies")
     window: int = Field(5, ge=1, description="rounds of history")
+
+
+#: keys of ``async.staleness`` that each staleness function reads
+STALENESS_KEYS: dict[str, tuple[str, ...]] = {"constant": (), "polynomial": ("a",), "hinge": ("a", "b")}
+
+
+class StalenessConfig(BaseModel):
+    """How much an update of staleness s (server versions since its client downloaded the
+    model) counts in asynchronous buffered aggregation (docs/async.md): ``constant`` 1,
+    ``polynomial`` (1 + s)^-a, ``hinge`` 1 if s <= b else 1 / (a (s - b) + 1) (Xie et al.,
+    FedAsync)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
+    function: Literal["constant", "polynomial", "hinge"] = Field(
+        "polynomial", description="constant (1), polynomial ((1 + s)^-a, FedBuff's with a = 0.5) or hinge"
+    )
+    a: float = Field(0.5, ge=0, le=100, description="polynomial: exponent a; hinge: slope a past b")
+    b: float = Field(4.0, ge=0, description="hinge: staleness b up to which an update counts fully")
+
+    @model_validator(mode="after")
+    def _only_the_functions_keys(self) -> "StalenessConfig":
+        allowed = STALENESS_KEYS[self.function]
+        stray = sorted(
+            k
+            for k in self.model_fields_set
+            if k != "function" and k not in allowed and getattr(self, k) != type(self).model_fields[k].default
+        )
+        if stray:
+            users = {k: [f for f, ks in STALENESS_KEYS.items() if k in ks] for k in stray}
+            raise ValueError(
+                f"async.staleness: {', '.join(f'{k} applies only to function {users[k]}' for k in stray)}; "
+                f"function {self.function!r} reads {list(allowed) or 'no other key'}"
+            )
+        return self
+
+
+class AsyncConfig(BaseModel):
+    """Asynchronous buffered aggregation (``mode: async``; FedBuff, Nguyen et al. 2022;
+    docs/async.md): ``concurrency`` clients train at once on the fleet clock, the server
+    aggregates every ``buffer_size`` arrivals; ``rounds`` counts aggregations (server versions)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
+    concurrency: int | None = Field(
+        None, ge=1, description="clients training at once (default: clients_per_round); at most data.num_clients"
+    )
+    buffer_size: int | None = Field(
+        None, ge=1, description="K: the server aggregates every K arrivals (default: concurrency // 2, at least 1)"
+    )
+    server_lr: float = Field(1.0, gt=0, le=100, description="eta_g: server step on the weighted mean of the buffered deltas")
+    staleness: StalenessConfig = Field(
+        default_factory=StalenessConfig, description="weight of an update of staleness s: {function, a, b}"
+    )

@@ -204,9 +204,18 @@ def fleet_table() -> Table:
     """The fleet keys (docs/fleets.md) with their defaults and meaning, read from the schema
     (``fedselect.config_fleet`` and the top-level fields), so the list cannot drift from it."""
     from fedselect.config import ExperimentConfig, SystemConfig
-    from fedselect.config_fleet import AVAILABILITY_KEYS, CAPACITY_KEYS, AvailabilityConfig, CapacityConfig, DeadlineConfig
+    from fedselect.config_fleet import (
+        AVAILABILITY_KEYS,
+        CAPACITY_KEYS,
+        STALENESS_KEYS,
+        AsyncConfig,
+        AvailabilityConfig,
+        CapacityConfig,
+        DeadlineConfig,
+        StalenessConfig,
+    )
 
-    t = Table(title="fleet settings (docs/fleets.md)")
+    t = Table(title="fleet settings (docs/fleets.md) and mode: async (docs/async.md)")
     for c in ("key", "default", "applies to", "meaning"):
         t.add_column(c)
 
@@ -227,6 +236,13 @@ def fleet_table() -> Table:
     row("system.round_deadline_s", SystemConfig.model_fields["round_deadline_s"])
     for name, f in DeadlineConfig.model_fields.items():
         row(f"system.adaptive_deadline.{name}", f)
+    row("mode", ExperimentConfig.model_fields["mode"])  # docs/async.md
+    for name, f in AsyncConfig.model_fields.items():
+        if name != "staleness":
+            row(f"async.{name}", f, "mode: async")
+    for name, f in StalenessConfig.model_fields.items():
+        applies = "" if name == "function" else ", ".join(fn for fn, ks in STALENESS_KEYS.items() if name in ks)
+        row(f"async.staleness.{name}", f, applies or "mode: async")
     return t
 
 

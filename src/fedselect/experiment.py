@@ -24,6 +24,7 @@ import torch
 
 from fedselect.config import ExperimentConfig, parse_config, read_yaml_file
 from fedselect.federation import Federation, build_federation
+from fedselect.fl.asynchronous import run_buffered
 from fedselect.fl.checkpoint import FORMAT_VERSION, NoCheckpointError, load_checkpoint, remove_stale_temp_files
 from fedselect.fl.round import run_rounds
 from fedselect.fl.types import Evaluation
@@ -211,6 +212,14 @@ def run_experiment(
         raise FileNotFoundError(f"--resume {run_dir}: no such run directory")
     r = resolve(cfg, cfg.name)
     engine = engine or r.config.engine
+    if r.config.mode == "async":
+        if resume:
+            raise ValueError(
+                f"--resume {run_dir}: mode: async runs write no checkpoints (their in-flight jobs and buffer are not "
+                f"saved), so they cannot be resumed exactly; run it again with --overwrite"
+            )
+        if engine != "simulator" or transport is not None:
+            raise ValueError(f"mode: async runs on the simulator engine only for now, not on {engine!r} (docs/async.md)")
     if engine != "simulator" and transport is None:
         kwargs = dict(on_round=on_round, resume=resume, stop_after=stop_after, overwrite=overwrite)
         if on_simulation is not None:
@@ -326,7 +335,7 @@ def _run(
                     len(sim.faults.injections),
                     sim.faults.deadline_s,
                 )
-            finished = run_rounds(sim, files, start=0)
+            finished = (run_buffered if sim.async_settings is not None else run_rounds)(sim, files, start=0)
         if finished is None:
             return {"stopped_after": stop_after}
         return files.finish(finished, {**(sim.selector.finish() or {}), **sim.transport_summary()})

@@ -247,6 +247,8 @@ def resolve(cfg: ExperimentConfig, source: str = "<config>") -> Resolved:
     )
     if sel_opts is not None and alg_opts is not None:
         errors += _compatibility(sel_cls, sel_spec.name, alg_cls, alg_spec.name, settings)
+        if cfg.mode == "async":
+            errors += _async_compatibility(sel_cls, sel_spec.name, alg_cls, alg_spec.name)
         errors += [f"selector {sel_spec.name!r}: {m}" for m in sel_cls.check(sel_opts, settings)]
         errors += [f"algorithm {alg_spec.name!r}: {m}" for m in alg_cls.check(alg_opts, settings)]
     if errors:
@@ -293,6 +295,31 @@ def _compatibility(sel: type[Selector], sname: str, alg: type[Algorithm], aname:
         out.append(
             f"selector {sname!r} needs the global metric every round (rewards, FR-eq 8 / FAVOR); "
             f"set eval_every: 1 (got {settings.eval_every})"
+        )
+    return out
+
+
+def _async_compatibility(sel: type[Selector], sname: str, alg: type[Algorithm], aname: str) -> list[str]:
+    """``mode: async`` (docs/async.md): the selector must pick a number of clients (it fills
+    free slots one or a few at a time), and the algorithm must average whole models the FedAvg
+    way (the buffered rule replaces its aggregation)."""
+    out = []
+    if not sel.uses_count:
+        ok = [n for n in SELECTORS.builtin_names() if SELECTORS.get(n).uses_count]
+        out.append(
+            f"selector {sname!r} trains a fixed set of clients, which has no meaning with mode: async (the server asks "
+            f"for as many clients as there are free slots); use a selector that picks a number of clients "
+            f"({', '.join(repr(n) for n in ok)}) or mode: sync"
+        )
+    if alg.aggregate is not Algorithm.aggregate or not alg.shares_model or alg.needs_groups:
+        ok = [
+            n
+            for n in ALGORITHMS.builtin_names()
+            if ALGORITHMS.get(n).aggregate is Algorithm.aggregate and ALGORITHMS.get(n).shares_model
+        ]
+        out.append(
+            f"algorithm {aname!r} aggregates its own way, while mode: async applies FedBuff's buffered rule to model "
+            f"deltas; use {', '.join(repr(n) for n in ok)} or mode: sync"
         )
     return out
 

@@ -22,6 +22,7 @@ import torch
 from fedselect.algorithms.base import Algorithm, AlgorithmContext, ServerState
 from fedselect.config import ConfigError
 from fedselect.federation import Federation
+from fedselect.fl.asynchronous import ASYNC_COLUMNS, AsyncSettings
 from fedselect.fl.availability import make_availability
 from fedselect.fl.clock import FleetClock
 from fedselect.fl.faults import FaultModel, Injection
@@ -167,7 +168,11 @@ class Simulation:
         except BaseException:
             self.transport.close()
             raise
+        #: ``mode: async``: its settings (:mod:`fedselect.fl.asynchronous`); None for rounds
+        self.async_settings = AsyncSettings.from_config(cfg.async_) if cfg.mode == "async" else None
         base = CORE_COLUMNS + [c for c in RELIABILITY_COLUMNS if c not in CORE_COLUMNS]
+        if self.async_settings is not None:
+            base += ASYNC_COLUMNS
         extra = (PROBE_COLUMNS if self.selector.probes else []) + list(self.selector.extra_columns) + self.algorithm.columns()
         self.columns = base + [c for i, c in enumerate(extra) if c not in base and c not in extra[:i]]
 

@@ -96,3 +96,49 @@ def flat_parameters(state: State, keys: Iterable[str] | None = None) -> torch.Te
     into one float32 vector ``(P,)`` — the weight vector of FR-eq 7 and of the PCA (SPEC 1.2)."""
     names = list(keys) if keys is not None else [k for k, v in state.items() if v.is_floating_point()]
     return torch.cat([state[n].reshape(-1).float() for n in names])
+
+
+def buffered_update(
+    old: State,
+    updates: Sequence[State],
+    starts: Sequence[State],
+    weights: Sequence[float],
+    server_lr: float = 1.0,
+    keys: Iterable[str] | None = None,
+) -> State:
+    """FedBuff's server step (Nguyen et al. 2022, Algorithm 1, with FedAsync-style staleness
+    weights): ``new = old + eta_g * sum_i w_i (y_i - x_i) / sum_i w_i`` over the buffered updates,
+    ``y_i`` the client's model after local training, ``x_i`` the model it started from.
+
+    Computed in float64 per floating entry. When every update started from ``old`` itself and
+    ``eta_g = 1`` the step is exactly FedAvg's weighted mean of the ``y_i``, and it is computed
+    as such (:func:`fedavg`, the same float sums as a synchronous round). Integer buffers take
+    the max over the updates, as in :func:`fedavg`.
+
+    Returns:
+        the new entries (``keys``, default all of ``old``'s).
+
+    Raises:
+        ValueError: no updates, lengths that differ, bad weights (see :func:`fedavg`).
+    """
+    if not updates:
+        raise ValueError("buffered_update needs at least one update")
+    if not (len(updates) == len(starts) == len(weights)):
+        raise ValueError(f"{len(updates)} updates, {len(starts)} start states, {len(weights)} weights")
+    w = _check_weights(weights)
+    if float(server_lr) == 1.0 and all(x is old for x in starts):
+        return fedavg(updates, w, keys=keys)
+    total = sum(w)
+    names = list(old.keys()) if keys is None else list(keys)
+    out: State = {}
+    for name in names:
+        ref = old[name]
+        if ref.is_floating_point() or ref.is_complex():
+            acc = torch.zeros_like(ref, dtype=torch.float64)
+            for y, x, wk in zip(updates, starts, w):
+                if wk:
+                    acc += (y[name].to(torch.float64) - x[name].to(torch.float64)) * (wk / total)
+            out[name] = (ref.to(torch.float64) + float(server_lr) * acc).to(ref.dtype)
+        else:
+            out[name] = torch.stack([y[name] for y in updates]).max(dim=0).values.clone()
+    return out

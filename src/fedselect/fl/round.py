@@ -36,7 +36,20 @@ from fedselect.system import RoundDraws
 
 log = logging.getLogger("fedselect")
 
-__all__ = ["RoundPlan", "Settled", "RoundResult", "Recorder", "begin", "settle", "close", "play_round", "run_rounds", "updates"]
+__all__ = [
+    "RoundPlan",
+    "Settled",
+    "RoundResult",
+    "Recorder",
+    "begin",
+    "settle",
+    "close",
+    "learn",
+    "outcome_of",
+    "play_round",
+    "run_rounds",
+    "updates",
+]
 
 
 @dataclass(frozen=True)
@@ -176,6 +189,12 @@ def outcomes_of(run, plan: RoundPlan, results: Sequence[TrainResult]) -> tuple[C
     return tuple(_outcome(run, plan, k, got.get(k)) for k in plan.selection.clients)
 
 
+def outcome_of(run, plan: RoundPlan, k: int, result: TrainResult | None) -> ClientOutcome:
+    """Client ``k``'s outcome in ``plan`` from its job's result (None: it had no job, e.g. a
+    simulated dropout): every failure rule of the round (docs/reliability.md) applied once."""
+    return _outcome(run, plan, k, result)
+
+
 def updates(run, t: int, clients: Sequence[int], state: ServerState) -> tuple[ClientOutcome, ...]:
     """The local updates of ``clients`` in round ``t`` from ``state`` with the round's faults
     applied, without aggregating them (tests, notebooks)."""
@@ -202,10 +221,7 @@ def close(run, plan: RoundPlan, settled: Settled, before: Evaluation) -> RoundRe
     """Evaluate on the cadence (every ``eval_every`` rounds and the last), let the selector
     learn from the round, and return its :class:`RoundResult`."""
     t, state = plan.round, settled.state
-    evaluated = t % run.settings.eval_every == 0 or t == run.settings.rounds
-    after = run.algorithm.evaluate(t, state) if evaluated else before
-    seen = settled.outcomes if run.selector.wants_weights else [replace(o, state=None) for o in settled.outcomes]
-    columns = run.selector.observe(t, list(seen), Feedback(before, after, evaluated, state.model)) or {}
+    evaluated, after, columns = learn(run, t, state, settled.outcomes, before)
     result = RoundResult(
         t,
         plan.selection,
@@ -221,6 +237,17 @@ def close(run, plan: RoundPlan, settled: Settled, before: Evaluation) -> RoundRe
     )
     run.clock.advance(result.latency_s, [o.latency_s for o in settled.outcomes if o.ok])
     return result
+
+
+def learn(run, t: int, state: ServerState, outcomes: Sequence[ClientOutcome], before: Evaluation):
+    """After the aggregation of round (or server version) ``t``: evaluate on the cadence (every
+    ``eval_every`` and the last), then let the selector learn from ``outcomes`` (their weights
+    only when it asks for them). Returns (evaluated, the figures after, the selector's columns)."""
+    evaluated = t % run.settings.eval_every == 0 or t == run.settings.rounds
+    after = run.algorithm.evaluate(t, state) if evaluated else before
+    seen = outcomes if run.selector.wants_weights else [replace(o, state=None) for o in outcomes]
+    columns = run.selector.observe(t, list(seen), Feedback(before, after, evaluated, state.model)) or {}
+    return evaluated, after, dict(columns)
 
 
 def play_round(run, t: int, state: ServerState, before: Evaluation) -> tuple[ServerState, RoundResult]:

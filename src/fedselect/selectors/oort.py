@@ -187,6 +187,10 @@ class Oort(Selector):
         unknown = np.flatnonzero(~self.explored & online)
         eps = self.epsilon if unknown.size else 0.0
         n_exploit = min(int(np.floor(u * (1.0 - eps) + 1e-9)), known.size)  # floor, robust to 0.8 * 5 = 3.999...
+        if view.count is not None and view.count < self.settings.clients_per_round and u > 0:
+            # mode: async refills one or a few free slots: the floor would explore only, so the exploited
+            # share is rounded at random, keeping its mean u (1 - eps) (never happens in rounds: count >= U)
+            n_exploit = min(int(np.floor(u * (1.0 - eps) + self.rng.random())), known.size)
 
         exploited: list[int] = []
         if n_exploit > 0:

@@ -1,0 +1,405 @@
+"""Asynchronous buffered aggregation (``mode: async``): FedBuff (Nguyen et al., "Federated
+Learning with Buffered Asynchronous Aggregation", AISTATS 2022, Algorithm 1) on the fleet clock
+(docs/async.md, docs/fleets.md).
+
+``concurrency`` clients train at once. At time 0 (after the selector's preparation) the
+selector fills every slot; whenever a client finishes, its update goes into the buffer and its
+slot frees; the selector then picks who starts next, among the available idle clients, from the
+current server model. Every ``buffer_size`` (K) arrivals the server aggregates::
+
+    new = old + eta_g * sum_i w_i (y_i - x_{start_i}) / sum_i w_i,   w_i = n_i * S(s_i)
+
+(:func:`fedselect.fl.aggregate.buffered_update`), ``s_i`` the server versions since client i
+downloaded, ``S`` the staleness function (:func:`staleness_weight`). One aggregation is one
+server version and one ``metrics.csv`` row; ``rounds`` counts them.
+
+Everything about one client's work is the round's (:mod:`fedselect.fl.round`), reused as is: a
+job started at server version v is planned exactly like a participant of synchronous round
+``t = v + 1`` (its draws ``draw(t)``, its simulated faults, its training job with stream
+``train/<t>/<k>``, the availability check of :class:`fedselect.fl.clock.FleetClock`), its
+latency and failure come from the round's outcome rules and the cost model, a non-finite
+aggregate is not committed, and the evaluation cadence and the selector's learning are the
+round's :func:`~fedselect.fl.round.learn`.
+
+Events: finishes ordered by simulated time, ties by client id. Clients finishing at the same
+moment are handled together: their updates enter the buffer in that order (the server
+aggregating whenever it holds K), then the freed slots are refilled with one selection for
+that many clients. So with K = concurrency = U, equally fast clients of equal sizes, no
+availability limits and a constant staleness weight, every aggregation is exactly a
+synchronous FedAvg round (``tests/test_async.py``).
+
+Training is deferred: a job's start state is known when it starts, so the jobs in flight are
+trained only when the first of them has to report, all pending ones together through the run's
+transport (side by side in the worker pool).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from fedselect.fl.aggregate import buffered_update
+from fedselect.fl.round import RoundPlan, RoundResult, _log_failures, _plan, commit, learn, outcome_of, prepare
+from fedselect.fl.types import ClientOutcome, Evaluation, Selection, SelectionCost, ServerState, State
+from fedselect.fl.work import TrainResult
+
+log = logging.getLogger("fedselect")
+
+__all__ = [
+    "STALENESS_FUNCTIONS",
+    "ASYNC_COLUMNS",
+    "AsyncSettings",
+    "AsyncResult",
+    "staleness_weight",
+    "run_buffered",
+]
+
+STALENESS_FUNCTIONS = ("constant", "polynomial", "hinge")
+#: columns an async run adds to metrics.csv after the core and reliability ones
+ASYNC_COLUMNS = ["version", "staleness_mean", "staleness_max"]
+#: how far ahead (s of simulated time) an idle server looks for a client coming online
+WAIT_HORIZON_S = 1e6
+
+
+def staleness_weight(function: str, s: int, a: float = 0.5, b: float = 4.0) -> float:
+    """The weight of an update of staleness ``s`` (server versions since its client downloaded):
+    ``constant`` 1; ``polynomial`` (1 + s)^-a (FedBuff uses a = 0.5); ``hinge`` 1 if s <= b
+    else 1 / (a (s - b) + 1) (Xie et al., FedAsync, 2019).
+
+    Raises:
+        ValueError: an unknown function or a negative staleness.
+    """
+    if s < 0:
+        raise ValueError(f"staleness must be >= 0, got {s}")
+    if function == "constant":
+        return 1.0
+    if function == "polynomial":
+        return float((1.0 + s) ** (-float(a)))
+    if function == "hinge":
+        return 1.0 if s <= b else 1.0 / (float(a) * (s - float(b)) + 1.0)
+    raise ValueError(f"unknown staleness function {function!r}; allowed: {list(STALENESS_FUNCTIONS)}")
+
+
+@dataclass(frozen=True)
+class AsyncSettings:
+    """The ``async`` section of a run: concurrency C, buffer size K, server step eta_g, the
+    staleness function and its a, b."""
+
+    concurrency: int
+    buffer_size: int
+    server_lr: float = 1.0
+    function: str = "polynomial"
+    a: float = 0.5
+    b: float = 4.0
+
+    @classmethod
+    def from_config(cls, cfg) -> "AsyncSettings":
+        st = cfg.staleness
+        return cls(int(cfg.concurrency), int(cfg.buffer_size), float(cfg.server_lr), st.function, float(st.a), float(st.b))
+
+    def weight(self, s: int) -> float:
+        return staleness_weight(self.function, s, self.a, self.b)
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """One client's work: started at ``start_s`` from server version ``version`` (model
+    ``start_state``), planned as a participant of round ``version + 1`` (``plan``), reporting at
+    ``finish_s``. ``job`` is its training job (None: it fails without training, e.g. a simulated
+    dropout; ``final`` is then its outcome)."""
+
+    client_id: int
+    version: int
+    start_s: float
+    finish_s: float
+    seq: int
+    plan: RoundPlan
+    start_state: State
+    job: Any = None
+    final: ClientOutcome | None = None
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """An update in the buffer: its outcome and the server version its client started from."""
+
+    outcome: ClientOutcome
+    version: int
+    start_state: State
+
+
+@dataclass(frozen=True)
+class AsyncResult(RoundResult):
+    """A server version's row: a :class:`~fedselect.fl.round.RoundResult` whose latency is the
+    simulated time since the previous aggregation (``interval_s``) instead of a round's
+    slowest participant. ``selection.clients`` are the clients aggregated in this version,
+    ``selection.cost`` the probing cost of every selection made in the interval, ``outcomes``
+    every piece of work that ended in it (failures included)."""
+
+    interval_s: float = 0.0
+
+    @property
+    def latency_s(self) -> float:
+        return self.interval_s
+
+
+@contextmanager
+def _quiet():
+    """Silence the round's log lines while an outcome is only planned (they are logged once, when
+    the work really ends)."""
+    lg = logging.getLogger("fedselect")
+    was, lg.disabled = lg.disabled, True
+    try:
+        yield
+    finally:
+        lg.disabled = was
+
+
+@dataclass
+class _Loop:
+    """The event loop of one async run (module docstring)."""
+
+    run: Any
+    cfg: AsyncSettings
+    state: ServerState
+    before: Evaluation
+    now: float
+    version: int = 0
+    seq: int = 0
+    heap: list = field(default_factory=list)
+    flying: dict = field(default_factory=dict)  # client id -> InFlight
+    trained: dict = field(default_factory=dict)  # seq -> TrainResult
+    buffer: list = field(default_factory=list)  # Arrival
+    ended: list = field(default_factory=list)  # ClientOutcome of work that ended this version, failures included
+    costs: list = field(default_factory=list)  # SelectionCost of this version's selections
+    failed_now: set = field(default_factory=set)  # clients whose work failed in this version: not restarted in it
+    starts: dict = field(default_factory=dict)  # client id -> starts in this version (mini-batch streams)
+    version_start: float = 0.0
+    available: int = 0
+
+    # ------------------------------------------------------------------ selection
+    def _idle(self, t: int, at: float) -> tuple[np.ndarray, np.ndarray | None]:
+        """(idle and startable mask, the online mask or None) at time ``at`` for round ``t``."""
+        n = self.run.settings.num_clients
+        online = self.run.clock.online(t, at)
+        idle = np.ones(n, dtype=bool) if online is None else online.copy()
+        for k in list(self.flying) + list(self.failed_now):
+            idle[k] = False
+        return idle, online
+
+    def fill(self) -> str:
+        """Start clients in the free slots; returns ``started``, ``full``, ``none_idle`` (nobody
+        available and idle) or ``declined`` (the selector chose nobody)."""
+        free = self.cfg.concurrency - len(self.flying)
+        if free <= 0:
+            return "full"
+        run, t = self.run, self.version + 1
+        idle, online = self._idle(t, self.now)
+        if not idle.any():
+            return "none_idle"
+        draws = run.ctx.draw(t)
+        mask = None if idle.all() else idle  # None: every client, as a synchronous round sees it
+        view = replace(run.view(t, draws, self.state, mask), count=free)
+        sel = run.selector.select(view)
+        busy = [k for k in sel.clients if k in self.flying]
+        if busy or len(sel.clients) > free:
+            raise RuntimeError(
+                f"selector {run.selector.name!r} selected {list(sel.clients)} at server version {self.version} with "
+                f"{free} free slot(s)"
+                + (f"; clients {busy} are still training" if busy else "")
+                + "; a selector may pick only RoundView.available, at most RoundView.count"
+            )
+        run.check_selection(t, sel, mask)
+        self.costs.append(sel.cost)
+        if not sel.clients:
+            return "declined"
+        plan = _plan(run, t, draws, sel, self.state, self.now, online)
+        jobs = {}
+        for j in plan.jobs:
+            n = self.starts.get(j.client_id, 0)
+            jobs[j.client_id] = j if n == 0 else replace(j, stream=f"{j.stream}/{n}")
+        plan = replace(plan, jobs=tuple(jobs[k] for k in plan.selection.clients if k in jobs))
+        begin = self.now + float(sel.cost.latency_s)
+        for k in sel.clients:
+            self.starts[k] = self.starts.get(k, 0) + 1
+            job = jobs.get(k)
+            if job is None:  # fails without training (simulated dropout, error, offline): known now
+                final = outcome_of(run, plan, k, None)
+                lat = final.latency_s
+            else:
+                final = None
+                with _quiet():  # the latency the round's rules give this work (the real result comes later)
+                    lat = outcome_of(run, plan, k, TrainResult(k, job.start_state, 0.0)).latency_s
+            rec = InFlight(k, self.version, self.now, begin + float(lat), self.seq, plan, self.state.model, job, final)
+            self.flying[k] = rec
+            heapq.heappush(self.heap, (rec.finish_s, k, self.seq))
+            self.seq += 1
+        return "started"
+
+    def wait(self) -> bool:
+        """Nothing in flight and nobody available: move the clock to the next moment a client
+        is available (doubling steps, then bisection; at most :data:`WAIT_HORIZON_S` ahead).
+        False when none comes, when every client already failed in this version, or when
+        availability never changes with time."""
+        if not self.run.clock.availability.restricts:
+            return False
+        if len(self.failed_now | set(self.flying)) >= self.run.settings.num_clients:
+            return False  # every client already failed in this version: nobody to wait for
+        t = self.version + 1
+        lo, step, hi = self.now, 1.0, None
+        while step <= WAIT_HORIZON_S:
+            x = self.now + step
+            if self._idle(t, x)[0].any():
+                hi = x
+                break
+            lo, step = x, step * 2
+        if hi is None:
+            return False
+        for _ in range(60):
+            if hi - lo <= 1e-6 * max(1.0, hi):
+                break
+            mid = (lo + hi) / 2
+            if self._idle(t, mid)[0].any():
+                hi = mid
+            else:
+                lo = mid
+        log.info("server version %d: no client available at %.6g s; waiting until %.6g s", self.version, self.now, hi)
+        self.now = hi
+        return True
+
+    # ------------------------------------------------------------------ events
+    def _train_pending(self) -> None:
+        """Every job in flight not trained yet, together through the transport."""
+        pending = sorted(
+            (r for r in self.flying.values() if r.job is not None and r.seq not in self.trained), key=lambda r: r.seq
+        )
+        if pending:
+            for r, res in zip(pending, self.run.transport.run([r.job for r in pending])):
+                self.trained[r.seq] = res
+
+    def step(self, recorder) -> bool:
+        """Handle every finish at the next event time; True when the run is over (T versions, or
+        the recorder asked to stop)."""
+        at = self.heap[0][0]
+        batch = []
+        while self.heap and self.heap[0][0] == at:
+            batch.append(heapq.heappop(self.heap))
+        self.now = at
+        if any(self.flying[k].job is not None and self.flying[k].seq not in self.trained for _, k, _ in batch):
+            self._train_pending()
+        for _, k, _ in batch:
+            rec = self.flying.pop(k)
+            o = rec.final if rec.job is None else outcome_of(self.run, rec.plan, k, self.trained.pop(rec.seq))
+            if o.ok:
+                self.buffer.append(Arrival(o, rec.version, rec.start_state))
+            else:
+                self.ended.append(o)
+                self.failed_now.add(k)
+            if len(self.buffer) >= self.cfg.buffer_size and self.aggregate(recorder):
+                return True
+        return False
+
+    def aggregate(self, recorder) -> bool:
+        """Server version ``version + 1`` from the buffer (possibly empty: nothing could arrive),
+        its row recorded. True when the run is over."""
+        run, v = self.run, self.version
+        t = v + 1
+        buf = list(self.buffer)
+        outcomes = [a.outcome for a in buf] + self.ended
+        stale = [v - a.version for a in buf]
+        new = None
+        if buf:
+            weights = [a.outcome.num_samples * self.cfg.weight(s) for a, s in zip(buf, stale)]
+            avg = buffered_update(
+                self.state.model,
+                [a.outcome.state for a in buf],
+                [a.start_state for a in buf],
+                weights,
+                self.cfg.server_lr,
+                run.algorithm.upload_keys(),
+            )
+            new = replace(self.state, model={**self.state.model, **avg})
+        state, committed = commit(t, self.state, new)
+        failed = bool(outcomes) and (not buf or not committed)
+        _log_failures(t, outcomes, [a.outcome for a in buf], failed)
+        evaluated, after, columns = learn(run, t, state, outcomes, self.before)
+        cost = SelectionCost(
+            sum(c.latency_s for c in self.costs),
+            sum(c.upload_bytes for c in self.costs),
+            sum(c.download_bytes for c in self.costs),
+            sum(c.candidates for c in self.costs),
+        )
+        columns.update(
+            version=t,
+            staleness_mean=float(np.mean(stale)) if stale else math.nan,
+            staleness_max=max(stale) if stale else math.nan,
+        )
+        ids = tuple(a.outcome.client_id for a in buf)
+        result = AsyncResult(
+            t,
+            Selection(ids, cost),
+            tuple(outcomes),
+            len(buf) if committed else 0,
+            failed,
+            evaluated,
+            after,
+            columns,
+            self.version_start,
+            self.available,
+            ids if committed else (),
+            interval_s=self.now - self.version_start,
+        )
+        self.state, self.before, self.version = state, after, t
+        run.clock.clock_s = self.now
+        self.buffer, self.ended, self.costs, self.starts = [], [], [], {}
+        self.failed_now = set()
+        self.version_start = self.now
+        online = run.clock.online(t + 1, self.now)
+        self.available = run.settings.num_clients if online is None else int(online.sum())
+        stop = recorder.round(result, state)
+        return bool(stop) or t >= run.settings.rounds
+
+
+def run_buffered(run, recorder, state: ServerState | None = None, before: Evaluation | None = None, start: int = 0):
+    """``mode: async``: prepare, then play server versions 1..T (module docstring), then finish.
+
+    Returns what the algorithm's ``finish`` did, or None when the recorder stopped the run early.
+
+    Raises:
+        ValueError: ``start`` > 0 (an async run cannot be resumed: its jobs in flight are not
+        checkpointed).
+    """
+    if start != 0:
+        raise ValueError("mode: async cannot resume from a checkpoint (its in-flight jobs and buffer are not saved)")
+    prepared, state, before = prepare(run)
+    recorder.prepared(prepared, before)
+    cfg: AsyncSettings = run.async_settings
+    loop = _Loop(run, cfg, state, before, run.clock.clock_s)
+    loop.version_start = loop.now
+    online = run.clock.online(1, loop.now)
+    loop.available = run.settings.num_clients if online is None else int(online.sum())
+    status = loop.fill()
+    while True:
+        if loop.heap:
+            if loop.step(recorder):
+                break
+            status = loop.fill()
+            continue
+        # nothing in flight: wait for a client to come online, else aggregate what there is
+        if status == "none_idle" and loop.wait():
+            status = loop.fill()
+            continue
+        if loop.aggregate(recorder):
+            break
+        status = loop.fill()
+    if loop.version < run.settings.rounds:  # the recorder stopped the run
+        return None
+    if loop.flying:
+        log.info("server version %d: %d client(s) still training at the end are not counted", loop.version, len(loop.flying))
+    return run.algorithm.finish(loop.state, recorder.totals(), loop.before)
