@@ -57,8 +57,6 @@ TIGHT = 2.0
 WIDE = 0.05
 #: figures given as fractions (accuracy, F1): a tolerance in the same unit applies to them
 FRACTION_PREFIXES = ("final_accuracy", "best_accuracy", "final_f1", "last_k_")
-#: the table key behind a paired ``<key>_vs`` figure (the paired table's keys)
-PAIRED_KEY = {"final_accuracy": "final_accuracy", "final_f1_macro": "final_f1_macro", "last_k_accuracy": "last_k_accuracy"}
 
 
 class Claim(BaseModel):
@@ -138,9 +136,7 @@ class Judged:
 class EntryResult:
     entry: Entry
     directory: Path
-    config_path: Path
     seeds: list[int]
-    quick: bool
     wall_s: float
     runs_wall_s: float
     judged: list[Judged] = field(default_factory=list)
@@ -229,9 +225,7 @@ def judge_entry(entry: Entry, rep: dict[str, Any]) -> list[Judged]:
         mean = low = high = None
         n = 0
         if relative:
-            cell = paired.get(c.method, {}).get("cells", {}).get(PAIRED_KEY.get(key, key))
-            if c.method == baseline:
-                cell = None
+            cell = None if c.method == baseline else paired.get(c.method, {}).get("cells", {}).get(key)
             if cell is not None:
                 iv = cell["interval"]
                 mean, low, high, n = iv.mean, iv.low, iv.high, iv.n
@@ -302,7 +296,7 @@ def run_entry(
     t0 = time.perf_counter()
     resume = (d / "compare.json").is_file()
     if not run and not resume:
-        return EntryResult(entry, d, cfg_path, cc.seeds, quick, 0.0, 0.0, command=cmd, ran=False)
+        return EntryResult(entry, d, cc.seeds, 0.0, 0.0, command=cmd, ran=False)
     done = resume and all((d / run_dir_name(m.label, sd) / "summary.json").is_file() for sd in cc.seeds for m in cc.methods)
     if run and not done:  # a finished comparison is kept as it is
         if on_progress:
@@ -310,8 +304,10 @@ def run_entry(
         run_comparison(cc, d, resume=resume)
     check_comparison_runs(d)
     rep = build_report(d)
-    wall = time.perf_counter() - t0 if run else _runs_wall(d)
-    res = EntryResult(entry, d, cfg_path, cc.seeds, quick, wall, _runs_wall(d), judge_entry(entry, rep), command=cmd)
+    runs_wall = _runs_wall(d)
+    res = EntryResult(
+        entry, d, cc.seeds, time.perf_counter() - t0 if run else runs_wall, runs_wall, judge_entry(entry, rep), command=cmd
+    )
     res.incomplete = [x for e in rep["table"] for x in e["incomplete"]] + [
         f"{m['dir']} (missing)" for m in rep.get("missing") or []
     ]

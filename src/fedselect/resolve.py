@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 from fedselect.algorithms import ALGORITHMS
 from fedselect.algorithms.base import Algorithm
 from fedselect.config import ComponentConfig, ConfigError, ExperimentConfig, load_config, parse_config
-from fedselect.data.catalog import DATASETS, PARTITIONERS
+from fedselect.data.catalog import DATASETS, PARTITIONERS, make_partitioner
 from fedselect.fl.train import TrainConfig
 from fedselect.fl.types import RunSettings
 from fedselect.models import MODEL_OPTIONS, MODELS
@@ -171,8 +171,8 @@ def resolve(cfg: ExperimentConfig, source: str = "<config>") -> Resolved:
             bad.append(f"data.partition.alpha must be a number > 0, got {params['alpha']!r}")
         if not bad:  # the scheme's own range checks, before any data is loaded
             try:
-                PARTITIONERS[scheme](**params)
-            except (ValueError, TypeError) as e:
+                make_partitioner(scheme, **params)
+            except ValueError as e:
                 bad.append(f"data.partition: {e}")
         errors += bad
         if not bad:
