@@ -101,10 +101,16 @@ def test_no_run_lists_what_has_not_run(tmp_path):
     assert "**Not run yet**" in text and "fedselect reproduce cefl" in text
 
 
-def test_reports_accept_runs_made_before_an_option_was_added():
+def test_saved_runs_made_before_an_option_was_added_are_accepted_at_its_default():
     from fedselect.experiment import config_differences
+    from fedselect.resolve import parse_experiment
 
-    saved, now = {"selector": {"options": {"eps_end": 0.2}}}, {"selector": {"options": {"eps_end": 0.2, "q_network": "auto"}}}
-    assert config_differences(saved, now) == ["selector.options.q_network (absent in the saved run, 'auto' now)"]
-    assert config_differences(saved, now, new_keys_ok=True) == []
-    assert config_differences({"a": 1, "b": 2}, {"a": 1}, new_keys_ok=True) == ["b (2 in the saved run, absent now)"]
+    now = parse_experiment({"selector": {"name": "flashrl"}}).model_dump(mode="json")
+    saved = {**now, "selector": {**now["selector"], "options": dict(now["selector"]["options"])}}
+    del saved["selector"]["options"]["q_network"], saved["mode"]  # options this run predates
+    assert config_differences(saved, now) == []
+    # set to other than its default now: a real difference
+    shared = {**now, "selector": {**now["selector"], "options": {**now["selector"]["options"], "q_network": "shared"}}}
+    assert config_differences(saved, shared) == ["selector.options.q_network ('auto' in the saved run, 'shared' now)"]
+    # a key this version does not know: the saved config is compared as it is
+    assert config_differences({"a": 1, "b": 2}, {"a": 1}) == ["b (2 in the saved run, absent now)"]

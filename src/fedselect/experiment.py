@@ -360,17 +360,26 @@ _MISSING = object()
 EXECUTION_KEYS = ("train.workers", "engine", "log.tensorboard")
 
 
-def config_differences(
-    saved: dict[str, Any], now: dict[str, Any], ignore: tuple[str, ...] = (), new_keys_ok: bool = False
-) -> list[str]:
+def with_current_defaults(saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved resolved config resolved again by this fedselect: options added since the run was
+    made appear with their defaults (by the project's rule a new option's default keeps the
+    earlier results), so only real differences remain. A saved config this version cannot read
+    (a removed key, say) is returned unchanged, and its differences show."""
+    try:
+        return resolve(parse_config(saved, "<saved run>")).config.model_dump(mode="json")
+    except (ValueError, TypeError):  # ConfigError is a ValueError
+        return saved
+
+
+def config_differences(saved: dict[str, Any], now: dict[str, Any], ignore: tuple[str, ...] = ()) -> list[str]:
     """Every dotted key whose value differs between two resolved configs (defaults included;
     a key present on one side only differs too), as ``"key (old in the saved run, new now)"``.
-    ``new_keys_ok``: a key only ``now`` has (an option added after the run was made, whose
-    default keeps the earlier behaviour) does not count."""
-    a, b = _flatten(saved), _flatten(now)
+    ``saved`` is first resolved again (:func:`with_current_defaults`): an option the saved run
+    lacks counts only when ``now`` sets it to other than its default."""
+    a, b = _flatten(with_current_defaults(saved)), _flatten(now)
     out = []
     for k in sorted(set(a) | set(b)):
-        if k in ignore or (new_keys_ok and k not in a):
+        if k in ignore:
             continue
         x, y = a.get(k, _MISSING), b.get(k, _MISSING)
         if x != y:
@@ -379,7 +388,7 @@ def config_differences(
     return out
 
 
-def saved_run_differences(run_dir: str | Path, cfg: ExperimentConfig, finished: bool, new_keys_ok: bool = False) -> list[str]:
+def saved_run_differences(run_dir: str | Path, cfg: ExperimentConfig, finished: bool) -> list[str]:
     """How the resolved config saved in ``run_dir`` differs from ``cfg`` (resolved), every key
     and default included; the round budget counts only for a finished run (an interrupted one
     may still be extended). [] when the directory holds no run."""
@@ -390,10 +399,7 @@ def saved_run_differences(run_dir: str | Path, cfg: ExperimentConfig, finished: 
         return []
     saved = yaml.safe_load(p.read_text()) or {}
     return config_differences(
-        saved,
-        cfg.model_dump(mode="json"),
-        ignore=EXECUTION_KEYS if finished else ("rounds", *EXECUTION_KEYS),
-        new_keys_ok=new_keys_ok,
+        saved, cfg.model_dump(mode="json"), ignore=EXECUTION_KEYS if finished else ("rounds", *EXECUTION_KEYS)
     )
 
 
@@ -406,15 +412,15 @@ def check_saved_runs(items: list[tuple[Path, ExperimentConfig]], where: str, how
         items: (run directory, the resolved config it should hold) pairs.
         where: what reuses them (for the message). how: what the user can do instead.
         inputs: also check the runs' input files (off for reports, which only read saved metrics).
-            Reports also accept runs made before an option was added (a key the saved config lacks:
-            by the project's rule a new option's default keeps the earlier results).
+            Runs made before an option was added are accepted while the option keeps its default
+            (:func:`config_differences`).
 
     Raises:
         ValueError: naming every run directory and every differing key or changed file.
     """
     bad, changed = [], []
     for run_dir, cfg in items:
-        diff = saved_run_differences(run_dir, cfg, finished=(Path(run_dir) / "summary.json").exists(), new_keys_ok=not inputs)
+        diff = saved_run_differences(run_dir, cfg, finished=(Path(run_dir) / "summary.json").exists())
         if diff:
             bad.append(f"{run_dir}: " + "; ".join(diff))
         files = saved_inputs_changed(run_dir) if inputs else []
