@@ -151,7 +151,6 @@ def test_dropout_fails_at_once_and_the_run_goes_on(tmp_path):
         ({"mode": "async", "async": {"staleness": {"function": "polynomial", "b": 1.0}}}, "b applies only to function"),
         ({"mode": "async", "overselect": 1.5}, "overselect"),
         ({"mode": "async", "checkpoint_every": 2}, "checkpoint_every"),
-        ({"mode": "async", "engine": "flower"}, "engine 'flower'"),
         ({"mode": "async", "selector": {"name": "all"}}, "selector 'all' trains a fixed set"),
         ({"mode": "async", "method": "fedadam"}, "algorithm 'fedadam' aggregates its own way"),
     ],

@@ -218,8 +218,6 @@ def run_experiment(
                 f"--resume {run_dir}: mode: async runs write no checkpoints (their in-flight jobs and buffer are not "
                 f"saved), so they cannot be resumed exactly; run it again with --overwrite"
             )
-        if engine != "simulator" or transport is not None:
-            raise ValueError(f"mode: async runs on the simulator engine only for now, not on {engine!r} (docs/async.md)")
     if engine != "simulator" and transport is None:
         kwargs = dict(on_round=on_round, resume=resume, stop_after=stop_after, overwrite=overwrite)
         if on_simulation is not None:
