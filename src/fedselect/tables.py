@@ -28,6 +28,7 @@ COLUMNS = [
 ]
 #: method-specific summary figures, shown only when some run in the report has them
 OPTIONAL_COLUMNS = [
+    ("latency_sum_s", "latency sum (s)", 1, False),  # every participant's latency over the run (none: runs saved before it)
     ("client_accuracy_std", "client acc std", 4, False),
     ("candidates_evaluated", "candidates evaluated", 1, False),
     ("competitive_ratio", "competitive ratio", 3, True),

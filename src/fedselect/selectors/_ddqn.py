@@ -39,6 +39,7 @@ Large N (docs/flash-rl.md, "At 10,000 clients"):
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, Literal, Sequence
 
 import numpy as np
@@ -335,13 +336,15 @@ class DDQNSelector(Selector):
 
     def prepare(self) -> Prepared:
         """Warm-up of all N clients and the PCA fit (SPEC 1.2). Charges the warm-up's bytes and
-        straggler latency (s); reports the PCA's explained-variance ratio."""
+        straggler latency (s) (and, as ``latency_sum_s``, the sum of the N clients' warm-up
+        latencies; both 0 with ``count_warmup: false``); reports the PCA's explained-variance ratio."""
         self._warmup_and_fit()
         draws = self.ctx.draw(0)
         costs = [self.ctx.client_cost(k, self.options.warmup_epochs, draws) for k in range(self.settings.num_clients)]
         lat = max(c.latency_s for c in costs)
         up, down = sum(c.upload_bytes for c in costs), sum(c.download_bytes for c in costs)
         charged = lat if self.options.count_warmup else 0.0
+        charged_sum = math.fsum(c.latency_s for c in costs) if self.options.count_warmup else 0.0
         info = {
             "upload_bytes": up,
             "download_bytes": down,
@@ -363,7 +366,7 @@ class DDQNSelector(Selector):
             self.n_components,
             info["pca_explained_variance"],
         )
-        return Prepared(PhaseCost(charged, up, down), info)
+        return Prepared(PhaseCost(charged, up, down, charged_sum), info)
 
     # ---------------------------------------------------------------- hooks
     def device_features(self, draws: RoundDraws) -> np.ndarray:
