@@ -151,6 +151,13 @@ def test_latency_sum_total_and_runs_saved_before_the_column(tmp_path):
     assert b["final_accuracy"] == pytest.approx(0.87) and b["e2e_latency_s_vs"] == pytest.approx(-25.0)
     assert "latency sum (s)" in rep["markdown"]
     assert load_run(c / "runs/B-s0", "B", 0).summary["latency_sum_s"] is None
+    # one of B's seeds with the column: its mean is marked, and no change vs A is given
+    shutil.rmtree(c / "runs/B-s1")
+    _fake_run(c / "runs/B-s1", [(0, 0.1, 0, 0), (1, 0.7, 75, 2.5), (2, 0.88, 150, 5)], 2)
+    rep = build_report(c, plots=False)
+    b = rep["table"][1]
+    assert b["latency_sum_s"] == pytest.approx(30.0) and b["latency_sum_s_n"] == 1 and b["latency_sum_s_vs"] is None
+    assert "30.0 ± " in rep["markdown"] and "(1/2 runs have it)" in rep["markdown"]
 
 
 def test_report_on_interrupted_run_uses_existing_rounds(tmp_path):
