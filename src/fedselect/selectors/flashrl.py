@@ -41,7 +41,9 @@ class FlashRLOptions(DDQNOptions):
 class FlashRL(DDQNSelector):
     """FLASH-RL (SPEC 1): DDQN selection rewarded by the reputation-based utility FR-eq 10.
 
-    Options (:class:`FlashRLOptions`): Table IV defaults; ``reward`` picks FR-eq 10
+    Options (:class:`FlashRLOptions`): Table IV defaults (``eps_end`` 0.2); ``schedule: paper`` /
+    ``schedule: tuned`` write the paper's or our tuned agent setting (docs/flash-rl.md, "Named
+    schedules"; explicit options override it); ``reward`` picks FR-eq 10
     (``utility_latency``), FR-eq 9 (``utility``) or FR-eq 6 (``reputation_accuracy``; evaluates every
     participant's local model on the test set, slow).
 
