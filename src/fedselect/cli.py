@@ -352,7 +352,9 @@ def reproduce(
         counts: dict[str, int] = {}
         for j in r.judged:
             counts[j.verdict] = counts.get(j.verdict, 0) + 1
-        what = ", ".join(f"{n} {v}" for v, n in counts.items()) or "no figures"
+        what = ", ".join(f"{n} {v}" for v, n in counts.items()) or (
+            f"grid of {r.grid['cells']} points summarised" if r.grid else "no figures"
+        )
         console.print(f"{r.entry.id}: " + (what if r.ran else "not run yet"))
     console.print(f"wrote {target}")
 
