@@ -147,8 +147,8 @@ def test_the_sweep_entry_on_its_quick_grid_summarises_the_runs(tmp_path):
     assert len(runs) == 8  # secretary at 2 N x 2 r2, each baseline at 2 N (R = 4 only)
 
     def s(label, n, r2=None):
-        tail = f",r2={r2}" if r2 is not None else ""
-        return runs[f"{label.replace(' ', '_')}-num_clients={n},clients_per_round=4{tail}-s0"]
+        tail = f"_r2={r2}" if r2 is not None else ""
+        return runs[f"{label.replace(' ', '_')}-num_clients={n}_clients_per_round=4{tail}-s0"]
 
     def acc(label, n, r2=None):
         return s(label, n, r2)["final_accuracy"]
