@@ -409,9 +409,10 @@ def sweep_grid_summary(directory: str | Path, sc: Any, baseline: str | None = No
     method that ignores a key counts its cell once per value of that key, i.e. averaged over
     the same full grid as the others) and ``best`` (the cell of highest final accuracy).
     ``differences`` (with a ``baseline`` label, default the sweep's): per other method, the
-    final-accuracy difference to the baseline per full grid point in points (100 x the
-    difference of the seed means), with their mean, best and worst cell and how many cells are
-    above 0. ``axes``: per grid key with more than one value, the mean final accuracy and fat
+    final-accuracy difference to the baseline per cell (the grid keys either side depends on;
+    e.g. (N, R, r2) for the secretary rule against online random, (N, R) for offline best) in
+    points (100 x the difference of the seed means), with their mean, best and worst cell and
+    how many cells are above 0. ``axes``: per grid key with more than one value, the mean final accuracy and fat
     share per method at each value, averaged over the other keys (the paper's accuracy vs N,
     R, r2). ``cells``: the number of full grid points; ``runs``: finished runs found.
     """
@@ -463,10 +464,14 @@ def sweep_grid_summary(directory: str | Path, sc: Any, baseline: str | None = No
         for label, rows in values.items():
             if label == baseline:
                 continue
-            diffs = []
-            for (p, _, c), (_, _, b) in zip(rows, values[baseline]):
+            diffs, seen = [], set()
+            for (p, rp, c), (_, brp, b) in zip(rows, values[baseline]):
+                cell = {k: v for k, v in p.items() if k in rp or k in brp}  # the keys either side depends on
+                if repr(sorted(cell.items())) in seen:
+                    continue
+                seen.add(repr(sorted(cell.items())))
                 if c["final_accuracy"] is not None and b["final_accuracy"] is not None:
-                    diffs.append((p, 100.0 * (c["final_accuracy"] - b["final_accuracy"])))
+                    diffs.append((cell, 100.0 * (c["final_accuracy"] - b["final_accuracy"])))
             if diffs:
                 xs = [x for _, x in diffs]
                 hi, lo = max(diffs, key=lambda t: t[1]), min(diffs, key=lambda t: t[1])
@@ -519,6 +524,8 @@ def sweep_plots(grid: dict[str, Any], plot_dir: str | Path) -> list[Path]:
         a.set_title(f"accuracy vs {key.split('.')[-1]} (mean over the other grid axes)", fontsize=9)
         if key == "data.num_clients" and min(ax["values"]) > 0 and max(ax["values"]) / min(ax["values"]) >= 4:
             a.set_xscale("log", base=2)
+        a.set_xticks(ax["values"], [str(v) for v in ax["values"]])
+        a.minorticks_off()
         a.legend(fontsize=8)
         fig.tight_layout()
         p = out / f"accuracy_vs_{key.split('.')[-1]}.png"
