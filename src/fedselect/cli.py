@@ -326,8 +326,9 @@ def reproduce(
     Every entry of the manifest is a comparison (configs/repro/, configs/paper/); each is run
     into <out>/<id> (a finished one is kept, an interrupted one continues), rebuilt from its
     saved runs and judged figure by figure against the paper: reproduced, direction only, not
-    reproduced, reference only (substitute data) or not judged. Writes <out>/reproduction.md
-    (docs/reproduction.md explains it).
+    reproduced, reference only (substitute data) or not judged. A `kind: sweep` entry runs a
+    `fedselect sweep` grid instead and is summarised (mean and best cells, differences to the
+    baseline, plots). Writes <out>/reproduction.md (docs/reproduction.md explains it).
     """
     from fedselect.reproduce import reproduce as run_reproduction
 

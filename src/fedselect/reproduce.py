@@ -197,12 +197,16 @@ def verdict(
     if bound is not None:  # a claim of direction ("> 0": above the baseline) or a bound ("> -2")
         op, x = bound
         if (op == ">" and low > x) or (op == "<" and high < x):
-            return "reproduced", f"the paper's {'direction' if x == 0 else 'bound'} ({op} {x:g}) with our interval beyond {x:g}"
+            if x == 0:
+                return "reproduced", f"the paper's direction ({op} 0) with our interval excluding 0"
+            return "reproduced", f"the paper's bound ({op} {x:g}) with our interval beyond {x:g}"
         if low <= x <= high:
             if x == 0:
                 return "not reproduced", "our interval holds 0: no difference we can tell from seed-to-seed noise"
             return "inconclusive", f"our interval holds {x:g}: more seeds needed"
-        return "not reproduced", f"the opposite side of {x:g}, with an interval excluding it"
+        if x == 0:
+            return "not reproduced", "the opposite direction, with an interval excluding 0"
+        return "not reproduced", f"the other side of {x:g}, with an interval excluding it"
     if substitute and not relative:
         return "reference only", "substitute data: the paper's absolute figure is another data set's"
     if relative and low <= value <= high:
