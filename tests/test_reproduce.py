@@ -85,7 +85,7 @@ def test_quick_reproduction_end_to_end(tmp_path):
     for e in m.entries:
         d = tmp_path / "runs" / e.id
         if e.kind == "sweep":
-            assert f"### {e.title}" in text and f"--table-only --out {d}" in text and (d / "sweep.json").is_file()
+            assert f"### {e.title}" in text and (d / "sweep.json").is_file() and (d / "table.md").is_file()
             continue
         assert f"### {e.title}" in text and f"fedselect report {d}" in text
         assert (d / "compare.json").is_file()
@@ -195,5 +195,7 @@ def test_the_sweep_entry_on_its_quick_grid_summarises_the_runs(tmp_path):
     assert f"| secretary | 4 | {np.mean(sec):.4f} | {max(sec):.4f} (" in text
     assert f"| secretary - online random | {np.mean(diff):+.2f} | {max(diff):+.2f} (" in text
     assert f"| online random | 2 | {np.mean(rnd):.4f} |" in text  # a baseline: one cell per N
-    assert "fedselect reproduce budgeted --quick" in text and f"--table-only --out {d}" in text
+    assert "fedselect reproduce budgeted --quick" in text and "--table-only" not in text  # the quick grid is not the config's
+    full = render("t", [r], "m", quick=False)
+    assert f"fedselect sweep {e.config} --table-only --out {d}" in full
     assert f"runs' own wall time {r.runs_wall_s / 60:.1f} min" in text and "![budgeted-table6-class-skew accuracy vs r2]" in text

@@ -656,10 +656,10 @@ def _render_sweep(r: EntryResult, quick: bool, image_dir: str | None) -> list[st
         "",
         "```",
         r.command,
-        f"fedselect sweep {e.config} --table-only --out {r.directory}",
-        "```",
-        "",
     ]
+    if not quick:  # the quick grid is not the config's: its table is rebuilt by the command above
+        lines.append(f"fedselect sweep {e.config} --table-only --out {r.directory}")
+    lines += ["```", ""]
     for p in r.plots:
         src = f"{image_dir}/{e.id}-{p.name}" if image_dir else str(p)
         lines += [f"![{e.id} {p.stem.replace('_', ' ')}]({src})", ""]
