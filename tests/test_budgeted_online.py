@@ -187,3 +187,24 @@ def test_sweep_grid_table_and_continuation(tmp_path):
         parse_sweep(
             {"base": base, "methods": [{"method": "online_random", "grid_keys": ["rounds"]}], "grid": {"clients_per_round": [2]}}
         )
+
+
+def test_summary_counts_the_fat_clients_accepted(shared):
+    from fedselect.data.partition import make_partitioner
+    from fedselect.runfiles import fat_selection
+    from fedselect.seeding import np_rng
+
+    fed = build_federation(parse_config(doc()))
+    # 12 clients, fat_fraction 0.2: round(2.4) = 2 fat clients, the partition's first draw
+    fat = make_partitioner("fat_thin").fat_clients(12, np_rng(1, "partition"))
+    assert fed.fat_clients.tolist() == fat.tolist() and len(fat) == 2
+    sizes = np.array([len(c.train_indices) for c in fed.clients])
+    assert set(np.argsort(-sizes)[:2].tolist()) == set(fat.tolist())  # the fat ones are the two biggest
+    for m, (s, _) in shared.items():
+        n = sum(k in set(fat.tolist()) for k in s["accepted_clients"])
+        assert s["fat_selected"] == n and s["fat_selected_share"] == n / 3, m
+    # offline best takes the top 3 candidates: both fat clients score above every thin one here
+    assert shared["offline_best"][0]["fat_selected"] == 2
+    assert fat_selection(None, [1, 2]) == {} and fat_selection(np.array([1]), None) == {}
+    assert fat_selection(np.array([0, 5]), [5, 1, 0, 7]) == {"fat_selected": 2, "fat_selected_share": 0.5}
+    assert fat_selection(np.array([0]), []) == {"fat_selected": 0, "fat_selected_share": None}

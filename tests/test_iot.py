@@ -174,3 +174,18 @@ def test_fat_thin_partition_sizes_and_overlap():
         make_partitioner("fat_thin", fat_share=0)
     with pytest.raises(ValueError, match="fat_fraction"):
         make_partitioner("fat_thin", fat_fraction=1.5)
+
+
+def test_iot_synthetic_19_device_types_and_the_default_unchanged():
+    import hashlib
+
+    tr, te = load_dataset("iot-synthetic", seed=0)  # pinned before the option existed
+    digest = hashlib.sha256(np.ascontiguousarray(tr.x).tobytes() + np.asarray(tr.y).tobytes()).hexdigest()
+    assert digest == "06fc997890243120fb4ec42280b44f7f1d3ddb187d7c3fe0e54a3e28bd3fbd90" and tr.num_classes == 10
+    tr19, te19 = load_dataset("iot-synthetic", seed=0, device_types=19)
+    assert tr19.num_classes == 19 and len(np.unique(tr19.y)) == 19 and len(np.unique(te19.y)) == 19
+    assert np.bincount(tr19.y).min() >= 100  # every type keeps its records (min_records 100)
+    assert tr19.info["synthetic"] is True
+    for bad in (0, 20, 2.0, True):
+        with pytest.raises(ValueError, match=r"device_types must be an int in 1..19"):
+            load_dataset("iot-synthetic", seed=0, device_types=bad)

@@ -144,3 +144,104 @@ def test_a_bad_partition_value_is_a_config_error_naming_the_key():
     d["data"]["partition"] = {"scheme": "shards", "shards_per_client": 0}
     with pytest.raises(ConfigError, match=r"data\.partition: shards_per_client must be >= 1"):
         resolve(parse_experiment(d))
+
+
+# ---------------------------------------------------------------- fat_thin class skew (issue 21 item 1)
+LABELS19 = np.repeat(np.arange(19), 100)  # 1,900 samples, 100 per class
+
+
+def test_fat_thin_default_is_unchanged_by_the_class_options():
+    """Pinned before thin_classes / fat_classes existed: same indices, same generator state after."""
+    import hashlib
+
+    labels = np.repeat(np.arange(10), 50)
+    rng = np.random.default_rng(7)
+    parts = make_partitioner("fat_thin", fat_share=0.1, thin_share=0.02).split(labels, 12, rng)
+    assert [len(p) for p in parts] == [11, 9, 9, 11, 8, 11, 11, 49, 9, 9, 45, 10]
+    assert parts[0].tolist() == [234, 248, 252, 273, 287, 311, 349, 394, 401, 439, 493]
+    assert hashlib.sha256(np.concatenate(parts).tobytes()).hexdigest() == (
+        "ae4c619d246b82b046f0be92ab85c7fa25bff805920a0c94c48ab095b5fa0402"
+    )
+    rng = np.random.default_rng(7)
+    make_partitioner("fat_thin", thin_classes=None, fat_classes=None).split(labels, 12, rng)
+    assert rng.random() == 0.6296221828402035  # the default path consumes the generator exactly as before
+
+
+@pytest.mark.parametrize(
+    "thin,fat,want_thin,want_fat", [(3, 15, 3, 15), (3 / 19, 15 / 19, 3, 15), (0.1, 0.5, 2, 10), (1, 1.0, 1, 19)]
+)
+def test_fat_thin_clients_draw_from_their_own_class_subset(thin, fat, want_thin, want_fat):
+    # shares: 0.1 * 19 = 1.9 -> 2 classes, 0.5 * 19 = 9.5 -> 10 (half up); 1 = one class, 1.0 = all
+    p = make_partitioner("fat_thin", fat_share=0.2, thin_share=0.05, size_jitter=0.0, thin_classes=thin, fat_classes=fat)
+    parts = p.split(LABELS19, 50, np.random.default_rng(3))
+    fat_ids = set(p.fat_clients(50, np.random.default_rng(3)).tolist())
+    assert len(fat_ids) == 10
+    subsets = set()
+    for k, idx in enumerate(parts):
+        classes = np.unique(LABELS19[idx])
+        assert len(np.unique(idx)) == len(idx)  # distinct inside a client
+        if k in fat_ids:  # 380 of the 1,900 samples (size_jitter 0)
+            assert len(classes) == want_fat and len(idx) == min(380, 100 * want_fat)
+        else:  # 95 samples from 100 * want_thin: every class shows up (P(miss) < (2/3)^95)
+            assert len(classes) == want_thin and len(idx) == 95
+            subsets.add(tuple(classes))
+    assert len(subsets) > 1 or want_thin == 19  # each client draws its own subset
+    # the same seed, the same partition; the sizes are those of the default path (same draws)
+    again = make_partitioner("fat_thin", fat_share=0.2, thin_share=0.05, size_jitter=0.0, thin_classes=thin, fat_classes=fat)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again.split(LABELS19, 50, np.random.default_rng(3))))
+
+
+def test_fat_thin_authors_preset_is_3_and_15_of_19_and_2_and_8_of_10():
+    p = make_partitioner("fat_thin", preset="authors")
+    assert (p.thin_classes, p.fat_classes) == (3 / 19, 15 / 19)
+    assert (p.fat_fraction, p.fat_share, p.thin_share) == (0.2, 0.1, 0.01)
+    labels10 = np.repeat(np.arange(10), 1000)  # thin: 100 samples, fat: 1,000
+    fat = set(p.fat_clients(20, np.random.default_rng(0)).tolist())
+    for k, idx in enumerate(make_partitioner("fat_thin", preset="authors").split(labels10, 20, np.random.default_rng(0))):
+        assert len(np.unique(labels10[idx])) == (8 if k in fat else 2)
+
+
+def test_fat_thin_a_client_whose_classes_are_short_takes_what_is_there():
+    labels = np.array([0] * 5 + [1] * 995)  # class 0 has 5 samples, a thin client asks for 100
+    parts = make_partitioner("fat_thin", fat_fraction=0.0, thin_share=0.1, size_jitter=0.0, thin_classes=1).split(
+        labels, 20, np.random.default_rng(0)
+    )
+    small = [p for p in parts if labels[p[0]] == 0]
+    assert small and all(p.tolist() == [0, 1, 2, 3, 4] for p in small)
+    assert all(len(p) == 100 and set(labels[p]) == {1} for p in parts if labels[p[0]] == 1)
+
+
+@pytest.mark.parametrize(
+    "params,match",
+    [
+        ({"thin_classes": 0}, r"thin_classes as a number of classes must be >= 1, got 0"),
+        ({"fat_classes": 1.5}, r"fat_classes as a share of the classes must be a float in \(0, 1\], got 1.5"),
+        ({"fat_classes": 0.0}, r"fat_classes as a share"),
+        ({"thin_classes": True}, r"thin_classes must be a number of classes .* got True"),
+        ({"thin_classes": "3"}, r"thin_classes must be a number of classes .* got '3'"),
+        ({"preset": "paper"}, r"preset must be one of \['authors'\] or null, got 'paper'"),
+        ({"preset": "authors", "fat_classes": 5}, r"give either the preset or those two"),
+    ],
+)
+def test_fat_thin_class_option_errors(params, match):
+    with pytest.raises(ValueError, match=match):
+        make_partitioner("fat_thin", **params)
+
+
+def test_fat_thin_more_classes_than_the_data_has_is_refused_before_any_draw():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match=r"fat_thin fat_classes = 20, but the training set has only 19 classes; allowed 1..19"):
+        make_partitioner("fat_thin", fat_classes=20).split(LABELS19, 10, rng)
+    assert rng.random() == np.random.default_rng(0).random()  # nothing drawn
+
+
+def test_fat_thin_class_option_is_a_config_error_naming_the_key():
+    from fedselect.config import ConfigError
+    from fedselect.resolve import parse_experiment, resolve
+
+    d = {"rounds": 1, "data": {"num_clients": 10, "partition": {"scheme": "fat_thin", "thin_classes": -1}}}
+    with pytest.raises(ConfigError, match=r"data\.partition: fat_thin thin_classes as a number of classes must be >= 1"):
+        resolve(parse_experiment(d))
+    d["data"]["partition"] = {"scheme": "fat_thin", "preset": "authors"}
+    part = resolve(parse_experiment(d)).config.data.partition.params()
+    assert part["preset"] == "authors" and part["thin_classes"] is None and part["fat_classes"] is None

@@ -9,7 +9,7 @@ import yaml
 
 from fedselect.compare import load_compare
 from fedselect.config import ConfigError
-from fedselect.reproduce import load_manifest, reproduce, verdict
+from fedselect.reproduce import _sweep_config, load_manifest, reproduce, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "configs" / "reproduce.yaml"
@@ -31,6 +31,10 @@ MANIFEST = ROOT / "configs" / "reproduce.yaml"
         (0.882, 0.64, 0.60, 0.68, False, True, "reference only"),
         ("> 0", 9.4, 2.3, 16.5, True, False, "reproduced"),
         ("> 0", 0.8, -1.0, 2.6, True, False, "not reproduced"),
+        ("> -2", -0.5, -1.5, 0.5, True, False, "reproduced"),  # within 2 points of the other method
+        ("> -2", -1.5, -3.0, 0.0, True, False, "inconclusive"),  # the interval holds the bound
+        ("> -2", -4.0, -5.0, -3.0, True, False, "not reproduced"),  # wholly below the bound
+        ("< 1.5", 0.2, -0.3, 0.7, True, False, "reproduced"),
         ("< 0", 0.8, 0.2, 1.4, True, False, "not reproduced"),
         ("up to +2.82", 1.0, 0.0, 2.0, True, False, "not judged"),
         (-7.87, None, None, None, True, False, "not judged"),
@@ -45,6 +49,10 @@ def test_the_manifest_and_every_quick_variant_validate():
     m, root = load_manifest(MANIFEST)
     assert root == ROOT and {e.paper for e in m.entries} == {"flashrl", "cefl", "budgeted"}
     for e in m.entries:
+        if e.kind == "sweep":  # a grid: one seed per cell; the quick grid is smaller
+            full, quick = _sweep_config(e, root, False, None), _sweep_config(e, root, True, None)
+            assert len(quick.points()) < len(full.points()) and full.seeds == e.seeds
+            continue
         assert len(e.seeds) >= 5, e.id  # the full variant: at least 5 seeds
         full = load_compare(root / e.config)
         quick = load_compare(root / e.config, e.quick)
@@ -52,7 +60,7 @@ def test_the_manifest_and_every_quick_variant_validate():
         assert set(e.quick_methods or labels) <= labels
         assert quick.base != full.base or not e.quick
         for c in e.claims or []:
-            assert c.method in labels, (e.id, c.method)
+            assert c.method in labels and c.against in labels | {None}, (e.id, c.method)
 
 
 def test_a_bad_manifest_names_the_key(tmp_path):
@@ -75,8 +83,12 @@ def test_quick_reproduction_end_to_end(tmp_path):
     assert target == doc and (tmp_path / "runs" / "reproduction.md").is_file()
     m, _ = load_manifest(MANIFEST)
     for e in m.entries:
-        assert f"### {e.title}" in text and f"fedselect report {tmp_path / 'runs' / e.id}" in text
-        assert (tmp_path / "runs" / e.id / "compare.json").is_file()
+        d = tmp_path / "runs" / e.id
+        if e.kind == "sweep":
+            assert f"### {e.title}" in text and (d / "sweep.json").is_file() and (d / "table.md").is_file()
+            continue
+        assert f"### {e.title}" in text and f"fedselect report {d}" in text
+        assert (d / "compare.json").is_file()
     assert "**Quick variant**" in text and "Machine:" in text
     by_id = {r.entry.id: r for r in results}
     # a direction that holds with margin on the quick setting: CEFL's leaders move a fraction of
@@ -114,3 +126,76 @@ def test_saved_runs_made_before_an_option_was_added_are_accepted_at_its_default(
     assert config_differences(saved, shared) == ["selector.options.q_network ('auto' in the saved run, 'shared' now)"]
     # a key this version does not know: the saved config is compared as it is
     assert config_differences({"a": 1, "b": 2}, {"a": 1}) == ["b (2 in the saved run, absent now)"]
+
+
+def test_the_sweep_entry_on_its_quick_grid_summarises_the_runs(tmp_path):
+    """The Table VI entry (kind: sweep) on its tiny quick grid: every number of the document
+    recomputed here from the runs' summary.json files."""
+    import json
+
+    import numpy as np
+
+    from fedselect.data.partition import make_partitioner
+    from fedselect.reproduce import render, run_sweep_entry
+    from fedselect.seeding import np_rng
+
+    m, root = load_manifest(MANIFEST)
+    e = next(x for x in m.entries if x.kind == "sweep")
+    r = run_sweep_entry(e, root, tmp_path, quick=True, workers=0)
+    d = tmp_path / e.id
+    runs = {p.name: json.loads((p / "summary.json").read_text()) for p in (d / "runs").iterdir()}
+    assert len(runs) == 8  # secretary at 2 N x 2 r2, each baseline at 2 N (R = 4 only)
+
+    def s(label, n, r2=None):
+        tail = f"_r2={r2}" if r2 is not None else ""
+        return runs[f"{label.replace(' ', '_')}-num_clients={n}_clients_per_round=4{tail}-s0"]
+
+    def acc(label, n, r2=None):
+        return s(label, n, r2)["final_accuracy"]
+
+    for label, n, r2 in [("secretary", 20, 1), ("secretary", 40, 3), ("online random", 40, None), ("offline best", 20, None)]:
+        run = s(label, n, r2)
+        fat = set(make_partitioner("fat_thin", preset="authors").fat_clients(n, np_rng(0, "partition")).tolist())
+        assert len(fat) == round(0.2 * n) and len(run["accepted_clients"]) == 4
+        assert run["fat_selected_share"] == sum(k in fat for k in run["accepted_clients"]) / 4
+    g = r.grid
+    assert g["cells"] == 4 and g["runs"] == 8 and r.incomplete == []
+    sec = [acc("secretary", n, r2) for n in (20, 40) for r2 in (1, 3)]
+    rnd = [acc("online random", n) for n in (20, 40) for _ in (1, 3)]
+    assert g["methods"]["secretary"]["mean"]["final_accuracy"] == pytest.approx(np.mean(sec))
+    assert g["methods"]["online random"]["mean"]["final_accuracy"] == pytest.approx(np.mean(rnd))
+    best = g["methods"]["secretary"]["best"]
+    assert best["final_accuracy"] == max(sec) and acc(
+        "secretary", best["point"]["data.num_clients"], best["point"]["method_options.r2"]
+    ) == max(sec)
+    assert g["methods"]["offline best"]["best"]["point"] == {
+        "data.num_clients": 20 if acc("offline best", 20) >= acc("offline best", 40) else 40,
+        "clients_per_round": 4,
+    }
+    diff = [100 * (a - b) for a, b in zip(sec, rnd)]
+    x = g["differences"]["secretary"]
+    assert x["mean"] == pytest.approx(np.mean(diff)) and x["best"]["points"] == pytest.approx(max(diff))
+    assert x["above"] == sum(v > 0 for v in diff) and x["cells"] == 4
+    # accuracy vs N and vs r2, each averaged over the other axis; the baselines are flat in r2
+    axes = g["axes"]
+    assert set(axes) == {"data.num_clients", "method_options.r2"}  # R has one value: no plot
+    assert axes["data.num_clients"]["methods"]["secretary"]["final_accuracy"] == pytest.approx(
+        [np.mean(sec[:2]), np.mean(sec[2:])]
+    )
+    assert axes["method_options.r2"]["methods"]["secretary"]["final_accuracy"] == pytest.approx(
+        [np.mean(sec[::2]), np.mean(sec[1::2])]
+    )
+    flat = axes["method_options.r2"]["methods"]["online random"]["final_accuracy"]
+    assert flat[0] == pytest.approx(flat[1]) == pytest.approx(np.mean(rnd))
+    shares = [s("offline best", n)["fat_selected_share"] for n in (20, 40)]
+    assert g["methods"]["offline best"]["mean"]["fat_selected_share"] == pytest.approx(np.mean(shares))
+    assert sorted(p.name for p in r.plots) == ["accuracy_vs_num_clients.png", "accuracy_vs_r2.png", "fat_selected_share.png"]
+    assert all(p.stat().st_size > 1000 for p in r.plots)
+    text = render("t", [r], "m", quick=True)
+    assert f"| secretary | 4 | {np.mean(sec):.4f} | {max(sec):.4f} (" in text
+    assert f"| secretary - online random | {np.mean(diff):+.2f} | {max(diff):+.2f} (" in text
+    assert f"| online random | 2 | {np.mean(rnd):.4f} |" in text  # a baseline: one cell per N
+    assert "fedselect reproduce budgeted --quick" in text and "--table-only" not in text  # the quick grid is not the config's
+    full = render("t", [r], "m", quick=False)
+    assert f"fedselect sweep {e.config} --table-only --out {d}" in full
+    assert f"runs' own wall time {r.runs_wall_s / 60:.1f} min" in text and "![budgeted-table6-class-skew accuracy vs r2]" in text

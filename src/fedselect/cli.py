@@ -326,8 +326,9 @@ def reproduce(
     Every entry of the manifest is a comparison (configs/repro/, configs/paper/); each is run
     into <out>/<id> (a finished one is kept, an interrupted one continues), rebuilt from its
     saved runs and judged figure by figure against the paper: reproduced, direction only, not
-    reproduced, reference only (substitute data) or not judged. Writes <out>/reproduction.md
-    (docs/reproduction.md explains it).
+    reproduced, reference only (substitute data) or not judged. A `kind: sweep` entry runs a
+    `fedselect sweep` grid instead and is summarised (mean and best cells, differences to the
+    baseline, plots). Writes <out>/reproduction.md (docs/reproduction.md explains it).
     """
     from fedselect.reproduce import reproduce as run_reproduction
 
@@ -352,7 +353,9 @@ def reproduce(
         counts: dict[str, int] = {}
         for j in r.judged:
             counts[j.verdict] = counts.get(j.verdict, 0) + 1
-        what = ", ".join(f"{n} {v}" for v, n in counts.items()) or "no figures"
+        what = ", ".join(f"{n} {v}" for v, n in counts.items()) or (
+            f"grid of {r.grid['cells']} points summarised" if r.grid else "no figures"
+        )
         console.print(f"{r.entry.id}: " + (what if r.ran else "not run yet"))
     console.print(f"wrote {target}")
 

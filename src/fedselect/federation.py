@@ -111,6 +111,9 @@ class Federation:
         #: the data and profile files the federation was built from: ``[{"path", "size",
         #: "sha256"}]`` ([] for embedded or generated data; see :mod:`fedselect.inputs`)
         self.source_files: list[dict] = []
+        #: sorted ids of the partition's fat clients (``fat_thin``: the partitioner's
+        #: ``fat_clients``, the same first draw as its split); None for other schemes
+        self.fat_clients: np.ndarray | None = None
         self.input_shape = train_set.input_shape
         self.num_classes = train_set.num_classes
         self.features = train_set.num_features
@@ -239,6 +242,8 @@ def make_federation(d: DataConfig, model: ModelConfig, system: SystemConfig, see
     if system.capacity.model != "profiles":
         fed.fleet = capacity_fleet(system, d.num_clients, seed, data_bits(1, fed.features))
     fed.source_files = sorted(reads.values(), key=lambda f: f["path"])
+    if callable(getattr(partitioner, "fat_clients", None)):  # who is fat: the split's first draw, made again
+        fed.fat_clients = partitioner.fat_clients(d.num_clients, np_rng(seed, "partition"))
     return fed
 
 

@@ -25,6 +25,19 @@ opposite, or an absolute value outside it), **reference only** (substitute data:
 absolute values are another data set's), **not judged** (fewer than 2 seeds, no value, or a
 text claim).
 
+A ``kind: sweep`` entry (the budgeted-online paper's Table VI grid) runs ``fedselect sweep``
+(:func:`fedselect.sweep.run_sweep`) into ``OUT/<id>`` instead (``quick_grid``: the tiny grid of
+``--quick``) and is summarised, not judged: per method the mean over the grid's cells and the
+best cell (final accuracy, share of fat clients selected, candidates evaluated, competitive
+ratio), the final-accuracy difference of every method to the sweep's baseline per cell (mean,
+best, worst, cells above 0), the time, the command, and the paper's plots: accuracy vs N, R
+and r2 (each averaged over the other axes) and the share of fat clients selected per method
+(:func:`sweep_grid_summary`, :func:`sweep_plots`).
+
+A claim with ``against: LABEL`` is judged on the per-seed paired differences against that
+method instead of the baseline, and ``"> X"`` / ``"< X"`` states a bound (``"> -2"`` against
+offline best: within 2 points of it; an interval holding X is inconclusive).
+
 The result is ``OUT/reproduction.md`` (and, with ``doc=``, a copy such as
 ``docs/reproduction.md``): per entry the paper's figure, ours with its interval, the verdict,
 the config and the command that made it, the seeds, the machine and the time it took, and
@@ -36,6 +49,7 @@ from __future__ import annotations
 import math
 import os
 import platform
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -63,13 +77,19 @@ class Claim(BaseModel):
     """One figure of a paper: ``method`` (a label of the comparison), ``figure`` (a table key,
     ``<key>_vs`` for the change against the baseline) and the paper's ``value``: a number in
     the table's units, ``"> 0"`` / ``"< 0"`` for a claim of direction only (e.g. "secretary
-    above online random"), or another text, printed as is and not judged."""
+    above online random"), ``"> X"`` / ``"< X"`` for a bound (e.g. ``"> -2"`` with ``against:
+    offline best``: "within 2 points of offline best"), or another text, printed as is and not
+    judged. ``against``: for a ``_vs`` figure, the method the per-seed paired differences are
+    taken against (default: the comparison's baseline)."""
 
     model_config = ConfigDict(extra="forbid")
     method: str
     figure: str
     value: float | str
     note: str | None = None
+    against: str | None = Field(
+        None, description="a method label: a `_vs` figure is then the paired difference against it, not the baseline"
+    )
 
 
 class Entry(BaseModel):
@@ -77,9 +97,13 @@ class Entry(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$", description="directory name under --out")
+    kind: Literal["compare", "sweep"] = Field(
+        "compare", description="compare: a comparison judged claim by claim; sweep: a `fedselect sweep` grid, summarised"
+    )
+    quick_grid: dict[str, list[Any]] | None = Field(None, description="sweep entries: the grid --quick runs instead")
     paper: Literal["flashrl", "cefl", "budgeted"]
     title: str
-    config: str = Field(description="comparison config, relative to the manifest's directory's parent or absolute")
+    config: str = Field(description="comparison (or sweep) config, relative to the manifest's directory's parent or absolute")
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1)
     quick: dict[str, Any] = Field(default_factory=dict, description="dotted-key overrides of the base for --quick")
     quick_seeds: list[int] = Field(default_factory=lambda: [0, 1], min_length=1)
@@ -144,6 +168,7 @@ class EntryResult:
     command: str = ""
     ran: bool = True
     incomplete: list[str] = field(default_factory=list)
+    grid: dict[str, Any] | None = None  # sweep entries: :func:`sweep_grid_summary`
 
 
 def _is_fraction(key: str) -> bool:
@@ -162,19 +187,26 @@ def verdict(
     """``(verdict, why)`` for one figure (module docstring): ``value`` the paper's, ``mean``
     and ``[low, high]`` ours (None: no interval), ``relative`` for a change against the
     baseline, ``substitute`` for another data set than the paper's."""
-    direction = value.strip() if isinstance(value, str) and value.strip() in ("> 0", "< 0") else None
-    if isinstance(value, str) and direction is None:
+    bound = _bound(value)
+    if isinstance(value, str) and bound is None:
         return "not judged", "the paper states it as text, not one experiment's number"
     if mean is None:
         return "not judged", "we have no value (the target was never reached, or the method did not run)"
     if low is None or high is None:
         return "not judged", "fewer than 2 seeds (no interval)"
-    if direction is not None:  # a claim of direction only ("> 0": above the baseline)
-        if (direction == "> 0" and low > 0) or (direction == "< 0" and high < 0):
-            return "reproduced", f"the paper's direction ({direction}) with our interval excluding 0"
-        if low <= 0 <= high:
-            return "not reproduced", "our interval holds 0: no difference we can tell from seed-to-seed noise"
-        return "not reproduced", "the opposite direction, with an interval excluding 0"
+    if bound is not None:  # a claim of direction ("> 0": above the baseline) or a bound ("> -2")
+        op, x = bound
+        if (op == ">" and low > x) or (op == "<" and high < x):
+            if x == 0:
+                return "reproduced", f"the paper's direction ({op} 0) with our interval excluding 0"
+            return "reproduced", f"the paper's bound ({op} {x:g}) with our interval beyond {x:g}"
+        if low <= x <= high:
+            if x == 0:
+                return "not reproduced", "our interval holds 0: no difference we can tell from seed-to-seed noise"
+            return "inconclusive", f"our interval holds {x:g}: more seeds needed"
+        if x == 0:
+            return "not reproduced", "the opposite direction, with an interval excluding 0"
+        return "not reproduced", f"the other side of {x:g}, with an interval excluding it"
     if substitute and not relative:
         return "reference only", "substitute data: the paper's absolute figure is another data set's"
     if relative and low <= value <= high:
@@ -198,6 +230,14 @@ def verdict(
     return "not reproduced", f"ours {mean:.4g} [{low:.4g}, {high:.4g}] against the paper's {value:g}"
 
 
+def _bound(value: float | str) -> tuple[str, float] | None:
+    """``("<" or ">", x)`` for a claim ``"> x"`` / ``"< x"``, else None."""
+    if not isinstance(value, str):
+        return None
+    m = re.fullmatch(r"\s*([<>])\s*([-+]?\d+(?:\.\d*)?)\s*", value)
+    return (m.group(1), float(m.group(2))) if m else None
+
+
 def _claims(entry: Entry, rep: dict[str, Any]) -> list[Claim]:
     if entry.claims is not None:
         return entry.claims
@@ -218,13 +258,17 @@ def judge_entry(entry: Entry, rep: dict[str, Any]) -> list[Judged]:
     out = []
     ran = set(rep["labels"])
     for c in _claims(entry, rep):
-        if c.method not in ran:  # e.g. a method left out of the quick variant
+        if c.method not in ran or (c.against is not None and c.against not in ran):  # e.g. left out of --quick
             continue
         relative = c.figure.endswith("_vs")
         key = c.figure[: -len("_vs")] if relative else c.figure
         mean = low = high = None
         n = 0
-        if relative:
+        if relative and c.against is not None and c.against != baseline:
+            iv = _paired_against(results, c.method, c.against, key)
+            if iv is not None and iv.mean is not None:
+                mean, low, high, n = iv.mean, iv.low, iv.high, iv.n
+        elif relative:
             cell = None if c.method == baseline else paired.get(c.method, {}).get("cells", {}).get(key)
             if cell is not None:
                 iv = cell["interval"]
@@ -240,6 +284,20 @@ def judge_entry(entry: Entry, rep: dict[str, Any]) -> list[Judged]:
         v, why = verdict(c.value, mean, low, high, relative, entry.substitute, entry.tolerance)
         out.append(Judged(c, mean, low, high, n, v, why))
     return out
+
+
+def _paired_against(results: list[Any], method: str, against: str, key: str):
+    """Per-seed paired differences of ``method`` against ``against`` for ``key`` (points for
+    accuracy / F1 fractions, percent otherwise) and their 95% Student-t interval; None when no
+    seed has both."""
+    from fedselect.stats import paired_differences, paired_interval
+    from fedselect.tables import POINT_KEYS, _value
+
+    ours = {r.seed: _value(r, key) for r in results if r.label == method}
+    theirs = {r.seed: _value(r, key) for r in results if r.label == against}
+    unit = "pts" if key in POINT_KEYS or key.startswith(("last_k_", "best_")) else "%"
+    diffs = paired_differences(ours, theirs, unit)
+    return paired_interval(diffs.values()) if diffs else None
 
 
 def _machine() -> str:
@@ -277,6 +335,8 @@ def run_entry(
     Raises:
         FileNotFoundError: the entry's config is missing. ConfigError: it is invalid.
     """
+    if entry.kind == "sweep":
+        return run_sweep_entry(entry, root, out, quick, on_progress, workers, run)
     from fedselect.compare import check_comparison_runs, load_compare, run_comparison, run_dir_name
     from fedselect.report import build_report
 
@@ -313,6 +373,297 @@ def run_entry(
     ]
     res.plots = [p for p in (d / "plots").glob("*.png") if p.stem in ("metric_vs_latency", "latency_vs_round", "metric_vs_round")]
     return res
+
+
+#: axis titles of the budgeted-online grid keys in the sweep plots
+AXIS_TITLES = {
+    "data.num_clients": "N (candidate clients)",
+    "clients_per_round": "R (clients selected)",
+    "method_options.r2": "r2 (record window)",
+}
+#: per-cell figures a sweep entry summarises (mean over seeds, then over the grid's cells)
+GRID_KEYS = ("final_accuracy", "fat_selected_share", "candidates_evaluated", "competitive_ratio", "wall_s")
+
+
+def _sweep_config(entry: Entry, root: Path, quick: bool, workers: int | None):
+    from fedselect.config import apply_overrides
+    from fedselect.sweep import load_sweep, parse_sweep
+
+    cfg_path = Path(entry.config) if Path(entry.config).is_absolute() else root / entry.config
+    sc = load_sweep(cfg_path)
+    doc = sc.model_dump(mode="json")
+    if quick:
+        doc["base"] = apply_overrides(doc["base"], dict(entry.quick))
+        if entry.quick_grid is not None:
+            doc["grid"] = {k: list(v) for k, v in entry.quick_grid.items()}
+        if entry.quick_methods:
+            doc["methods"] = [m for m in doc["methods"] if m["label"] in set(entry.quick_methods)]
+    if workers is not None:
+        doc["base"] = apply_overrides(doc["base"], {"train.workers": workers})
+    doc["seeds"] = list(entry.quick_seeds if quick else entry.seeds)
+    return parse_sweep(doc, str(cfg_path))
+
+
+def sweep_grid_summary(directory: str | Path, sc: Any, baseline: str | None = None) -> dict[str, Any]:
+    """What a sweep entry's document shows, from the runs in ``directory`` (a sweep directory
+    of ``sc``).
+
+    Per method (``methods``): for every cell (grid point restricted to the keys it depends on)
+    the mean over seeds of :data:`GRID_KEYS`; ``mean`` of each key over the grid's points (a
+    method that ignores a key counts its cell once per value of that key, i.e. averaged over
+    the same full grid as the others) and ``best`` (the cell of highest final accuracy).
+    ``differences`` (with a ``baseline`` label, default the sweep's): per other method, the
+    final-accuracy difference to the baseline per cell (the grid keys either side depends on;
+    e.g. (N, R, r2) for the secretary rule against online random, (N, R) for offline best) in
+    points (100 x the difference of the seed means), with their mean, best and worst cell and
+    how many cells are above 0. ``axes``: per grid key with more than one value, the mean final accuracy and fat
+    share per method at each value, averaged over the other keys (the paper's accuracy vs N,
+    R, r2). ``cells``: the number of full grid points; ``runs``: finished runs found.
+    """
+    import numpy as np
+
+    from fedselect.sweep import _restrict, _summaries
+
+    d = Path(directory)
+    baseline = baseline if baseline is not None else sc.baseline
+    points = sc.points()
+    values: dict[str, list[tuple[dict, dict, dict]]] = {}  # label -> [(full point, restricted, {key: mean})]
+    runs = 0
+    seen_runs: set[tuple[str, str]] = set()
+    for m in sc.methods:
+        rows = []
+        for p in points:
+            rp = _restrict(p, m)
+            summ = _summaries(d, m.label, rp, sc.seeds)
+            ident = (m.label, repr(sorted(rp.items())))
+            if ident not in seen_runs:
+                seen_runs.add(ident)
+                runs += len(summ)
+            cell = {}
+            for key in GRID_KEYS:
+                xs = [
+                    float(s[key])
+                    for s in summ.values()
+                    if isinstance(s.get(key), (int, float)) and not isinstance(s.get(key), bool)
+                ]
+                cell[key] = float(np.mean(xs)) if xs else None
+            rows.append((p, rp, cell))
+        values[m.label] = rows
+
+    def mean_of(rows, key):
+        xs = [c[key] for _, _, c in rows if c[key] is not None]
+        return float(np.mean(xs)) if xs else None
+
+    methods = {}
+    for label, rows in values.items():
+        found = [(rp, c) for _, rp, c in rows if c["final_accuracy"] is not None]
+        best = max(found, key=lambda x: x[1]["final_accuracy"], default=None)
+        methods[label] = {
+            "mean": {key: mean_of(rows, key) for key in GRID_KEYS},
+            "best": {"point": best[0], **best[1]} if best else None,
+            "cells": len({repr(sorted(rp.items())) for _, rp, c in rows if c["final_accuracy"] is not None}),
+        }
+    differences = {}
+    if baseline is not None and baseline in values:
+        for label, rows in values.items():
+            if label == baseline:
+                continue
+            diffs, seen = [], set()
+            for (p, rp, c), (_, brp, b) in zip(rows, values[baseline]):
+                cell = {k: v for k, v in p.items() if k in rp or k in brp}  # the keys either side depends on
+                if repr(sorted(cell.items())) in seen:
+                    continue
+                seen.add(repr(sorted(cell.items())))
+                if c["final_accuracy"] is not None and b["final_accuracy"] is not None:
+                    diffs.append((cell, 100.0 * (c["final_accuracy"] - b["final_accuracy"])))
+            if diffs:
+                xs = [x for _, x in diffs]
+                hi, lo = max(diffs, key=lambda t: t[1]), min(diffs, key=lambda t: t[1])
+                differences[label] = {
+                    "mean": float(np.mean(xs)),
+                    "best": {"point": hi[0], "points": hi[1]},
+                    "worst": {"point": lo[0], "points": lo[1]},
+                    "above": sum(1 for x in xs if x > 0),
+                    "cells": len(xs),
+                }
+    axes = {}
+    for key, grid_values in sc.grid.items():
+        if len(grid_values) < 2:
+            continue
+        per = {}
+        for label, rows in values.items():
+            per[label] = {
+                what: [mean_of([r for r in rows if r[0][key] == v], what) for v in grid_values]
+                for what in ("final_accuracy", "fat_selected_share")
+            }
+        axes[key] = {"values": list(grid_values), "methods": per}
+    return {
+        "methods": methods,
+        "differences": differences,
+        "baseline": baseline,
+        "axes": axes,
+        "cells": len(points),
+        "runs": runs,
+    }
+
+
+def sweep_plots(grid: dict[str, Any], plot_dir: str | Path) -> list[Path]:
+    """The budgeted-online paper's plots of a sweep entry (matplotlib PNGs in ``plot_dir``):
+    final accuracy vs each grid axis (``accuracy_vs_<key>.png``, averaged over the other axes)
+    and the share of fat clients among the selected per method (``fat_selected_share.png``,
+    mean over the grid; only when the runs report ``fat_selected_share``). Returns the files."""
+    from fedselect.plots import _plt
+
+    plt = _plt()
+    out = Path(plot_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    for key, ax in grid["axes"].items():
+        fig, a = plt.subplots(figsize=(5.5, 3.6))
+        for label, per in ax["methods"].items():
+            ys = [float("nan") if y is None else y for y in per["final_accuracy"]]
+            a.plot(ax["values"], ys, marker="o", label=label)
+        a.set_xlabel(AXIS_TITLES.get(key, key))
+        a.set_ylabel("final test accuracy (fraction)")
+        a.set_title(f"accuracy vs {key.split('.')[-1]} (mean over the other grid axes)", fontsize=9)
+        if key == "data.num_clients" and min(ax["values"]) > 0 and max(ax["values"]) / min(ax["values"]) >= 4:
+            a.set_xscale("log", base=2)
+        a.set_xticks(ax["values"], [str(v) for v in ax["values"]])
+        a.minorticks_off()
+        a.legend(fontsize=8)
+        fig.tight_layout()
+        p = out / f"accuracy_vs_{key.split('.')[-1]}.png"
+        fig.savefig(p)
+        plt.close(fig)
+        files.append(p)
+    shares = {label: m["mean"]["fat_selected_share"] for label, m in grid["methods"].items()}
+    if any(v is not None for v in shares.values()):
+        fig, a = plt.subplots(figsize=(5.5, 3.6))
+        labels = list(shares)
+        a.bar(labels, [v if v is not None else 0.0 for v in shares.values()], color=[f"C{i}" for i in range(len(labels))])
+        a.set_ylabel("fat clients among the selected (fraction)")
+        a.set_ylim(0, 1)
+        a.set_title("share of fat clients selected (mean over the grid)", fontsize=9)
+        fig.tight_layout()
+        p = out / "fat_selected_share.png"
+        fig.savefig(p)
+        plt.close(fig)
+        files.append(p)
+    return files
+
+
+def run_sweep_entry(
+    entry: Entry,
+    root: Path,
+    out: Path,
+    quick: bool,
+    on_progress: Callable[[str], None] | None = None,
+    workers: int | None = None,
+    run: bool = True,
+) -> EntryResult:
+    """Run (or finish, or keep) one sweep entry in ``out/<id>`` with ``fedselect sweep``
+    (:func:`fedselect.sweep.run_sweep`: finished runs are kept) and summarise its grid
+    (:func:`sweep_grid_summary`, :func:`sweep_plots` into ``out/<id>/plots``). With
+    ``run=False`` a sweep already there is summarised as it is, a missing one returned with
+    ``ran=False``.
+
+    Raises:
+        FileNotFoundError: the entry's config is missing. ConfigError: it is invalid.
+    """
+    from fedselect.sweep import _restrict, build_sweep_table, check_sweep_runs, run_sweep
+
+    sc = _sweep_config(entry, root, quick, workers)
+    d = out / entry.id
+    seeds = ",".join(map(str, sc.seeds))
+    cmd = (
+        f"fedselect reproduce {entry.paper} --quick --out {out}"
+        if quick
+        else f"fedselect sweep {entry.config} --seeds {seeds} --out {d}"
+    )
+    t0 = time.perf_counter()
+    present = (d / "sweep.json").is_file()
+    if not run and not present:
+        return EntryResult(entry, d, sc.seeds, 0.0, 0.0, command=cmd, ran=False)
+    if run:
+        if on_progress:
+            on_progress(
+                f"{entry.id}: {'continuing' if present else 'running'} the sweep ({len(sc.points())} grid points x {len(sc.seeds)} seeds)"
+            )
+        run_sweep(sc, d)
+    else:
+        check_sweep_runs(d)
+        build_sweep_table(d, sc)
+    runs_wall = _runs_wall(d)
+    res = EntryResult(entry, d, sc.seeds, time.perf_counter() - t0 if run else runs_wall, runs_wall, command=cmd)
+    res.grid = sweep_grid_summary(d, sc)
+    res.plots = sweep_plots(res.grid, d / "plots")
+    expected = len(
+        {(m.label, repr(sorted(_restrict(p, m).items())), s) for p in sc.points() for m in sc.methods for s in sc.seeds}
+    )
+    if res.grid["runs"] < expected:
+        res.incomplete = [f"{expected - res.grid['runs']} of {expected} runs not finished"]
+    return res
+
+
+def _point(p: dict[str, Any]) -> str:
+    return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in p.items()) or "base"
+
+
+def _render_sweep(r: EntryResult, quick: bool, image_dir: str | None) -> list[str]:
+    e, g = r.entry, r.grid or {}
+    lines = []
+    if r.incomplete:
+        lines += ["Caution, incomplete sweep: " + ", ".join(r.incomplete) + " (the cells use the runs there are).", ""]
+
+    def f(v, d=4):
+        return "-" if v is None else f"{v:.{d}f}"
+
+    lines += [
+        f"The grid: {g.get('cells', 0)} points, {g.get('runs', 0)} runs; per cell the mean over seeds "
+        f"{', '.join(map(str, r.seeds))}. Mean: over every grid point (a method that ignores a grid key, e.g. a "
+        "baseline for r2, counts its run at every value of it). Best: the cell of highest final accuracy.",
+        "",
+        "| method | cells | mean final acc | best final acc (cell) | mean fat share selected | mean candidates evaluated "
+        "| mean competitive ratio | mean wall (s) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for label, m in g.get("methods", {}).items():
+        mean, best = m["mean"], m["best"]
+        b = f"{f(best['final_accuracy'])} ({_point(best['point'])})" if best else "-"
+        lines.append(
+            f"| {label} | {m['cells']} | {f(mean['final_accuracy'])} | {b} | {f(mean['fat_selected_share'], 3)} "
+            f"| {f(mean['candidates_evaluated'], 1)} | {f(mean['competitive_ratio'], 3)} | {f(mean['wall_s'], 1)} |"
+        )
+    lines.append("")
+    if g.get("differences"):
+        lines += [
+            f"Final-accuracy difference against {g['baseline']} per grid point (points; 100 x the difference of the seed means):",
+            "",
+            "| method | mean over cells | best cell | worst cell | cells above 0 |",
+            "|---|---|---|---|---|",
+        ]
+        for label, x in g["differences"].items():
+            lines.append(
+                f"| {label} - {g['baseline']} | {x['mean']:+.2f} | {x['best']['points']:+.2f} ({_point(x['best']['point'])}) "
+                f"| {x['worst']['points']:+.2f} ({_point(x['worst']['point'])}) | {x['above']} of {x['cells']} |"
+            )
+        lines.append("")
+    if e.finding:
+        lines += [e.finding.strip(), ""]
+    lines += [
+        f"Config `{e.config}`, seeds {', '.join(map(str, r.seeds))}; {r.wall_s / 60:.1f} min here "
+        f"(runs' own wall time {r.runs_wall_s / 60:.1f} min). Directory `{r.directory}` (table.md, report.html).",
+        "",
+        "```",
+        r.command,
+    ]
+    if not quick:  # the quick grid is not the config's: its table is rebuilt by the command above
+        lines.append(f"fedselect sweep {e.config} --table-only --out {r.directory}")
+    lines += ["```", ""]
+    for p in r.plots:
+        src = f"{image_dir}/{e.id}-{p.name}" if image_dir else str(p)
+        lines += [f"![{e.id} {p.stem.replace('_', ' ')}]({src})", ""]
+    return lines
 
 
 def _fmt(v: float | None, key: str) -> str:
@@ -362,6 +713,9 @@ def render(title: str, results: list[EntryResult], machine: str, quick: bool, im
                 if e.finding:
                     lines += [e.finding.strip(), ""]
                 continue
+            if e.kind == "sweep":
+                lines += _render_sweep(r, quick, image_dir)
+                continue
             if r.incomplete:
                 lines += ["Caution, incomplete runs (their existing rounds are used): " + ", ".join(r.incomplete), ""]
             lines += ["| method | figure | paper | ours (95% interval) | seeds | verdict |", "|---|---|---|---|---|---|"]
@@ -370,7 +724,8 @@ def render(title: str, results: list[EntryResult], machine: str, quick: bool, im
                 if j.low is not None and j.high is not None and j.mean is not None:
                     ours += f" [{_fmt(j.low, j.claim.figure)}, {_fmt(j.high, j.claim.figure)}]"
                 pv = j.claim.value if isinstance(j.claim.value, str) else _fmt(float(j.claim.value), j.claim.figure)
-                lines.append(f"| {j.claim.method} | `{j.claim.figure}` | {pv} | {ours} | {j.n} | **{j.verdict}**: {j.why} |")
+                fig = f"`{j.claim.figure}`" + (f" vs {j.claim.against}" if j.claim.against else "")
+                lines.append(f"| {j.claim.method} | {fig} | {pv} | {ours} | {j.n} | **{j.verdict}**: {j.why} |")
             lines.append("")
             counts = {v: sum(1 for j in r.judged if j.verdict == v) for v in dict.fromkeys(j.verdict for j in r.judged)}
             lines.append(

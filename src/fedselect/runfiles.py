@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from fedselect.algorithms.base import Finished, RunTotals, ServerState
@@ -289,6 +290,18 @@ def failure_counts(rows: list[dict[str, str]]) -> dict[str, Any]:
     return {"client_failures": dict(sorted(kinds.items())), "failed_rounds": failed_rounds}
 
 
+def fat_selection(fat_clients: Any, accepted: Any) -> dict[str, Any]:
+    """``{"fat_selected": count, "fat_selected_share": fraction}`` of the accepted clients
+    (budgeted-online selectors' ``accepted_clients``, the first selection run) that are fat
+    clients of a ``fat_thin`` partition; ``{}`` when the partition has no fat clients
+    (``fat_clients`` None) or the selector accepts no fixed set. The share is None when
+    nobody was accepted."""
+    if fat_clients is None or not isinstance(accepted, list):
+        return {}
+    n = int(np.isin(np.asarray(accepted, dtype=np.int64), np.asarray(fat_clients, dtype=np.int64)).sum())
+    return {"fat_selected": n, "fat_selected_share": n / len(accepted) if accepted else None}
+
+
 def write_summary(
     run_dir: Path,
     r: Resolved,
@@ -355,6 +368,7 @@ def write_summary(
         }
     )
     summary.update(failure_counts(rows))
+    summary.update(fat_selection(getattr(sim.fed, "fat_clients", None), summary.get("accepted_clients")))
     if prep_info:
         summary["prepare"] = {k: v for k, v in prep_info.items() if isinstance(v, (int, float, str, bool, list, dict))}
     write_json_atomic(run_dir / "summary.json", summary)
