@@ -24,7 +24,16 @@ import torch
 from fedselect.algorithms.base import Finished, RunTotals, ServerState
 from fedselect.config import dump_config
 from fedselect.fl.checkpoint import save_checkpoint
-from fedselect.fl.metrics import TIMING_COLUMNS, CsvLog, _fmt, atomic_write, read_csv_rows, summarize, write_json_atomic
+from fedselect.fl.metrics import (
+    PER_ROUND_KEYS,
+    TIMING_COLUMNS,
+    CsvLog,
+    _fmt,
+    atomic_write,
+    read_csv_rows,
+    summarize,
+    write_json_atomic,
+)
 from fedselect.fl.round import RoundResult
 from fedselect.fl.types import Evaluation
 from fedselect.resolve import Resolved
@@ -325,6 +334,9 @@ def write_summary(
                 best = summary.get(f"best_{key}")
                 summary[f"best_{key}"] = final[key] if best is None else max(best, final[key])
         summary.update({k: v for k, v in final.items() if k not in ("accuracy", "f1_macro", "loss")})
+    note = getattr(sim.algorithm, "round_scores", None)
+    if note:  # the rounds did not score the clients' own models: no figure is read off them
+        summary.update({k: None for k in PER_ROUND_KEYS}, summary_window_rounds=None, round_scores=note)
     summary.update(
         {
             "name": cfg.name,
