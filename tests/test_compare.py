@@ -1,6 +1,7 @@
 """Comparisons share one federation; tables and reports are exact and reproducible."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from fedselect.config import ConfigError, parse_config
 from fedselect.federation import build_federation
 from fedselect.fl.metrics import CORE_COLUMNS
 from fedselect.report import build_report
+from fedselect.tables import load_run
 
 
 def _doc(tiny_cfg_doc, seeds=(0,)):
@@ -65,10 +67,12 @@ def test_every_method_gets_the_same_federation(tmp_path, tiny_cfg_doc, monkeypat
     assert all((tmp_path / "c" / "plots" / p).stat().st_size > 5000 for p in rep["plots"])
 
 
-def _fake_run(d, rows, rounds, complete=True):
+def _fake_run(d, rows, rounds, complete=True, columns=CORE_COLUMNS):
+    """A hand-made run: metrics.csv rows (round, accuracy, e2e latency, cumulative MB) in
+    ``columns`` (default today's); latency_sum_s is 10 x the round (a run of rounds 0..2: 30 s)."""
     d.mkdir(parents=True)
     (d / "config.yaml").write_text(f"rounds: {rounds}\nmetrics: {{target: 0.8, metric: accuracy}}\n")
-    lines = [",".join(CORE_COLUMNS)]
+    lines = [",".join(columns)]
     for r, acc, lat, mb in rows:
         vals = {
             "round": r,
@@ -78,6 +82,7 @@ def _fake_run(d, rows, rounds, complete=True):
             "test_loss": 1,
             "train_loss": 1,
             "round_latency_s": 0,
+            "latency_sum_s": 10 * r,
             "e2e_latency_s": lat,
             "upload_bytes": 0,
             "download_bytes": 0,
@@ -87,7 +92,7 @@ def _fake_run(d, rows, rounds, complete=True):
             "clock_s": lat,
             "available": 2,
         }
-        lines.append(",".join(str(vals[c]) for c in CORE_COLUMNS))
+        lines.append(",".join(str(vals[c]) for c in columns))
     (d / "metrics.csv").write_text("\n".join(lines) + "\n")
     (d / "timing.csv").write_text("round,wall_s,cum_wall_s\n1,1.0,10.0\n")
     if complete:
@@ -126,6 +131,33 @@ def test_relative_changes_match_hand_computed(tmp_path):
     assert b["rounds_to_target"] == pytest.approx(1.5) and b["rounds_to_target_vs"] == pytest.approx(-25.0)
     assert a["e2e_latency_s_std"] == pytest.approx(np.std([100, 300], ddof=1))
     assert "latency -25.0% vs A" in rep["markdown"] and "accuracy +2.0 pts vs A" in rep["markdown"]
+
+
+def test_latency_sum_total_and_runs_saved_before_the_column(tmp_path):
+    """The table's latency sum is the total of a run's latency_sum_s (rows 0..T); runs whose
+    metrics.csv predates the column (no latency_sum_s) are still reported, without that figure."""
+    c = _fabricated(tmp_path)
+    old = [col for col in CORE_COLUMNS if col != "latency_sum_s"]
+    for s, rows in (
+        (0, [(0, 0.1, 0, 0), (1, 0.82, 75, 2.5), (2, 0.86, 150, 5)]),
+        (1, [(0, 0.1, 0, 0), (1, 0.7, 75, 2.5), (2, 0.88, 150, 5)]),
+    ):
+        shutil.rmtree(c / f"runs/B-s{s}")
+        _fake_run(c / f"runs/B-s{s}", rows, 2, columns=old)
+    rep = build_report(c, plots=False)
+    a, b = rep["table"]
+    assert a["latency_sum_s"] == pytest.approx(30.0) and a["latency_sum_s_std"] == pytest.approx(0.0)
+    assert b.get("latency_sum_s") is None  # no figure for the old runs, the others as before
+    assert b["final_accuracy"] == pytest.approx(0.87) and b["e2e_latency_s_vs"] == pytest.approx(-25.0)
+    assert "latency sum (s)" in rep["markdown"]
+    assert load_run(c / "runs/B-s0", "B", 0).summary["latency_sum_s"] is None
+    # one of B's seeds with the column: its mean is marked, and no change vs A is given
+    shutil.rmtree(c / "runs/B-s1")
+    _fake_run(c / "runs/B-s1", [(0, 0.1, 0, 0), (1, 0.7, 75, 2.5), (2, 0.88, 150, 5)], 2)
+    rep = build_report(c, plots=False)
+    b = rep["table"][1]
+    assert b["latency_sum_s"] == pytest.approx(30.0) and b["latency_sum_s_n"] == 1 and b["latency_sum_s_vs"] is None
+    assert "30.0 ± " in rep["markdown"] and "(1/2 runs have it)" in rep["markdown"]
 
 
 def test_report_on_interrupted_run_uses_existing_rounds(tmp_path):

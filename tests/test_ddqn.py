@@ -114,8 +114,41 @@ def test_memory_ring_overwrites_oldest():
     for i in range(5):
         m.push([i, i], [0], [float(i)], [i, i], False)
     assert len(m) == 3 and sorted(m.r[:, 0].tolist()) == [2.0, 3.0, 4.0]
-    with pytest.raises(ValueError, match="actions"):
-        m.push([0, 0], [0, 1], [1.0, 2.0], [0, 0], False)
+    with pytest.raises(ValueError, match="2 actions but 1 rewards"):
+        m.push([0, 0], [0, 1], [1.0], [0, 0], False)
+
+
+def test_memory_keeps_transitions_of_different_sizes_padded():
+    """mode: async: a buffer's outcomes vary in number; a wider transition widens the arrays,
+    a narrower one is padded, and lengths (kept through state_dict) say what is real."""
+    m = ReplayMemory(4, 2)
+    m.push([0, 0], [3], [1.5], [1, 1], False)
+    m.push([1, 1], [2, 5], [0.5, -1.0], [2, 2], False)
+    m.push([2, 2], [4], [2.0], [3, 3], True)
+    assert m.a[:3].tolist() == [[3, 0], [2, 5], [4, 0]]
+    assert m.r[:3].tolist() == [[1.5, 0.0], [0.5, -1.0], [2.0, 0.0]]
+    assert m.lengths[:3].tolist() == [1, 2, 1]
+    m2 = ReplayMemory(4, 2)
+    m2.load_state_dict(m.state_dict())
+    assert m2.lengths[:3].tolist() == [1, 2, 1] and m2.a[:3].tolist() == m.a[:3].tolist()
+    *_, lengths = m.sample_with_lengths(3, np.random.default_rng(0))
+    assert sorted(lengths.tolist()) == [1, 1, 2]
+
+
+def test_padded_actions_do_not_count_in_the_td_loss():
+    """The TD loss of a minibatch with padded transitions is the mean squared error over the
+    real actions only: checked against the loss computed by hand from the networks."""
+    import torch
+
+    a = _agent(n=6, batch_size=2)
+    a.remember(np.ones(6), [1], [1.0], np.zeros(6), True)
+    a.remember(np.zeros(6), [2, 3], [0.0, 2.0], np.ones(6), True)
+    with torch.no_grad():
+        q1 = a.main(torch.ones(1, 6, dtype=torch.float32))[0]
+        q0 = a.main(torch.zeros(1, 6, dtype=torch.float32))[0]
+    # done: y = r; real actions: (s=1, a=1, r=1), (s=0, a=2, r=0), (s=0, a=3, r=2)
+    by_hand = ((1.0 - q1[1]) ** 2 + (0.0 - q0[2]) ** 2 + (2.0 - q0[3]) ** 2) / 3
+    assert a.learn() == pytest.approx(float(by_hand), rel=1e-5)
 
 
 def _drive(agent, rng, rounds, start):

@@ -205,3 +205,91 @@ def test_timeouts_and_dropouts_never_look_fast_by_hand(fed):
     assert psi.tolist() == pytest.approx([0.6 * -lnorm[0] + 0.05, 0.6 * (1 - lnorm[1]) + 0.05, 0.6 * -lnorm[2] + 0.05])
     assert lnorm[0] > lnorm[1]  # the client that never delivered is charged more than the slow one that did
     # (before: 2.5 s -> lnorm 0.364 < 0.636, and the 0 s dropout got lnorm 0, the best possible)
+
+
+# ---------------------------------------------------------------- named schedules (paper / tuned)
+_PAPER = {"eps_init": 0.9, "eps_end": 0.35, "eps_decay_rounds": None, "rl_batch_size": 50, "rl_lr": 0.01, "rl_learn_steps": 1}
+_TUNED = {"eps_init": 0.9, "eps_end": 0.2, "eps_decay_rounds": 30, "rl_batch_size": 10, "rl_lr": 0.001, "rl_learn_steps": 10}
+
+
+def _resolved(method, options):
+    return parse_experiment(
+        {
+            "name": "t",
+            "method": method,
+            "data": {"dataset": "flashrl-test-synthetic", "num_clients": 8},
+            "model": {"name": "mlp", "options": {"hidden": [16]}},
+            "metrics": {"target": 0.9},
+            "method_options": options,
+        }
+    ).model_dump(mode="json")
+
+
+@pytest.mark.parametrize("method", ["flashrl", "favor"])
+@pytest.mark.parametrize("name,values", [("paper", _PAPER), ("tuned", _TUNED)])
+def test_schedule_expands_to_the_explicit_values(method, name, values):
+    got = _resolved(method, {"schedule": name})
+    assert got == _resolved(method, dict(values))  # the resolved config is the written-out one
+    opts = got["selector"]["options"]
+    assert {k: opts[k] for k in values} == values and "schedule" not in opts
+
+
+def test_schedule_explicit_options_override_it():
+    opts = _resolved("flashrl", {"schedule": "tuned", "eps_decay_rounds": 6, "rl_batch_size": 5})["selector"]["options"]
+    assert opts["eps_decay_rounds"] == 6 and opts["rl_batch_size"] == 5  # explicit wins
+    assert (opts["eps_end"], opts["rl_lr"], opts["rl_learn_steps"]) == (0.2, 0.001, 10)  # the rest from `tuned`
+
+
+def test_no_schedule_keeps_the_defaults():
+    """The default agent is neither preset: Table IV except eps_end 0.2 (unchanged)."""
+    opts = _resolved("flashrl", {})["selector"]["options"]
+    assert {k: opts[k] for k in _PAPER} == {**_PAPER, "eps_end": 0.2}
+    assert _resolved("flashrl", {"schedule": None}) == _resolved("flashrl", {})
+
+
+@pytest.mark.parametrize("bad", ["Paper", "fast", 1])
+def test_unknown_schedule_lists_the_allowed_names(bad):
+    with pytest.raises(ConfigError, match=r"method_options\.schedule: Input should be 'paper' or 'tuned'"):
+        _resolved("flashrl", {"schedule": bad})
+
+
+def test_repro_schedules_config_uses_the_presets_with_the_same_values():
+    """configs/repro/flashrl-mnist-dir05-schedules.yaml names the schedules; its resolved
+    experiments are those of the six options written out (saved runs are compared against them)."""
+    from pathlib import Path
+
+    import yaml
+
+    from fedselect.compare import load_compare, parse_compare
+
+    path = Path(__file__).resolve().parents[1] / "configs/repro/flashrl-mnist-dir05-schedules.yaml"
+    doc = yaml.safe_load(path.read_text())
+    named = {m["label"]: m.get("method_options", {}) for m in doc["methods"]}
+    assert named["FLASH-RL (paper schedule)"] == {"schedule": "paper"}
+    assert named["FLASH-RL (tuned)"] == {"schedule": "tuned"}
+    assert named["FAVOR"] == {"target": 0.99, "schedule": "paper"}
+    explicit = {
+        "FLASH-RL (paper schedule)": {
+            "rl_batch_size": 50,
+            "rl_lr": 0.01,
+            "rl_learn_steps": 1,
+            "eps_end": 0.35,
+            "eps_decay_rounds": None,
+        },
+        "FLASH-RL (tuned)": {"rl_batch_size": 10, "rl_lr": 0.001, "rl_learn_steps": 10, "eps_end": 0.2, "eps_decay_rounds": 30},
+        "FAVOR": {
+            "target": 0.99,
+            "rl_batch_size": 50,
+            "rl_lr": 0.01,
+            "rl_learn_steps": 1,
+            "eps_end": 0.35,
+            "eps_decay_rounds": None,
+        },
+    }
+    old = {
+        **doc,
+        "methods": [{**m, "method_options": explicit[m["label"]]} if m["label"] in explicit else m for m in doc["methods"]],
+    }
+    a, b = load_compare(path), parse_compare(old)
+    for ea, eb in zip(a.methods, b.methods):
+        assert a.experiment(ea, 3).model_dump(mode="json") == b.experiment(eb, 3).model_dump(mode="json")

@@ -234,6 +234,14 @@ def test_measured_latency_deadline_and_error(tmp_path):
     assert all(f1[k].ok and 0 < f1[k].latency_s < 0.5 for k in (0, 1, 3))
     assert [o.failed for o in r2.outcomes] == [None, None, None, "error"] and r2.aggregated == 3
     assert r2.after.accuracy > r1.after.accuracy or r2.after.loss < r1.after.loss
+    # latency_sum_s: the measured round trips summed, the timeout at the deadline (the round's one rule)
+    import csv
+
+    with open(tmp_path / "run" / "metrics.csv", newline="") as fh:
+        written = list(csv.DictReader(fh))
+    for row, res in zip(written[1:], (r1, r2)):
+        assert float(row["latency_sum_s"]) == pytest.approx(sum(o.latency_s for o in res.outcomes), rel=1e-12)
+        assert float(row["round_latency_s"]) == pytest.approx(max(o.latency_s for o in res.outcomes), rel=1e-12)
     # without a deadline a silent node is a dropout (after the reply timeout)
     grid = LocalGrid(
         make_client_app(NODE), 4, {}, behaviour=lambda kind, k, t: "silent" if (kind, k, t) == ("train", 0, 1) else None

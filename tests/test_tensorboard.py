@@ -57,6 +57,7 @@ def test_event_files_hold_the_metrics_of_every_round(tmp_path):
         "test_loss": "eval/test_loss",
         "train_loss": "train/train_loss",
         "round_latency_s": "latency/round_latency_s",
+        "latency_sum_s": "latency/latency_sum_s",
         "e2e_latency_s": "latency/e2e_latency_s",
         "upload_bytes": "bytes/upload_bytes",
         "download_bytes": "bytes/download_bytes",

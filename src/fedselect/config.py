@@ -392,8 +392,6 @@ class ExperimentConfig(_Strict):
             problems.append(
                 "system.adaptive_deadline: not supported with mode: async (use system.round_deadline_s, a per-job limit)"
             )
-        if self.engine != "simulator":
-            problems.append(f"engine {self.engine!r}: mode: async runs on the simulator only for now (engine: simulator)")
         if "checkpoint_every" in self.model_fields_set and self.checkpoint_every != 0:
             problems.append(
                 f"checkpoint_every ({self.checkpoint_every}): mode: async writes no checkpoints (its in-flight jobs and "

@@ -26,6 +26,7 @@ from fedselect.config import ExperimentConfig, parse_config, read_yaml_file
 from fedselect.federation import Federation, build_federation
 from fedselect.fl.asynchronous import run_buffered
 from fedselect.fl.checkpoint import FORMAT_VERSION, NoCheckpointError, load_checkpoint, remove_stale_temp_files
+from fedselect.fl.metrics import LATER_CORE_COLUMNS
 from fedselect.fl.round import run_rounds
 from fedselect.fl.types import Evaluation
 from fedselect.inputs import check_resume, saved_inputs_changed, write_inputs
@@ -218,8 +219,6 @@ def run_experiment(
                 f"--resume {run_dir}: mode: async runs write no checkpoints (their in-flight jobs and buffer are not "
                 f"saved), so they cannot be resumed exactly; run it again with --overwrite"
             )
-        if engine != "simulator" or transport is not None:
-            raise ValueError(f"mode: async runs on the simulator engine only for now, not on {engine!r} (docs/async.md)")
     if engine != "simulator" and transport is None:
         kwargs = dict(on_round=on_round, resume=resume, stop_after=stop_after, overwrite=overwrite)
         if on_simulation is not None:
@@ -453,6 +452,16 @@ def budget_problems(sim: Simulation, old_rounds: int, new_rounds: int, done: int
     return out
 
 
+def earlier_columns(saved: list[str] | None, now: list[str]) -> bool:
+    """``saved`` (a checkpoint's metrics.csv header) is ``now`` without some of the core columns
+    added since (:data:`~fedselect.fl.metrics.LATER_CORE_COLUMNS`, e.g. ``latency_sum_s``): a run
+    started before them, which resumes with the columns it started with."""
+    if not saved:
+        return False
+    missing = [c for c in now if c not in saved]
+    return bool(missing) and set(missing) <= set(LATER_CORE_COLUMNS) and [c for c in now if c in saved] == list(saved)
+
+
 def _load_resume_point(run_dir: Path, r: Resolved, sim: Simulation) -> dict[str, Any] | None:
     """The checkpoint to resume from (None: no checkpoint file at all, start again), checked
     against the resolved config and the run's columns."""
@@ -494,7 +503,7 @@ def _load_resume_point(run_dir: Path, r: Resolved, sim: Simulation) -> dict[str,
             f"cannot resume {run_dir}: its checkpoint was written by an older fedselect without the metrics rows; "
             f"start the run again with --overwrite"
         )
-    if ck.get("columns") != sim.columns:
+    if ck.get("columns") != sim.columns and not earlier_columns(ck.get("columns"), sim.columns):
         raise ValueError(
             f"cannot resume {run_dir}: metrics.csv columns {ck.get('columns')} differ from the run's current "
             f"columns {sim.columns} (the selector's or algorithm's code changed); start the run again with --overwrite"

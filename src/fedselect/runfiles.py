@@ -25,6 +25,7 @@ from fedselect.algorithms.base import Finished, RunTotals, ServerState
 from fedselect.config import dump_config
 from fedselect.fl.checkpoint import save_checkpoint
 from fedselect.fl.metrics import (
+    LATER_CORE_COLUMNS,
     PER_ROUND_KEYS,
     TIMING_COLUMNS,
     CsvLog,
@@ -101,7 +102,9 @@ class RunFiles:
         resume: dict[str, Any] | None = None,
     ):
         self.dir, self.r, self.sim, self.on_round, self.stop_after = Path(run_dir), resolved, sim, on_round, stop_after
-        self.columns = sim.columns
+        # a run resumes with the columns it started with: one begun before a core column was added
+        # (fedselect.fl.metrics.LATER_CORE_COLUMNS, e.g. latency_sum_s) keeps writing without it
+        self.columns = list(resume["columns"]) if resume is not None and resume.get("columns") else sim.columns
         cfg = resolved.config
         (self.dir / "config.yaml").write_text(dump_config(cfg))  # rounds may have been extended on resume
         if resume is not None:
@@ -126,6 +129,7 @@ class RunFiles:
 
     # ---------------------------------------------------------------- the loop's records
     def _append(self, row: dict[str, Any], t: int) -> None:
+        row = {k: v for k, v in row.items() if k in self.columns or k not in LATER_CORE_COLUMNS}
         self.metrics.append(row)
         if self.tb is not None:
             self.tb.write(row, t)
@@ -160,6 +164,7 @@ class RunFiles:
             "test_loss": before.loss,
             "train_loss": math.nan,
             "round_latency_s": float(c.latency_s),
+            "latency_sum_s": c.clients_latency_sum_s,
             "e2e_latency_s": self.cum["e2e"],
             "upload_bytes": int(c.upload_bytes),
             "download_bytes": int(c.download_bytes),
@@ -190,6 +195,7 @@ class RunFiles:
             "test_loss": ev.loss if result.evaluated else nan,
             "train_loss": result.train_loss,
             "round_latency_s": lat,
+            "latency_sum_s": result.latency_sum_s,
             "e2e_latency_s": self.cum["e2e"],
             "upload_bytes": up,
             "download_bytes": down,

@@ -28,10 +28,15 @@ COLUMNS = [
 ]
 #: method-specific summary figures, shown only when some run in the report has them
 OPTIONAL_COLUMNS = [
+    ("latency_sum_s", "latency sum (s)", 1, False),  # every participant's latency over the run (none: runs saved before it)
     ("client_accuracy_std", "client acc std", 4, False),
     ("candidates_evaluated", "candidates evaluated", 1, False),
     ("competitive_ratio", "competitive ratio", 3, True),
 ]
+#: figures that runs saved by an earlier fedselect may lack (their metrics.csv has no such
+#: column): a mean over only some of a method's seeds is marked, and no change vs the baseline
+#: is given unless every seed on both sides has the figure
+LATER_KEYS = {"latency_sum_s"}
 #: keys whose change vs the baseline is reported in points (x100), not percent
 POINT_KEYS = {"final_accuracy", "best_accuracy", "final_f1_macro"}
 
@@ -208,6 +213,8 @@ def aggregate_table(results: list[RunResult], labels: list[str], baseline: str |
             e[key + "_vs"] = None
             if base is None or e is base:
                 continue
+            if key in LATER_KEYS and (e[key + "_n"] < e["seeds"] or base[key + "_n"] < base["seeds"]):
+                continue  # some runs predate the figure: their means cover different seeds
             if e["vs_partial"]:
                 mine, theirs = mean_std(_value(r, key) for r in ours_rs)[0], mean_std(_value(r, key) for r in base_rs)[0]
             else:
@@ -285,6 +292,8 @@ def _cell(e: dict[str, Any], key: str, digits: int) -> str:
         txt += f" ± {s:.{digits}f}"
         if key in ("rounds_to_target", "latency_to_target_s") and n < e["seeds"]:
             txt += f" ({n}/{e['seeds']} reached)"
+        elif key in LATER_KEYS and n < e["seeds"]:
+            txt += f" ({n}/{e['seeds']} runs have it)"
     return txt
 
 

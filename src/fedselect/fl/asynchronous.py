@@ -28,9 +28,13 @@ that many clients. So with K = concurrency = U, equally fast clients of equal si
 availability limits and a constant staleness weight, every aggregation is exactly a
 synchronous FedAvg round (``tests/test_async.py``).
 
-Training is deferred: a job's start state is known when it starts, so the jobs in flight are
-trained only when the first of them has to report, all pending ones together through the run's
-transport (side by side in the worker pool).
+A job is handed to the run's transport when its client starts (:meth:`Transport.submit
+<fedselect.fl.work.Transport.submit>`) and its result is collected when its report is due on
+the clock (:meth:`~fedselect.fl.work.Transport.collect`). The simulator's transport defers the
+training: the jobs in flight are trained when the first of them must report, all pending ones
+together (side by side in the worker pool). Flower's sends each job to its node at once and the
+node answers when it has finished (:mod:`fedselect.flower.transport`); the events are still
+taken in the order of the simulated clock, so both engines give the same run.
 """
 
 from __future__ import annotations
@@ -123,6 +127,7 @@ class InFlight:
     start_state: State
     job: Any = None
     final: ClientOutcome | None = None
+    ticket: int | None = None
 
 
 @dataclass(frozen=True)
@@ -174,7 +179,6 @@ class _Loop:
     seq: int = 0
     heap: list = field(default_factory=list)
     flying: dict = field(default_factory=dict)  # client id -> InFlight
-    trained: dict = field(default_factory=dict)  # seq -> TrainResult
     buffer: list = field(default_factory=list)  # Arrival
     ended: list = field(default_factory=list)  # ClientOutcome of work that ended this version, failures included
     costs: list = field(default_factory=list)  # SelectionCost of this version's selections
@@ -226,6 +230,8 @@ class _Loop:
             jobs[j.client_id] = j if n == 0 else replace(j, stream=f"{j.stream}/{n}")
         plan = replace(plan, jobs=tuple(jobs[k] for k in plan.selection.clients if k in jobs))
         begin = self.now + float(sel.cost.latency_s)
+        started = [k for k in sel.clients if k in jobs]
+        tickets = dict(zip(started, run.transport.submit([jobs[k] for k in started])))
         for k in sel.clients:
             self.starts[k] = self.starts.get(k, 0) + 1
             job = jobs.get(k)
@@ -236,7 +242,9 @@ class _Loop:
                 final = None
                 with _quiet():  # the latency the round's rules give this work (the real result comes later)
                     lat = outcome_of(run, plan, k, TrainResult(k, job.start_state, 0.0)).latency_s
-            rec = InFlight(k, self.version, self.now, begin + float(lat), self.seq, plan, self.state.model, job, final)
+            rec = InFlight(
+                k, self.version, self.now, begin + float(lat), self.seq, plan, self.state.model, job, final, tickets.get(k)
+            )
             self.flying[k] = rec
             heapq.heappush(self.heap, (rec.finish_s, k, self.seq))
             self.seq += 1
@@ -274,15 +282,6 @@ class _Loop:
         return True
 
     # ------------------------------------------------------------------ events
-    def _train_pending(self) -> None:
-        """Every job in flight not trained yet, together through the transport."""
-        pending = sorted(
-            (r for r in self.flying.values() if r.job is not None and r.seq not in self.trained), key=lambda r: r.seq
-        )
-        if pending:
-            for r, res in zip(pending, self.run.transport.run([r.job for r in pending])):
-                self.trained[r.seq] = res
-
     def step(self, recorder) -> bool:
         """Handle every finish at the next event time; True when the run is over (T versions, or
         the recorder asked to stop)."""
@@ -291,11 +290,12 @@ class _Loop:
         while self.heap and self.heap[0][0] == at:
             batch.append(heapq.heappop(self.heap))
         self.now = at
-        if any(self.flying[k].job is not None and self.flying[k].seq not in self.trained for _, k, _ in batch):
-            self._train_pending()
-        for _, k, _ in batch:
-            rec = self.flying.pop(k)
-            o = rec.final if rec.job is None else outcome_of(self.run, rec.plan, k, self.trained.pop(rec.seq))
+        recs = [self.flying.pop(k) for _, k, _ in batch]
+        due = [r for r in recs if r.job is not None]
+        results = dict(zip((r.client_id for r in due), self.run.transport.collect([r.ticket for r in due])))
+        for rec in recs:
+            k = rec.client_id
+            o = rec.final if rec.job is None else outcome_of(self.run, rec.plan, k, results[k])
             if o.ok:
                 self.buffer.append(Arrival(o, rec.version, rec.start_state))
             else:

@@ -23,6 +23,7 @@ CORE_COLUMNS = [
     "test_loss",
     "train_loss",
     "round_latency_s",
+    "latency_sum_s",
     "e2e_latency_s",
     "upload_bytes",
     "download_bytes",
@@ -32,6 +33,9 @@ CORE_COLUMNS = [
     "clock_s",
     "available",
 ]
+#: core columns added after runs were already being saved: a run directory whose metrics.csv
+#: lacks them is still read (report, compare) and resumed with the columns it started with
+LATER_CORE_COLUMNS = ("latency_sum_s",)
 TIMING_COLUMNS = ["round", "wall_s", "cum_wall_s"]
 
 
@@ -309,9 +313,12 @@ def summarize(
     rounds (``last_k_accuracy``, ``last_k_f1_macro``; all evaluated rounds if fewer;
     ``summary_window`` = ``window`` and ``summary_window_rounds`` = the rounds averaged),
     ``rounds_to_target`` and ``latency_to_target`` (first round whose ``metric`` >= ``target``;
-    None if never or no target), end-to-end latency (s), total communication in MB (1e6 bytes)
-    up, down and total, and the rounds run.
+    None if never or no target), end-to-end latency (s), ``latency_sum_s`` (the sum of the
+    rows' ``latency_sum_s`` from round 0 on, like the end-to-end latency: every participant's
+    latency over the run, s; None for a run saved before that column existed, nan when a row
+    has nan), total communication in MB (1e6 bytes) up, down and total, and the rounds run.
     """
+    rows = list(rows)
     rs = [r for r in rows if int(_num(r["round"])) >= 1]
     acc = [_num(r["accuracy"]) for r in rs]
     f1 = [_num(r["f1_macro"]) for r in rs]
@@ -325,6 +332,9 @@ def summarize(
     out["last_k_f1_macro"], n_f1 = last_k_mean(f1, window)
     out["summary_window"], out["summary_window_rounds"] = window, n_f1 if metric == "f1_macro" else n_acc
     out["e2e_latency_s"] = _num(rs[-1]["e2e_latency_s"]) if rs else 0.0
+    every = [r for r in rows if int(_num(r["round"])) >= 0]
+    has_sum = all("latency_sum_s" in r for r in every)
+    out["latency_sum_s"] = math.fsum(_num(r["latency_sum_s"]) for r in every) if has_sum and every else None
     last = rs[-1] if rs else {"cum_upload_bytes": 0, "cum_download_bytes": 0}
     up, down = _num(last["cum_upload_bytes"]), _num(last["cum_download_bytes"])
     out["upload_mb"], out["download_mb"], out["communication_mb"] = up / 1e6, down / 1e6, (up + down) / 1e6

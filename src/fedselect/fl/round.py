@@ -130,6 +130,18 @@ class RoundResult:
         return CostModel.round_latency_s(self.selection.cost.latency_s, [o.latency_s for o in self.outcomes])
 
     @property
+    def latency_sum_s(self) -> float:
+        """Sum of the participants' latencies (s; the FLASH-RL authors' ``Timesum``): every
+        outcome of the round, i.e. the clients that ``latency_s`` takes its maximum over, each at
+        the latency the round charges it: a delivered update its latency, a failure its failure
+        latency (docs/reliability.md: dropout the deadline or 0, timeout the deadline, error its
+        compute), a cancelled one (over-selection) the moment the round ended. The probing cost
+        is left out (``probe_latency_s``). 0.0 when nobody was chosen. In async mode (an
+        :class:`~fedselect.fl.asynchronous.AsyncResult`) the outcomes are the work that ended
+        in the interval, so it is the sum of those pieces' latencies."""
+        return math.fsum(o.latency_s for o in self.outcomes)
+
+    @property
     def upload_bytes(self) -> int:
         return sum(o.upload_bytes for o in self.outcomes) + self.selection.cost.upload_bytes
 

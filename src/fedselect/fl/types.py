@@ -147,15 +147,36 @@ class Evaluation:
 
 @dataclass(frozen=True)
 class PhaseCost:
-    """Simulated time (s) and traffic (bytes) of a phase outside the rounds."""
+    """Simulated time (s) and traffic (bytes) of a phase outside the rounds.
+
+    Attributes:
+        latency_s: the phase's charged latency (s; e.g. the warm-up's straggler).
+        upload_bytes, download_bytes: its traffic.
+        latency_sum_s: the sum of the latencies (s) of the clients that worked in the phase, as
+            charged (0 when ``latency_s`` is not counted, e.g. ``count_warmup: false``); None when
+            the phase does not report it (:attr:`clients_latency_sum_s` then says 0 or nan).
+    """
 
     latency_s: float = 0.0
     upload_bytes: int = 0
     download_bytes: int = 0
+    latency_sum_s: float | None = None
+
+    @property
+    def clients_latency_sum_s(self) -> float:
+        """The round-0 row's ``latency_sum_s`` (s): :attr:`latency_sum_s` when reported, else 0.0
+        for a phase that charged no latency and nan for one that did without saying the sum."""
+        if self.latency_sum_s is not None:
+            return float(self.latency_sum_s)
+        return 0.0 if self.latency_s == 0 else math.nan
 
     def __add__(self, other: "PhaseCost") -> "PhaseCost":
+        both_unknown = self.latency_sum_s is None and other.latency_sum_s is None
         return PhaseCost(
-            self.latency_s + other.latency_s, self.upload_bytes + other.upload_bytes, self.download_bytes + other.download_bytes
+            self.latency_s + other.latency_s,
+            self.upload_bytes + other.upload_bytes,
+            self.download_bytes + other.download_bytes,
+            None if both_unknown else self.clients_latency_sum_s + other.clients_latency_sum_s,
         )
 
 

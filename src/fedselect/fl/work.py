@@ -51,6 +51,7 @@ __all__ = [
     "Result",
     "Transport",
     "LocalTransport",
+    "Submissions",
     "EVAL_SPLITS",
 ]
 
@@ -150,6 +151,14 @@ class Transport(Protocol):
     def run(self, jobs: Sequence[Job]) -> list[Result]:
         """The results in job order; a job that fails gives a result with ``error`` set."""
 
+    def submit(self, jobs: Sequence[Job]) -> list[int]:
+        """Start ``jobs`` without waiting for them (``mode: async``: a client starts when its
+        slot frees); returns one ticket per job for :meth:`collect`."""
+
+    def collect(self, tickets: Sequence[int]) -> list[Result]:
+        """The results of submitted jobs, in ticket order, waiting for them where needed; each
+        ticket is collected once."""
+
     def arrival_order(self, seeded: list[int]) -> Sequence[int]:
         """The order in which budgeted-online candidates arrive (the seeded order here)."""
 
@@ -157,6 +166,43 @@ class Transport(Protocol):
         """What the transport adds to ``summary.json`` (``{}`` for the simulator's)."""
 
     def close(self) -> None: ...
+
+
+class Submissions:
+    """:meth:`Transport.submit` / :meth:`Transport.collect` over a transport's ``run``: the
+    jobs submitted are carried out together (side by side in the worker pool) when the first of
+    them is collected, so an async run trains every job in flight in one batch, and jobs never
+    collected (still in flight when the run ends) are never trained. Results do not depend on
+    how the jobs are batched.
+
+    Args:
+        run: carries out a list of jobs, returning their results in order.
+
+    Raises:
+        KeyError: :meth:`collect` of a ticket never submitted or already collected.
+    """
+
+    def __init__(self, run):
+        self._run = run
+        self._next = 0
+        self._pending: dict[int, Job] = {}
+        self._done: dict[int, Result] = {}
+
+    def submit(self, jobs: Sequence[Job]) -> list[int]:
+        tickets = list(range(self._next, self._next + len(jobs)))
+        self._next += len(jobs)
+        self._pending.update(zip(tickets, jobs))
+        return tickets
+
+    def collect(self, tickets: Sequence[int]) -> list[Result]:
+        unknown = [t for t in tickets if t not in self._pending and t not in self._done]
+        if unknown:
+            raise KeyError(f"tickets {unknown} were never submitted or were already collected")
+        if any(t in self._pending for t in tickets):
+            order = sorted(self._pending)
+            for t, res in zip(order, self._run([self._pending.pop(t) for t in order])):
+                self._done[t] = res
+        return [self._done.pop(t) for t in tickets]
 
 
 class LocalTransport:
@@ -175,6 +221,7 @@ class LocalTransport:
         self.fed, self.trainer, self.train_cfg = fed, trainer, train_cfg
         self.workers = int(getattr(trainer, "workers", 0) or 0)
         self._model = None
+        self._submitted = Submissions(self.run)
 
     def _scratch(self) -> torch.nn.Module:
         if self._model is None:
@@ -196,6 +243,14 @@ class LocalTransport:
             else:
                 raise TypeError(f"unknown job {type(j).__name__}")
         return out
+
+    def submit(self, jobs: Sequence[Job]) -> list[int]:
+        """Deferred (:class:`Submissions`): carried out when the first of them is collected."""
+        return self._submitted.submit(jobs)
+
+    def collect(self, tickets: Sequence[int]) -> list[Result]:
+        """The submitted jobs' results (:class:`Submissions`)."""
+        return self._submitted.collect(tickets)
 
     def _evaluate(self, j: EvalJob) -> EvalResult:
         if j.split == "test":

@@ -64,13 +64,19 @@ def run_on_grid(
 
     Raises:
         what :func:`fedselect.experiment.run_experiment` raises; ConfigError / RuntimeError:
-        a node of another federation, or one whose query failed.
+        a node of another federation, or one whose query failed; ValueError: ``mode: async``
+        with ``latency: measured``.
     """
     from fedselect.experiment import check_run_dir
     from fedselect.experiment import run_experiment as run_here
 
     options = options or FlowerOptions()
     r = resolve(cfg, cfg.name)
+    if r.config.mode == "async" and options.measured:
+        raise ValueError(
+            "latency: measured is not available with mode: async (its events follow the simulated fleet clock); "
+            "use latency: simulated (docs/async.md)"
+        )
     if not kwargs.get("resume"):
         check_run_dir(run_dir, kwargs.get("overwrite", False))
     fed = federation or build_federation(r.config)

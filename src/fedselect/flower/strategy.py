@@ -150,6 +150,11 @@ class FedselectStrategy(Strategy):
 
     # ---------------------------------------------------------------- Flower's own loop
     def _connect(self, grid: Grid) -> None:
+        if self.resolved.config.mode == "async":
+            raise ValueError(
+                "mode: async has no rounds for Flower's round loop (configure_train / aggregate_train); run it with "
+                "FedselectStrategy.start(grid), the ServerApp or --engine flower"
+            )
         self.run = Simulation(self.resolved, self.fed, transport=connect(grid, self.resolved, self.fed, self.options))
         _, self.state, self.before = rounds.prepare(self.run)
 

@@ -19,11 +19,21 @@ kinds, :mod:`fedselect.fl.round`):
 
 With ``latency: measured`` every result carries the measured round trip, the node's handler
 time and the sizes of the arrays sent (:class:`fedselect.fl.types.Measured`).
+
+``mode: async`` (docs/async.md) uses :meth:`FlowerTransport.submit` and
+:meth:`~FlowerTransport.collect` instead of :meth:`~FlowerTransport.run`: a job is pushed to
+its node the moment its client starts, each node answers when it has trained, and the replies
+are pulled as they come (one message in flight per node: a node's next job waits for its
+reply). The server takes the results in the order of the simulated clock, so an async run gives
+the simulator's ``metrics.csv`` byte for byte; ``latency: measured`` is not available in async
+mode (its clock would be the wall clock: refused by :mod:`fedselect.flower.grid_run`).
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import dataclass
 from typing import Sequence
 
 from flwr.app import Message
@@ -41,6 +51,17 @@ from fedselect.flower.wire import decode_result, encode_job, failed_result, hand
 log = logging.getLogger("fedselect.flower")
 
 __all__ = ["FlowerTransport"]
+
+
+@dataclass(frozen=True)
+class _Sent:
+    """A submitted job's message in flight: its ticket, the job, its node, when it was pushed
+    (``time.perf_counter()``)."""
+
+    ticket: int
+    job: Job
+    node: int
+    pushed: float
 
 
 class FlowerTransport:
@@ -81,6 +102,10 @@ class FlowerTransport:
         self.model = fed.new_model().state_dict()
         self.messages = 0
         self._polled = 0
+        self._next = 0  # the next ticket
+        self._queued: list[tuple[int, Job, int]] = []  # (ticket, job, node) waiting for their node
+        self._sent: dict[str, _Sent] = {}  # message id -> what it carries
+        self._done: dict[int, Result] = {}  # ticket -> result not collected yet
 
     def connect(self, wait_for_all: bool = True) -> list[int]:
         """Learn the nodes: wait up to ``connect_timeout`` for all N (or only poll once).
@@ -107,10 +132,7 @@ class FlowerTransport:
         for i, r in zip(local, self.server.run([jobs[i] for i in local]) if local else []):
             out[i] = r
         waves: list[dict[int, int]] = []  # node -> job index, one message per node per wave
-        t = max((round_of(j) for j in jobs), default=0)
-        if t > self._polled:  # once per round: nodes that joined or left since the last one
-            self.nodes.poll()
-            self._polled = t
+        self._poll_once_per_round(jobs)
         for i, j in enumerate(jobs):
             if j.client_id is None:
                 continue
@@ -129,6 +151,85 @@ class FlowerTransport:
             for node, i in wave.items():
                 out[i] = self.result(jobs[i], ex, node)
         return out  # type: ignore[return-value]
+
+    def _poll_once_per_round(self, jobs: Sequence[Job]) -> None:
+        """Once per round: learn the nodes that joined or left since the last one."""
+        t = max((round_of(j) for j in jobs), default=0)
+        if t > self._polled:
+            self.nodes.poll()
+            self._polled = t
+
+    # ---------------------------------------------------------------- async: submit / collect
+    def submit(self, jobs: Sequence[Job]) -> list[int]:
+        """Push each job to its node now (module docstring); returns their tickets. A job
+        without a client runs on the server at once; one whose client has no node is a
+        ``dropout`` at once; a job for a node that is still busy is pushed once it answers."""
+        self._poll_once_per_round(jobs)
+        tickets = []
+        for j in jobs:
+            ticket, self._next = self._next, self._next + 1
+            tickets.append(ticket)
+            node = None if j.client_id is None else self.nodes.node(j.client_id)
+            if j.client_id is None:
+                self._done[ticket] = self.server.run([j])[0]
+            elif node is None:
+                self._done[ticket] = self.unreachable(j)
+            else:
+                self._queued.append((ticket, j, node))
+        self._push()
+        return tickets
+
+    def _push(self) -> None:
+        """Push the queued jobs whose node has no message in flight (in ticket order)."""
+        busy = {s.node for s in self._sent.values()}
+        ready = []
+        for item in list(self._queued):
+            if item[2] not in busy:
+                busy.add(item[2])
+                ready.append(item)
+                self._queued.remove(item)
+        if not ready:
+            return
+        msgs = [encode_job(j, node, self.train_cfg) for _, j, node in ready]
+        self.messages += len(msgs)
+        now = time.perf_counter()
+        stored = {mid for mid in self.grid.push_messages(msgs) if mid}  # see messaging.exchange
+        for msg, (ticket, j, node) in zip(msgs, ready):
+            mid = msg.metadata.message_id
+            if mid in stored:
+                self._sent[mid] = _Sent(ticket, j, node, now)
+            else:
+                self._done[ticket] = failed_result(j, "its message could not be pushed to its node", "dropout")
+
+    def collect(self, tickets: Sequence[int]) -> list[Result]:
+        """The results of submitted jobs in ticket order: replies are pulled every ``poll_s``
+        until each has come, or ``reply_timeout`` seconds after its push (then a ``dropout``).
+
+        Raises:
+            KeyError: a ticket never submitted or already collected.
+            KeyboardInterrupt: the run's ``stop`` event was set.
+        """
+        waiting = {s.ticket for s in self._sent.values()} | {q[0] for q in self._queued}
+        unknown = [t for t in tickets if t not in self._done and t not in waiting]
+        if unknown:
+            raise KeyError(f"tickets {unknown} were never submitted or were already collected")
+        while any(t not in self._done for t in tickets):
+            self.nodes.check_stop()
+            got = self.grid.pull_messages(list(self._sent)) if self._sent else []
+            now = time.perf_counter()
+            for reply in got:
+                s = self._sent.pop(reply.metadata.reply_to_message_id, None)
+                if s is not None:
+                    trip = now - s.pushed
+                    self._done[s.ticket] = self.result(s.job, Exchange({s.node: reply}, [], trip, {s.node: trip}), s.node)
+            for mid, s in list(self._sent.items()):
+                if now - s.pushed >= self.options.reply_timeout:
+                    del self._sent[mid]
+                    self._done[s.ticket] = self.result(s.job, Exchange(seconds=now - s.pushed), s.node)
+            self._push()
+            if not got and any(t not in self._done for t in tickets):
+                time.sleep(self.options.poll_s)
+        return [self._done.pop(t) for t in tickets]
 
     def _exchange(self, msgs: list[Message], training: bool) -> Exchange:
         wait = self.options.reply_timeout

@@ -138,8 +138,10 @@ class ReplayMemory:
     """Ring buffer of transitions ``(s, a, r, s', done)`` (SPEC 1.3).
 
     Shapes: ``s, s'`` ``(state_dim,)`` float32; ``a`` ``(U,)`` int64; ``r`` ``(U,)`` float32;
-    ``done`` bool. ``a``, ``r``, ``done`` are ``(capacity, U)`` arrays allocated on the first
-    push (U is fixed by it). The states are kept one array per stored state (not a
+    ``done`` bool. ``a``, ``r`` are ``(capacity, U)`` arrays allocated on the first push, U
+    its number of actions; a transition with fewer actions (``mode: async``, where a buffer's
+    outcomes vary in number) is padded (``lengths`` says how many are real), one with more
+    widens the arrays. The states are kept one array per stored state (not a
     ``(capacity, state_dim)`` block), so memory grows with the transitions pushed, and a
     transition's ``s`` shares the array of the previous transition's ``s'`` when the two are
     equal (consecutive rounds: s_{t+1} stored at round t is s_{t+1} used at round t + 1).
@@ -157,6 +159,7 @@ class ReplayMemory:
         self.a: np.ndarray | None = None
         self.r: np.ndarray | None = None
         self.done: np.ndarray | None = None
+        self.lengths: np.ndarray | None = None  # (capacity,) real actions of each transition
 
     def __len__(self) -> int:
         return self.size
@@ -165,8 +168,8 @@ class ReplayMemory:
         """Store one transition, overwriting the oldest when full.
 
         Raises:
-            ValueError: wrong state size, ``a`` and ``r`` of different lengths, or a U
-                different from the first transition's.
+            ValueError: wrong state size, ``a`` and ``r`` of different lengths, no action, or
+                non-finite values.
         """
         s = np.asarray(s, dtype=np.float32).reshape(-1)
         s2 = np.asarray(s2, dtype=np.float32).reshape(-1)
@@ -179,19 +182,26 @@ class ReplayMemory:
         if not (np.all(np.isfinite(r)) and np.all(np.isfinite(s)) and np.all(np.isfinite(s2))):
             raise ValueError("ReplayMemory.push: states and rewards must be finite")
         if self.a is None:
-            u = a.size
-            self.a = np.zeros((self.capacity, u), np.int64)
-            self.r = np.zeros((self.capacity, u), np.float32)
-            self.done = np.zeros(self.capacity, bool)
-        if a.size != self.a.shape[1]:
-            raise ValueError(f"ReplayMemory.push: every transition needs {self.a.shape[1]} actions, got {a.size}")
+            self._allocate(a.size)
+        if a.size > self.a.shape[1]:  # widen: the earlier transitions are padded
+            old_a, old_r = self.a, self.r
+            self.a = np.zeros((self.capacity, a.size), np.int64)
+            self.r = np.zeros((self.capacity, a.size), np.float32)
+            self.a[:, : old_a.shape[1]], self.r[:, : old_r.shape[1]] = old_a, old_r
         i = self.pos
         prev = self.s2[(i - 1) % self.capacity] if self.size else None
         self.s[i] = prev if prev is not None and np.array_equal(prev, s) else s.copy()
         self.s2[i] = s2.copy()
-        self.a[i], self.r[i], self.done[i] = a, r, bool(done)
+        self.a[i], self.r[i] = 0, 0.0
+        self.a[i, : a.size], self.r[i, : a.size], self.done[i], self.lengths[i] = a, r, bool(done), a.size
         self.pos = (self.pos + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
+
+    def _allocate(self, u: int) -> None:
+        self.a = np.zeros((self.capacity, u), np.int64)
+        self.r = np.zeros((self.capacity, u), np.float32)
+        self.done = np.zeros(self.capacity, bool)
+        self.lengths = np.zeros(self.capacity, np.int64)
 
     def _states(self, which: list, idx) -> np.ndarray:
         return np.stack([which[int(i)] for i in idx]).astype(np.float32, copy=False)
@@ -201,6 +211,13 @@ class ReplayMemory:
         ``(s (B, D), a (B, U), r (B, U), s2 (B, D), done (B,))``."""
         if batch_size > self.size:
             raise ValueError(f"ReplayMemory.sample: asked for {batch_size} of {self.size} transitions")
+        return self.sample_with_lengths(batch_size, rng)[:5]
+
+    def sample_with_lengths(self, batch_size: int, rng: np.random.Generator):
+        """:meth:`sample` plus each transition's number of real actions, ``lengths (B,)``
+        int64 (the rest of its row of ``a`` / ``r`` is padding)."""
+        if batch_size > self.size:
+            raise ValueError(f"ReplayMemory.sample: asked for {batch_size} of {self.size} transitions")
         idx = rng.choice(self.size, size=batch_size, replace=False)
         return (
             torch.from_numpy(self._states(self.s, idx)),
@@ -208,6 +225,7 @@ class ReplayMemory:
             torch.from_numpy(self.r[idx]),
             torch.from_numpy(self._states(self.s2, idx)),
             torch.from_numpy(self.done[idx].astype(np.float32)),
+            torch.from_numpy(self.lengths[idx]),
         )
 
     def state_dict(self) -> dict[str, Any]:
@@ -216,6 +234,8 @@ class ReplayMemory:
         arrays = {}
         if n:
             arrays = {k: getattr(self, k)[:n].copy() for k in ("a", "r", "done")}
+            if (self.lengths[:n] != self.a.shape[1]).any():  # padded transitions (mode: async)
+                arrays["lengths"] = self.lengths[:n].copy()
             arrays["s"], arrays["s2"] = self._states(self.s, range(n)), self._states(self.s2, range(n))
         # the ring keeps its physical order; pos says where the next write goes
         return {"capacity": self.capacity, "state_dim": self.state_dim, "size": n, "pos": self.pos, **arrays}
@@ -232,12 +252,11 @@ class ReplayMemory:
             self.a = self.r = self.done = None
             return
         u = np.asarray(state["a"]).shape[1]
-        self.a = np.zeros((self.capacity, u), np.int64)
-        self.r = np.zeros((self.capacity, u), np.float32)
-        self.done = np.zeros(self.capacity, bool)
+        self._allocate(u)
         n = self.size
         for k in ("a", "r", "done"):
             getattr(self, k)[:n] = np.asarray(state[k])
+        self.lengths[:n] = np.asarray(state["lengths"]) if "lengths" in state else u
         s_all, s2_all = np.asarray(state["s"], np.float32), np.asarray(state["s2"], np.float32)
         for i in range(n):
             self.s2[i] = s2_all[i].copy()
@@ -508,10 +527,14 @@ class DDQNAgent:
         return self.last_loss
 
     def _learn_step(self, round_: int | None = None) -> float | None:
-        s, a, r, s2, done = self.memory.sample(self.config.batch_size, self.rng)
+        s, a, r, s2, done, lengths = self.memory.sample_with_lengths(self.config.batch_size, self.rng)
         y = double_q_targets(self.main, self.target, r, s2, done, self.config.gamma)
         q_taken = self.main(s).gather(1, a)  # (B, U)
-        loss = torch.mean((y - q_taken) ** 2)
+        if bool((lengths == a.shape[1]).all()):
+            loss = torch.mean((y - q_taken) ** 2)
+        else:  # padded transitions (mode: async): the mean over the real actions only
+            mask = (torch.arange(a.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)).to(q_taken.dtype)
+            loss = torch.sum(mask * (y - q_taken) ** 2) / torch.sum(mask)
         value = float(loss.detach())
         if not math.isfinite(value):
             self._discard(round_, f"TD loss {value}")

@@ -39,11 +39,12 @@ Large N (docs/flash-rl.md, "At 10,000 clients"):
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, Literal, Sequence
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fedselect.fl.aggregate import flat_parameters
 from fedselect.fl.types import ClientOutcome, PhaseCost, State
@@ -55,10 +56,41 @@ from fedselect.system import RoundDraws
 log = logging.getLogger("fedselect.flashrl")
 
 
+#: the named agent settings of ``schedule`` (docs/flash-rl.md, "Named schedules"): each expands to
+#: these explicit options. ``paper``: FLASH-RL Table IV (epsilon 0.9 -> 0.35 linearly over all T
+#: rounds, RL batch 50, Adam 0.01, one learning step a round); ``tuned``: ours for FLASH-RL on
+#: MNIST (epsilon 0.9 -> 0.2 reached at round 30, RL batch 10, Adam 0.001, 10 steps a round)
+SCHEDULES: dict[str, dict[str, Any]] = {
+    "paper": {
+        "eps_init": 0.9,
+        "eps_end": 0.35,
+        "eps_decay_rounds": None,
+        "rl_batch_size": 50,
+        "rl_lr": 0.01,
+        "rl_learn_steps": 1,
+    },
+    "tuned": {"eps_init": 0.9, "eps_end": 0.2, "eps_decay_rounds": 30, "rl_batch_size": 10, "rl_lr": 0.001, "rl_learn_steps": 10},
+}
+
+
 class DDQNOptions(BaseModel):
-    """Agent and state options shared by FLASH-RL and FAVOR (defaults: FR Table IV, SPEC 1.3)."""
+    """Agent and state options shared by FLASH-RL and FAVOR (defaults: FR Table IV, SPEC 1.3,
+    except ``eps_end`` 0.2).
+
+    ``schedule`` (``paper`` / ``tuned``, :data:`SCHEDULES`) writes a named agent setting's six
+    options (``eps_init``, ``eps_end``, ``eps_decay_rounds``, ``rl_batch_size``, ``rl_lr``,
+    ``rl_learn_steps``); any of them also given explicitly overrides the schedule's value. The
+    name itself is not kept: a resolved config (``config.yaml``) holds the explicit values only,
+    identical to writing them out. Unset (the default), the options keep their own defaults.
+    """
 
     model_config = ConfigDict(extra="forbid")
+    schedule: Literal["paper", "tuned"] | None = Field(
+        None,
+        exclude=True,
+        description="named agent setting: paper (Table IV: eps 0.9 -> 0.35 over all rounds, RL batch 50, Adam 0.01, 1 step) "
+        "or tuned (eps 0.9 -> 0.2 by round 30, RL batch 10, Adam 0.001, 10 steps); explicit options override it; null = none",
+    )
     pca_components: int = Field(100, ge=1, description="PCA components per model (capped by N)")
     warmup_epochs: int = Field(1, ge=1, description="local epochs of the warm-up of all clients")
     count_warmup: bool = Field(True, description="count the warm-up's straggler latency in the end-to-end latency")
@@ -90,6 +122,17 @@ class DDQNOptions(BaseModel):
     )
     shared_hidden: int = Field(64, ge=1, description="hidden width of the shared Q network")
     shared_pool: bool = Field(True, description="the shared Q network also sees the mean of all clients' features")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_schedule(cls, data: Any) -> Any:
+        """``schedule: NAME`` -> the :data:`SCHEDULES` entry under the explicit options (which win).
+        An unknown name is left for the field's check (``Input should be 'paper' or 'tuned'``)."""
+        if isinstance(data, dict):
+            name = data.get("schedule")
+            if isinstance(name, str) and name in SCHEDULES:
+                return {**SCHEDULES[name], **data}
+        return data
 
     def agent_config(self, q_network: str = "full") -> DDQNConfig:
         return DDQNConfig(
@@ -293,13 +336,15 @@ class DDQNSelector(Selector):
 
     def prepare(self) -> Prepared:
         """Warm-up of all N clients and the PCA fit (SPEC 1.2). Charges the warm-up's bytes and
-        straggler latency (s); reports the PCA's explained-variance ratio."""
+        straggler latency (s) (and, as ``latency_sum_s``, the sum of the N clients' warm-up
+        latencies; both 0 with ``count_warmup: false``); reports the PCA's explained-variance ratio."""
         self._warmup_and_fit()
         draws = self.ctx.draw(0)
         costs = [self.ctx.client_cost(k, self.options.warmup_epochs, draws) for k in range(self.settings.num_clients)]
         lat = max(c.latency_s for c in costs)
         up, down = sum(c.upload_bytes for c in costs), sum(c.download_bytes for c in costs)
         charged = lat if self.options.count_warmup else 0.0
+        charged_sum = math.fsum(c.latency_s for c in costs) if self.options.count_warmup else 0.0
         info = {
             "upload_bytes": up,
             "download_bytes": down,
@@ -321,7 +366,7 @@ class DDQNSelector(Selector):
             self.n_components,
             info["pca_explained_variance"],
         )
-        return Prepared(PhaseCost(charged, up, down), info)
+        return Prepared(PhaseCost(charged, up, down, charged_sum), info)
 
     # ---------------------------------------------------------------- hooks
     def device_features(self, draws: RoundDraws) -> np.ndarray:

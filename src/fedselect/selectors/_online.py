@@ -209,7 +209,7 @@ class OnlineSelection(Selector):
             self.runs.append(run)
         evaluated = int(sum(r["candidates_evaluated"] for r in self.runs))
         return Prepared(
-            PhaseCost(latency, up, down),
+            PhaseCost(latency, up, down, latency),  # the candidates are evaluated one after another: the sum
             {"upload_bytes": up, "download_bytes": down, "latency_s": latency, "candidates_evaluated": evaluated},
         )
 

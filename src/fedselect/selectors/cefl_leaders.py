@@ -15,6 +15,7 @@ to the algorithm (CEFL's ``cefl`` algorithm needs them).
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from typing import Any
 
@@ -111,7 +112,8 @@ class CeflLeaders(Selector):
             "similarity_d": np.round(d, 6).tolist(),
             "edge_weights_s": np.round(s, 6).tolist(),
         }
-        return Prepared(PhaseCost(charged, n * full_bytes, 0), summary, self.groups, states)
+        charged_sum = math.fsum(lat) if o.count_warmup else 0.0  # latency_sum_s of the round-0 row
+        return Prepared(PhaseCost(charged, n * full_bytes, 0, charged_sum), summary, self.groups, states)
 
     def select(self, view: RoundView) -> Selection:
         if self.groups is None:

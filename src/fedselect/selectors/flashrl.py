@@ -41,7 +41,9 @@ class FlashRLOptions(DDQNOptions):
 class FlashRL(DDQNSelector):
     """FLASH-RL (SPEC 1): DDQN selection rewarded by the reputation-based utility FR-eq 10.
 
-    Options (:class:`FlashRLOptions`): Table IV defaults; ``reward`` picks FR-eq 10
+    Options (:class:`FlashRLOptions`): Table IV defaults (``eps_end`` 0.2); ``schedule: paper`` /
+    ``schedule: tuned`` write the paper's or our tuned agent setting (docs/flash-rl.md, "Named
+    schedules"; explicit options override it); ``reward`` picks FR-eq 10
     (``utility_latency``), FR-eq 9 (``utility``) or FR-eq 6 (``reputation_accuracy``; evaluates every
     participant's local model on the test set, slow).
 
@@ -71,10 +73,12 @@ class FlashRL(DDQNSelector):
         return np.concatenate([self.client_rows, self.device_features(draws).astype(np.float32)], axis=1).reshape(-1)
 
     def round_rewards(self, t, outcomes, feedback):
-        """Reputations Psi_t of the selected clients (FR-eq 10 / 9 / 6, FR-eq 14).
+        """Reputations Psi_t of the selected clients (FR-eq 10 / 9 / 6, FR-eq 14), one per outcome.
 
         A failed participant gets utility 0 (and accuracy 0 for FR-eq 6); its latency term uses
-        :meth:`latency_for`.
+        :meth:`latency_for`. In ``mode: async`` a client may report twice before one
+        aggregation (docs/async.md); its reports then update its reputation one after the
+        other, in report order, and each gets the reputation after its own update.
         """
         ids = [o.client_id for o in outcomes]
         before, after = feedback.before.value(self.metric), feedback.after.value(self.metric)
@@ -84,18 +88,39 @@ class FlashRL(DDQNSelector):
         opts = self.options
         if opts.reward == "reputation_accuracy":
             accs = [0.0 if o.failed is not None else self.ctx.evaluate(o.state).value(self.metric) for o in outcomes]
-            self.psi = update_reputations(
-                self.psi, ids, "reputation_accuracy", local_accuracy=accs, prev_global_accuracy=float(before), lam=opts.lam
-            )
         else:
             zeta = [
                 0.0 if o.failed is not None else utility(normalised_divergence(self.flat(o.state).numpy(), global_flat), improved)
                 for o in outcomes
             ]
-            self.psi = update_reputations(
-                self.psi, ids, opts.reward, zeta=zeta, lnorm=lnorm, lam=opts.lam, alpha1=opts.alpha1, alpha2=opts.alpha2
-            )
-        return self.psi[ids]
+        rewards = np.zeros(len(ids), dtype=np.float64)
+        seen: dict[int, int] = {}
+        occurrence = [seen.__setitem__(k, seen.get(k, -1) + 1) or seen[k] for k in ids]
+        for p in range(max(occurrence, default=-1) + 1):  # one pass in a round (its ids are distinct)
+            idx = [i for i, n in enumerate(occurrence) if n == p]
+            sub = [ids[i] for i in idx]
+            if opts.reward == "reputation_accuracy":
+                self.psi = update_reputations(
+                    self.psi,
+                    sub,
+                    "reputation_accuracy",
+                    local_accuracy=[accs[i] for i in idx],
+                    prev_global_accuracy=float(before),
+                    lam=opts.lam,
+                )
+            else:
+                self.psi = update_reputations(
+                    self.psi,
+                    sub,
+                    opts.reward,
+                    zeta=[zeta[i] for i in idx],
+                    lnorm=lnorm[idx],
+                    lam=opts.lam,
+                    alpha1=opts.alpha1,
+                    alpha2=opts.alpha2,
+                )
+            rewards[idx] = self.psi[sub]
+        return rewards
 
     def latency_for(self, o) -> float:
         """The latency (s) FR-eq 10 charges participant ``o``: the measured one when it delivered
