@@ -409,3 +409,59 @@ def test_louvain_fallback_is_reported_once_in_the_cli_output_and_the_run_log(tmp
     assert r.exit_code == 0, r.output
     assert r.output.count("merge/split fallback produced 2") <= 1
     assert (tmp_path / "run" / "run.log").read_text().count("merge/split fallback produced 2") == 1
+
+
+def test_cefl_table_leaves_per_round_figures_blank_and_says_why(tmp_path):
+    """CEFL 2 rounds beside Individual 3 on the two-population data: CEFL's best / last-k / to-target
+    are blank (members were scored with their leader's model during the rounds), its final is
+    the transfer's mean client accuracy; Individual's per-round figures are its rows'."""
+    from fedselect.compare import parse_compare, run_comparison
+    from fedselect.report import build_report
+
+    base = _cfg("individual", rounds=3).model_dump(mode="json")
+    for k in ("method", "selector", "algorithm", "method_options"):
+        base.pop(k, None)
+    base["metrics"]["target"] = 0.5
+    cc = parse_compare(
+        {
+            "name": "t",
+            "seeds": [1],
+            "base": base,
+            "baseline": "Individual",
+            "methods": [
+                {
+                    "label": "CEFL",
+                    "method": "cefl",
+                    "rounds": 2,
+                    "method_options": {"clusters": 2, "base_layers": 1, "warmup_epochs": 2, "transfer_epochs": 2},
+                },
+                {"label": "Individual", "method": "individual"},
+            ],
+        }
+    )
+    d = tmp_path / "c"
+    run_comparison(cc, d)
+    s = __import__("json").loads((d / "runs/CEFL-s1/summary.json").read_text())
+    assert s["round_scores"].startswith("during the rounds a member is scored with its leader's current model")
+    rep = build_report(d, plots=True)
+    cefl, ind = rep["table"]
+    assert cefl["final_accuracy"] == pytest.approx(np.mean(s["client_accuracy"]))
+    for k in ("best_accuracy", "last_k_accuracy", "rounds_to_target", "latency_to_target_s"):
+        assert cefl[k] is None and cefl[k + "_vs"] is None
+    rows = (d / "runs/Individual-s1/metrics.csv").read_text().splitlines()
+    acc = [float(r.split(",")[2]) for r in rows[2:]]  # rounds 1..3
+    assert ind["best_accuracy"] == pytest.approx(max(acc)) and ind["last_k_accuracy"] == pytest.approx(np.mean(acc))
+    md = rep["markdown"]
+    assert "`best acc`, `acc mean last 10`, `rounds to target`, `latency to target (s)` are blank (-) for CEFL: during" in md
+    assert "Methods ran different numbers of rounds (CEFL 2, Individual 3)" in md
+    paired = rep["paired"][0]["cells"]
+    assert paired["last_k_accuracy"]["diffs"] == {} and paired["final_accuracy"]["diffs"][1] == pytest.approx(
+        100 * (cefl["final_accuracy"] - ind["final_accuracy"])
+    )
+    assert "are blank (-) for CEFL" in (d / "report.html").read_text()
+    # not finished (no transfer yet): no final figures either, and the table says so
+    (d / "runs/CEFL-s1/summary.json").unlink()
+    cefl = build_report(d, plots=False)["table"][0]
+    assert cefl["final_accuracy"] is None and cefl["incomplete"] == [
+        "CEFL-s1 (2 of 2 rounds; not transferred yet, no final figures)"
+    ]

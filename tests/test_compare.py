@@ -247,3 +247,100 @@ def test_interrupted_comparison_is_finished_by_resume(tmp_path, tiny_cfg_doc):
     assert res.exit_code == 2 and "cannot be combined with --seeds" in res.output
     res = CliRunner().invoke(app, ["compare", "--resume", str(tmp_path)])
     assert res.exit_code == 2 and "no compare.json there" in res.output
+
+
+def _last(run_dir, key):
+    from fedselect.fl.metrics import read_csv_rows
+
+    return float(read_csv_rows(run_dir / "metrics.csv")[-1][key])
+
+
+def test_methods_with_their_own_rounds_are_tabled_paired_and_resumed_each_at_its_own(tmp_path, tiny_cfg_doc):
+    """FedAvg 1 round, Full 3 (the base's), FedAvg-2 2 (as ``overrides: {rounds: 2}``), seeds 0, 1."""
+    from fedselect.experiment import run_experiment
+
+    doc = _doc({**tiny_cfg_doc, "rounds": 3, "checkpoint_every": 1}, seeds=(0, 1))
+    doc["methods"] = [
+        {"label": "FedAvg", "method": "fedavg", "rounds": 1},
+        {"label": "Full", "method": "full"},
+        {"label": "FedAvg-2", "method": "fedavg", "overrides": {"rounds": 2}},
+    ]
+    cc = parse_compare(doc)
+    assert cc.rounds_of() == {"FedAvg": 1, "Full": 3, "FedAvg-2": 2} and cc.methods[2].overrides == {}
+    d = tmp_path / "c"
+    run_comparison(cc, d)
+    rounds = {"FedAvg": 1, "Full": 3, "FedAvg-2": 2}
+    for lab, t in rounds.items():
+        for s in (0, 1):
+            rows = (d / f"runs/{lab}-s{s}/metrics.csv").read_text().splitlines()
+            assert len(rows) == 1 + 1 + t  # header, round 0, its own rounds
+    rep = build_report(d, plots=True)
+    by = {e["label"]: e for e in rep["table"]}
+    for lab in rounds:
+        runs = [d / f"runs/{lab}-s{s}" for s in (0, 1)]
+        assert by[lab]["final_accuracy"] == pytest.approx(np.mean([_last(r, "accuracy") for r in runs]))
+        comm = [(_last(r, "cum_upload_bytes") + _last(r, "cum_download_bytes")) / 1e6 for r in runs]
+        assert by[lab]["communication_mb"] == pytest.approx(np.mean(comm))
+        assert by[lab]["rounds_planned"] == [rounds[lab]] and by[lab]["incomplete"] == []
+    # each its own total: FedAvg 2 clients x 1 round, Full 8 clients x 3 rounds (the same model up and down)
+    assert by["FedAvg"]["communication_mb"] == pytest.approx(2 * 2 * 101_800 / 1e6)  # MLP 784-32-10: 25,450 floats
+    assert by["Full"]["communication_mb"] == pytest.approx(2 * 8 * 3 * 101_800 / 1e6)
+    # the paired final difference pairs each seed's own last rounds
+    cell = {p["label"]: p for p in rep["paired"]}["Full"]["cells"]["final_accuracy"]
+    for s in (0, 1):
+        want = 100 * (_last(d / f"runs/Full-s{s}", "accuracy") - _last(d / f"runs/FedAvg-s{s}", "accuracy"))
+        assert cell["diffs"][s] == pytest.approx(want)
+    assert "Methods ran different numbers of rounds (FedAvg 1, Full 3, FedAvg-2 2)" in rep["markdown"]
+    assert "Methods ran different numbers of rounds" in (d / "report.html").read_text()
+    # FedAvg-2 seed 0 interrupted after its round 1: incomplete against its own 2 rounds, not the base's 3
+    before = (d / "runs/FedAvg-2-s0/metrics.csv").read_bytes()
+    run_experiment(cc.experiment(cc.methods[2], 0), d / "runs/FedAvg-2-s0", stop_after=1, overwrite=True)
+    rep = build_report(d, plots=False)
+    assert {e["label"]: e["incomplete"] for e in rep["table"]} == {
+        "FedAvg": [],
+        "Full": [],
+        "FedAvg-2": ["FedAvg-2-s0 (1 of 2 rounds)"],
+    }
+    run_comparison(saved_compare_of(d), d, resume=True)  # continued to its own 2 rounds, the rest kept
+    assert (d / "runs/FedAvg-2-s0/metrics.csv").read_bytes() == before
+    assert all(e["incomplete"] == [] for e in build_report(d, plots=False)["table"])
+
+
+def saved_compare_of(d):
+    from fedselect.compare import saved_compare
+
+    return saved_compare(d)
+
+
+def test_method_rounds_are_validated_and_compare_rounds_sets_every_method(tiny_cfg_doc, tmp_path):
+    def entry(**kw):
+        doc = _doc(tiny_cfg_doc)
+        doc["methods"][1].update(kw)
+        return doc
+
+    for bad, msg in (
+        ({"rounds": 0}, r"methods\.1\.rounds: expected an integer >= 1"),
+        ({"rounds": True}, r"methods\.1\.rounds: Input should be a valid integer"),
+        ({"rounds": 2.5}, r"methods\.1\.rounds: Input should be a valid integer"),
+        ({"rounds": 4, "overrides": {"rounds": 5}}, r"rounds: given twice \(rounds: 4 and overrides.rounds: 5\)"),
+        ({"overrides": {"rounds": 0}}, r"methods\.1\.rounds: expected an integer >= 1"),
+    ):
+        with pytest.raises(ConfigError, match=msg):
+            parse_compare(entry(**bad))
+    cc = parse_compare(entry(rounds=7))
+    assert cc.rounds_of() == {"FedAvg": 2, "Full": 7}
+    assert cc.with_rounds(1).rounds_of() == {"FedAvg": 1, "Full": 1}
+    with pytest.raises(ConfigError, match="rounds"):
+        cc.with_rounds(0)
+    # --set rounds=N (load_compare's overrides) is the base's only; --rounds N every method's (with_rounds)
+    import yaml
+
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(entry(rounds=7)))
+    assert load_compare(tmp_path / "c.yaml", {"rounds": 3}).rounds_of() == {"FedAvg": 3, "Full": 7}
+    from typer.testing import CliRunner
+
+    from fedselect.cli import app
+
+    res = CliRunner().invoke(app, ["compare", str(tmp_path / "c.yaml"), "--rounds", "1", "--out", str(tmp_path / "o"), "-q"])
+    assert res.exit_code == 0, res.output
+    assert [len((tmp_path / f"o/runs/{lab}-s0/metrics.csv").read_text().splitlines()) for lab in ("FedAvg", "Full")] == [3, 3]

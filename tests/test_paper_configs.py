@@ -62,6 +62,7 @@ def test_the_directory_holds_the_expected_experiments():
         *(f"flashrl-mobiact-{d}{s}" for d in ("volunteer", "skew8", "skew4") for s in ("", "-imu-watch-substitute")),
         "cefl-table1-mobiact",
         "cefl-table1-imu-watch-substitute",
+        "cefl-table1-paper-schedule-imu-watch-substitute",
         "cefl-fig3-clusters-mobiact",
         "budgeted-grid-unsw",
         "budgeted-grid-iot-synthetic-substitute",

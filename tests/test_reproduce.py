@@ -36,6 +36,11 @@ MANIFEST = ROOT / "configs" / "reproduce.yaml"
         ("> -2", -4.0, -5.0, -3.0, True, False, "not reproduced"),  # wholly below the bound
         ("< 1.5", 0.2, -0.3, 0.7, True, False, "reproduced"),
         ("< 0", 0.8, 0.2, 1.4, True, False, "not reproduced"),
+        ("<= -98", -99.31, -99.31, -99.31, True, False, "reproduced"),  # CEFL's exact communication change
+        ("<= -98", -97.0, -97.5, -96.5, True, False, "not reproduced"),  # wholly above the bound
+        ("<= -98", -98.0, -99.0, -97.0, True, False, "inconclusive"),  # holds the bound
+        (">= 5", 6.0, 5.0, 7.0, True, False, "reproduced"),
+        ("> 0.9", 0.95, 0.91, 0.99, False, True, "reproduced"),  # a bound is judged on substitute data too
         ("up to +2.82", 1.0, 0.0, 2.0, True, False, "not judged"),
         (-7.87, None, None, None, True, False, "not judged"),
         (-7.87, -5.0, None, None, True, False, "not judged"),  # one seed: no interval
@@ -60,7 +65,82 @@ def test_the_manifest_and_every_quick_variant_validate():
         assert set(e.quick_methods or labels) <= labels
         assert quick.base != full.base or not e.quick
         for c in e.claims or []:
-            assert c.method in labels and c.against in labels | {None}, (e.id, c.method)
+            assert c.method in labels and (c.vs is None or c.vs in labels), (e.id, c.method, c.vs)
+        assert set(e.quick_method_options) <= labels
+        if "rounds" in e.quick:  # the quick variant's rounds are every method's, their own included
+            assert set(quick.with_rounds(e.quick["rounds"]).rounds_of().values()) == {e.quick["rounds"]}
+
+
+def test_paper_schedule_and_data_poor_entries():
+    """CEFL at the paper's schedule (100 vs 350 rounds) and the data-poor federation judged against Individual."""
+    m, root = load_manifest(MANIFEST)
+    by = {e.id: e for e in m.entries}
+    sched = load_compare(root / by["cefl-table1-paper-schedule-imu-watch"].config)
+    assert sched.rounds_of() == {"CEFL": 100, "Regular FL": 350, "FedPer": 350, "Individual": 350}
+    assert ("CEFL", "communication_mb_vs", "<= -98") in {(c.method, c.figure, c.value) for c in by[sched_id()].claims}
+    poor = load_compare(root / by["cefl-mnist-data-poor"].config)
+    assert poor.baseline == "Individual" and poor.base["data"]["num_clients"] == 20
+    cefl = poor.experiment(poor.methods[0], 0)
+    assert cefl.method == "cefl" and cefl.algorithm.options["validation_fraction"] == 0.0
+    assert cefl.algorithm.options["base_layers"] == 3 and cefl.selector.options["clusters"] == 2
+
+
+def sched_id() -> str:
+    return "cefl-table1-paper-schedule-imu-watch"
+
+
+def test_cefl_communication_by_hand_is_under_two_percent():
+    """The header's arithmetic: FD-CNN (7 classes) 876,999 floats, conv layers 53,696; N 8, K 2."""
+    from fedselect.algorithms.cefl import cefl_communication, regular_fl_communication
+    from fedselect.models import FDCNN
+
+    model = FDCNN(7)
+    full = sum(v.numel() for v in model.state_dict().values()) * 4
+    base = sum(v.numel() for k, v in model.state_dict().items() if k.startswith(("conv1.", "conv2."))) * 4
+    assert (full, base) == (3_507_996, 214_784)
+    cefl = cefl_communication(full, base, 8, [4, 4], 100)["total_mb"]
+    regular = regular_fl_communication(full, 8, 350)
+    assert cefl == pytest.approx(135.025544) and regular == pytest.approx(19_644.78, abs=0.01)
+    assert 100 * (cefl - regular) / regular == pytest.approx(-99.313, abs=1e-3)
+
+
+def test_claims_against_another_label_and_quick_method_options(tmp_path):
+    from fedselect.reproduce import Claim, Entry, judge_entry, with_method_options
+    from fedselect.tables import RunResult
+
+    def run(label, seed, acc, mb):
+        return RunResult(label, seed, tmp_path, [], {"final_accuracy": acc, "communication_mb": mb}, True, 1)
+
+    results = [run("A", s, 0.80 + 0.01 * s, 10.0) for s in (0, 1, 2)]
+    results += [run("B", s, 0.70 + 0.02 * s, 100.0) for s in (0, 1, 2)]
+    results += [run("C", s, 0.60, 0.0) for s in (0, 1, 2)]
+    from fedselect.tables import paired_table
+
+    rep = {"results": results, "baseline": "C", "labels": ["A", "B", "C"], "quantities": None}
+    rep["paired"] = paired_table(results, rep["labels"], "C")  # what build_report gives
+    entry = Entry(
+        id="x",
+        paper="cefl",
+        title="t",
+        config="c.yaml",
+        claims=[
+            Claim(method="A", figure="final_accuracy_vs", value="> 0"),  # vs the baseline C
+            Claim(method="A", figure="communication_mb_vs", value="<= -80", vs="B"),
+            Claim(method="A", figure="final_accuracy_vs", value="> 0", vs="Z"),  # Z did not run: skipped
+        ],
+    )
+    j = judge_entry(entry, rep)
+    assert len(j) == 2
+    # A - C: 20, 21, 22 points; A vs B: -90% every seed (exact bytes)
+    assert j[0].mean == pytest.approx(21.0) and j[0].verdict == "reproduced"
+    assert j[1].mean == pytest.approx(-90.0) and j[1].low == j[1].high == pytest.approx(-90.0) and j[1].verdict == "reproduced"
+    cc = load_compare(ROOT / "configs" / "repro" / "cefl-mnist-data-poor.yaml")
+    short = with_method_options(cc, {"CEFL": {"transfer_epochs": 2}}, "quick_method_options")
+    assert short.experiment(short.methods[0], 0).algorithm.options["transfer_epochs"] == 2
+    with pytest.raises(ConfigError, match=r"unknown method label\(s\) \['Nope'\]"):
+        with_method_options(cc, {"Nope": {}}, "quick_method_options")
+    with pytest.raises(ConfigError, match="transfer_epochs"):
+        with_method_options(cc, {"CEFL": {"transfer_epochs": -1}}, "quick_method_options")
 
 
 def test_a_bad_manifest_names_the_key(tmp_path):
@@ -108,7 +188,12 @@ def test_quick_reproduction_end_to_end(tmp_path):
 
 def test_no_run_lists_what_has_not_run(tmp_path):
     target, results = reproduce(MANIFEST, tmp_path / "runs", papers=["cefl"], run=False, doc=tmp_path / "r.md")
-    assert [r.ran for r in results] == [False] and not (tmp_path / "runs" / "cefl-table1-imu-watch").exists()
+    assert [r.entry.id for r in results] == [
+        "cefl-table1-imu-watch",
+        "cefl-table1-paper-schedule-imu-watch",
+        "cefl-mnist-data-poor",
+    ]
+    assert [r.ran for r in results] == [False] * 3 and not (tmp_path / "runs" / "cefl-table1-imu-watch").exists()
     text = target.read_text()
     assert "**Not run yet**" in text and "fedselect reproduce cefl" in text
 

@@ -207,7 +207,12 @@ def run(
 @app.command()
 def compare(
     config: Optional[Path] = typer.Argument(None, help=COMPARE_CONFIG_HELP),
-    rounds: Optional[int] = typer.Option(None, "--rounds", "-r", help="override the rounds of every run"),
+    rounds: Optional[int] = typer.Option(
+        None,
+        "--rounds",
+        "-r",
+        help="override the rounds of every run, methods' own `rounds` included (--set rounds=N sets the base's only)",
+    ),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="comma-separated seeds, e.g. 0,1,2 (overrides the config)"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="comparison directory (default runs/<name>-<time>)"),
     sets: Optional[list[str]] = typer.Option(
@@ -228,6 +233,8 @@ def compare(
     """Run several methods (and seeds) on one shared federation; write table and plots.
 
     Every method sees the same partition, device profiles, per-round draws and test set.
+    A method entry may run its own number of rounds (`rounds: N` in the entry, e.g. CEFL 100
+    beside Regular FL 350); the table then takes each method's own last round and totals.
     Output: <out>/table.md, table.csv, paired.csv (differences vs the baseline over seeds with
     95% intervals), plots/*.png, report.html (everything on one offline page) and
     runs/<method>-s<seed>/ (one run directory each).
@@ -242,7 +249,7 @@ def compare(
     try:
         _threads(threads)
         runner_backend = _backend(backend, address, cpus_per_run, ray_cpus, workers)
-        over = _overrides(rounds, None, None, sets, device=device, engine=engine, log=log) or None
+        over = _overrides(None, None, None, sets, device=device, engine=engine, log=log) or None
         if resume is not None:
             given = {"CONFIG": config, "--rounds": rounds, "--seeds": seeds, "--out": out, "--set": sets}
             given.update({"--device": device, "--engine": engine, "--log": log})
@@ -250,6 +257,8 @@ def compare(
             cc = saved_compare(resume)
         else:
             cc = load_compare(config, over)
+            if rounds is not None:  # every method, its own `rounds` included
+                cc = cc.with_rounds(rounds)
         if seeds is not None:
             cc.seeds = _parse_seeds(seeds)
         out_dir = api.output_dir("comparison", cc.name, out, resume)

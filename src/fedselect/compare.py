@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fedselect.config import ConfigError, ExperimentConfig, MethodSpec, apply_overrides, validate_model
 from fedselect.experiment import RoundEvent, check_saved_runs
@@ -32,10 +32,43 @@ FEDERATION_KEYS = ("data", "system", "model", "seed")
 
 class MethodEntry(MethodSpec):
     """One contender: a label for tables/plots, what runs (a ``method`` preset and/or a
-    ``selector`` and an ``algorithm``), and optional overrides of the base experiment (any key
-    except those defining the federation: data, system, model, seed)."""
+    ``selector`` and an ``algorithm``), its own ``rounds`` (T; default the base's) and optional
+    overrides of the base experiment (any key except those defining the federation: data,
+    system, model, seed).
 
+    ``rounds`` lets methods run different budgets side by side, as the papers do (CEFL Table I:
+    CEFL 100 rounds among its leaders, Regular FL and FedPer 350). ``overrides: {rounds: N}``
+    means the same and is read as ``rounds: N``; giving both is an error. The tables then take
+    each method's own last round and own totals (docs/comparisons.md, "Methods with their own
+    rounds").
+
+    Raises:
+        ValueError: ``rounds`` not an integer >= 1, ``rounds`` given twice, or an override of a
+            federation key.
+    """
+
+    rounds: int | None = Field(None, strict=True, description="this method's own T (default: the base's rounds)")
     overrides: dict[str, Any] = Field(default_factory=dict, description="dotted keys, e.g. train.lr")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rounds_in_overrides(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("overrides"), dict) and "rounds" in data["overrides"]:
+            if data.get("rounds") is not None:
+                raise ValueError(
+                    f"rounds: given twice (rounds: {data['rounds']!r} and overrides.rounds: {data['overrides']['rounds']!r}); "
+                    "give the method's rounds once, as `rounds: N`"
+                )
+            over = dict(data["overrides"])
+            data = {**data, "rounds": over.pop("rounds"), "overrides": over}
+        return data
+
+    @field_validator("rounds")
+    @classmethod
+    def _rounds(cls, r: int | None) -> int | None:
+        if r is not None and r < 1:
+            raise ValueError(f"expected an integer >= 1 (this method's own T), got {r!r}")
+        return r
 
     @model_validator(mode="after")
     def _check(self) -> "MethodEntry":
@@ -83,7 +116,26 @@ class CompareConfig(BaseModel):
         doc = entry.apply(copy.deepcopy(self.base))
         doc.update(seed=seed, name=f"{self.name}/{entry.label}")
         doc = apply_overrides(doc, entry.overrides)
+        if entry.rounds is not None:
+            doc["rounds"] = entry.rounds
         return parse_experiment(doc, f"{self.name}: method {entry.label!r}, seed {seed}")
+
+    def rounds_of(self) -> dict[str, int]:
+        """label -> the rounds T that method runs (its own ``rounds``, else the base's)."""
+        return {e.label: self.experiment(e, self.seeds[0]).rounds for e in self.methods}
+
+    def with_rounds(self, rounds: int) -> "CompareConfig":
+        """This comparison with every method at ``rounds`` (the base's and each method's own
+        ``rounds`` replaced): ``fedselect compare --rounds N`` and the quick variants of
+        ``fedselect reproduce``.
+
+        Raises:
+            ConfigError: ``rounds`` is not an integer >= 1 (names the key)."""
+        doc = self.model_dump(mode="json")
+        doc["base"] = {**doc["base"], "rounds": rounds}
+        for m in doc["methods"]:
+            m["rounds"] = None
+        return parse_compare(doc, f"{self.name} (with rounds={rounds!r} for every method)")
 
 
 #: agent settings of the default comparison: 30 rounds are short for a DDQN, so learning starts

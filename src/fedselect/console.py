@@ -155,6 +155,11 @@ def print_table(rep: dict) -> None:
         wide.print(pt)
         if nseeds <= 1:
             console.print(paired_intro(name, nseeds), markup=False, highlight=False)
+    from fedselect.tables import round_scores_notes, rounds_note
+
+    for line in [rounds_note(rep["table"]), *round_scores_notes(rep["table"], rep["columns"])]:
+        if line:  # what the columns mean when methods ran different rounds, and why some cells are blank
+            console.print(line, markup=False, highlight=False)
     for line in rep["markdown"].splitlines():
         if line.startswith(("Incomplete runs", "Caution:")):
             console.print(f"[yellow]{line}[/yellow]")
@@ -194,6 +199,8 @@ def print_components() -> None:
             opts = getattr(cls, "Options", None)
             fields = ", ".join(f"{k}={v.default!r}" for k, v in opts.model_fields.items()) if opts is not None else ""
             doc = getattr(cls, "summary", "") or first_sentence(cls.__doc__ or "")
+            if getattr(cls, "round_scores", None):  # e.g. CEFL: members scored with their leader's model
+                doc += "; only its final figures are tabled (its rounds do not score every client's own model)"
             t.add_row(name, fields or "-", doc)
         wide.print(t)
     wide.print(fleet_table())

@@ -42,6 +42,33 @@ def _mean_band(runs, key):
     return rounds[ok], np.nanmean(vals[:, ok], axis=0), np.nanmin(vals[:, ok], axis=0), np.nanmax(vals[:, ok], axis=0)
 
 
+def legend_names(results, labels: list[str]) -> dict[str, str]:
+    """label -> its legend entry: ``CEFL (100 rounds)`` when the methods ran different numbers
+    of rounds, and ``; rounds: members scored with the leader's model`` where the rounds did not
+    score the clients' own models (the algorithm's ``round_scores``; the star marks the final
+    figure after the method's finish)."""
+    planned = {lab: sorted({r.rounds_planned for r in results if r.label == lab and r.rounds_planned}) for lab in labels}
+    differ = len({tuple(v) for v in planned.values() if v}) > 1
+    out = {}
+    for lab in labels:
+        parts = [f"{'/'.join(map(str, planned[lab]))} rounds"] if differ and planned[lab] else []
+        if any(r.round_scores for r in results if r.label == lab):
+            parts.append("rounds: not the clients' own models, star: final")
+        out[lab] = lab + (f" ({'; '.join(parts)})" if parts else "")
+    return out
+
+
+def _final_after_finish(runs, metric: str):
+    """(mean last round, mean final figure) of finished runs whose rounds did not score the
+    clients' own models (their final figure comes after the rounds); None otherwise."""
+    done = [r for r in runs if r.round_scores and r.complete and isinstance(r.summary.get(f"final_{metric}"), (int, float))]
+    if not done:
+        return None
+    return float(np.mean([r.summary.get("rounds", 0) for r in done])), float(
+        np.mean([r.summary[f"final_{metric}"] for r in done])
+    )
+
+
 def _metric_key(results) -> tuple[str, str]:
     m = results[0].metric if results else "accuracy"
     return m, "macro-F1" if m == "f1_macro" else "test accuracy"
@@ -59,6 +86,7 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
     nseeds = max((len(v) for v in by_label.values()), default=1)
     band_note = f" (mean of {nseeds} seeds, band = min..max)" if nseeds > 1 else ""
     written = []
+    names = legend_names(results, labels)
 
     def save(fig, name):
         fig.tight_layout()
@@ -83,9 +111,12 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
                 if ax is not axes[0][0]:
                     keep = x >= max(1, x.max() // 2)
                     x, m, lo, hi = x[keep], m[keep], lo[keep], hi[keep]
-                ax.plot(x, m, label=lab, color=colors[lab], lw=1.8)
+                ax.plot(x, m, label=names[lab], color=colors[lab], lw=1.8)
                 if nseeds > 1:
                     ax.fill_between(x, lo, hi, color=colors[lab], alpha=0.15)
+                final = _final_after_finish(by_label[lab], metric) if key == metric else None
+                if final is not None:  # e.g. CEFL: the transfer's figure, after the last round
+                    ax.plot([final[0]], [final[1]], marker="*", ms=11, color=colors[lab], ls="none")
             ax.set_xlabel("communication round")
             ax.set_ylabel(ylabel)
             ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))

@@ -8,16 +8,18 @@ runs the comparison into ``OUT/<id>`` (a finished one is kept; an interrupted on
 rebuilds its report from the saved run directories (:func:`fedselect.report.build_report`)
 and judges each figure:
 
-* ``<key>_vs`` (the change against the comparison's baseline: accuracy in points, latency,
-  rounds and communication in percent): ours is the mean of the per-seed paired differences
-  with its 95% Student-t interval (the comparison's ``paired.csv``);
+* ``<key>_vs`` (the change against the comparison's baseline, or against the claim's ``vs``
+  label: accuracy in points, latency, rounds and communication in percent): ours is the mean of
+  the per-seed paired differences with its 95% Student-t interval (the comparison's
+  ``paired.csv`` for the baseline);
 * any other key (e.g. ``final_accuracy`` as a fraction): the mean over seeds with its 95%
   Student-t interval.
 
 Verdicts (:func:`verdict`): **reproduced** (a change: the paper's value lies inside our
 interval and the interval excludes 0, or the paper's change is negligible, under 1 point / 1%,
 and our interval is no wider than +-2; an absolute accuracy: within ``tolerance`` of our mean, or inside an interval
-no wider than +-0.05; a direction claim ``"> 0"``: our interval lies above 0), **direction
+no wider than +-0.05; a direction claim ``"> 0"``: our interval lies above 0; a bound ``"<= -98"``:
+our whole interval lies at or below -98), **direction
 only** (a change of the paper's sign whose interval excludes 0, but not the paper's size),
 **inconclusive** (the interval holds both the paper's value and no change, or is too wide),
 **not reproduced** (the interval holds 0 where the paper reports a change, or the sign is the
@@ -34,9 +36,9 @@ best, worst, cells above 0), the time, the command, and the paper's plots: accur
 and r2 (each averaged over the other axes) and the share of fat clients selected per method
 (:func:`sweep_grid_summary`, :func:`sweep_plots`).
 
-A claim with ``against: LABEL`` is judged on the per-seed paired differences against that
-method instead of the baseline, and ``"> X"`` / ``"< X"`` states a bound (``"> -2"`` against
-offline best: within 2 points of it; an interval holding X is inconclusive).
+A claim with ``vs: LABEL`` is judged on the per-seed paired differences against that method
+instead of the baseline, and ``"> X"`` / ``"<= X"`` ... states a bound (``"> -2"`` with
+``vs: offline best``: within 2 points of it; an interval holding X is inconclusive).
 
 The result is ``OUT/reproduction.md`` (and, with ``doc=``, a copy such as
 ``docs/reproduction.md``): per entry the paper's figure, ours with its interval, the verdict,
@@ -75,21 +77,18 @@ FRACTION_PREFIXES = ("final_accuracy", "best_accuracy", "final_f1", "last_k_")
 
 class Claim(BaseModel):
     """One figure of a paper: ``method`` (a label of the comparison), ``figure`` (a table key,
-    ``<key>_vs`` for the change against the baseline) and the paper's ``value``: a number in
-    the table's units, ``"> 0"`` / ``"< 0"`` for a claim of direction only (e.g. "secretary
-    above online random"), ``"> X"`` / ``"< X"`` for a bound (e.g. ``"> -2"`` with ``against:
-    offline best``: "within 2 points of offline best"), or another text, printed as is and not
-    judged. ``against``: for a ``_vs`` figure, the method the per-seed paired differences are
-    taken against (default: the comparison's baseline)."""
+    ``<key>_vs`` for the change against the baseline, or against ``vs``, another label of the
+    comparison) and the paper's ``value``: a number in the table's units, ``"> 0"`` / ``"< 0"``
+    for a claim of direction only (e.g. "secretary above online random"), a bound ``"<= -98"``
+    / ``">= 5"`` / ``"< x"`` / ``"> x"`` (our whole interval must lie beyond it: e.g. CEFL's
+    communication at most 2% of Regular FL's), or another text, printed as is and not judged."""
 
     model_config = ConfigDict(extra="forbid")
     method: str
     figure: str
     value: float | str
+    vs: str | None = Field(None, description="a `_vs` figure against this label instead of the comparison's baseline")
     note: str | None = None
-    against: str | None = Field(
-        None, description="a method label: a `_vs` figure is then the paired difference against it, not the baseline"
-    )
 
 
 class Entry(BaseModel):
@@ -105,9 +104,15 @@ class Entry(BaseModel):
     title: str
     config: str = Field(description="comparison (or sweep) config, relative to the manifest's directory's parent or absolute")
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1)
-    quick: dict[str, Any] = Field(default_factory=dict, description="dotted-key overrides of the base for --quick")
+    quick: dict[str, Any] = Field(
+        default_factory=dict,
+        description="dotted-key overrides of the base for --quick; `rounds` sets every method's, its own included",
+    )
     quick_seeds: list[int] = Field(default_factory=lambda: [0, 1], min_length=1)
     quick_methods: list[str] | None = Field(None, description="labels kept in --quick (default all)")
+    quick_method_options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="label -> method_options merged over that method's in --quick (e.g. a shorter transfer)"
+    )
     claims: list[Claim] | None = Field(None, description="default: the comparison's paper: section")
     substitute: bool = Field(False, description="substitute data: absolute figures are a reference only")
     tolerance: float = Field(0.01, ge=0, description="accuracy fractions within this of ours count as reproduced")
@@ -175,6 +180,18 @@ def _is_fraction(key: str) -> bool:
     return key.startswith(FRACTION_PREFIXES)
 
 
+_BOUND = re.compile(r"^\s*(<=|>=|<|>)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
+
+
+def parse_bound(value: float | str) -> tuple[str, float] | None:
+    """``("<=", -98.0)`` for the claim ``"<= -98"`` (also ``<``, ``>``, ``>=``; ``"> 0"`` is the
+    direction claim); None for a number or any other text."""
+    if not isinstance(value, str):
+        return None
+    m = _BOUND.match(value)
+    return (m.group(1), float(m.group(2))) if m else None
+
+
 def verdict(
     value: float | str,
     mean: float | None,
@@ -187,26 +204,30 @@ def verdict(
     """``(verdict, why)`` for one figure (module docstring): ``value`` the paper's, ``mean``
     and ``[low, high]`` ours (None: no interval), ``relative`` for a change against the
     baseline, ``substitute`` for another data set than the paper's."""
-    bound = _bound(value)
+    bound = parse_bound(value)
     if isinstance(value, str) and bound is None:
         return "not judged", "the paper states it as text, not one experiment's number"
     if mean is None:
         return "not judged", "we have no value (the target was never reached, or the method did not run)"
     if low is None or high is None:
         return "not judged", "fewer than 2 seeds (no interval)"
-    if bound is not None:  # a claim of direction ("> 0": above the baseline) or a bound ("> -2")
-        op, x = bound
-        if (op == ">" and low > x) or (op == "<" and high < x):
-            if x == 0:
-                return "reproduced", f"the paper's direction ({op} 0) with our interval excluding 0"
-            return "reproduced", f"the paper's bound ({op} {x:g}) with our interval beyond {x:g}"
-        if low <= x <= high:
-            if x == 0:
-                return "not reproduced", "our interval holds 0: no difference we can tell from seed-to-seed noise"
-            return "inconclusive", f"our interval holds {x:g}: more seeds needed"
-        if x == 0:
-            return "not reproduced", "the opposite direction, with an interval excluding 0"
-        return "not reproduced", f"the other side of {x:g}, with an interval excluding it"
+    if bound is not None and bound[1] == 0 and bound[0] in ("<", ">"):  # a claim of direction only
+        direction = f"{bound[0]} 0"
+        if (direction == "> 0" and low > 0) or (direction == "< 0" and high < 0):
+            return "reproduced", f"the paper's direction ({direction}) with our interval excluding 0"
+        if low <= 0 <= high:
+            return "not reproduced", "our interval holds 0: no difference we can tell from seed-to-seed noise"
+        return "not reproduced", "the opposite direction, with an interval excluding 0"
+    if bound is not None:  # a bound: our whole interval beyond it
+        op, c = bound
+        text = f"{op} {c:g}"
+        inside = {"<": high < c, "<=": high <= c, ">": low > c, ">=": low >= c}[op]
+        outside = {"<": low >= c, "<=": low > c, ">": high <= c, ">=": high < c}[op]
+        if inside:
+            return "reproduced", f"our whole 95% interval is {text}"
+        if outside:
+            return "not reproduced", f"our whole 95% interval is on the other side of {c:g}"
+        return "inconclusive", f"our interval holds {c:g}: more seeds needed to tell whether it is {text}"
     if substitute and not relative:
         return "reference only", "substitute data: the paper's absolute figure is another data set's"
     if relative and low <= value <= high:
@@ -230,14 +251,6 @@ def verdict(
     return "not reproduced", f"ours {mean:.4g} [{low:.4g}, {high:.4g}] against the paper's {value:g}"
 
 
-def _bound(value: float | str) -> tuple[str, float] | None:
-    """``("<" or ">", x)`` for a claim ``"> x"`` / ``"< x"``, else None."""
-    if not isinstance(value, str):
-        return None
-    m = re.fullmatch(r"\s*([<>])\s*([-+]?\d+(?:\.\d*)?)\s*", value)
-    return (m.group(1), float(m.group(2))) if m else None
-
-
 def _claims(entry: Entry, rep: dict[str, Any]) -> list[Claim]:
     if entry.claims is not None:
         return entry.claims
@@ -251,25 +264,25 @@ def _claims(entry: Entry, rep: dict[str, Any]) -> list[Claim]:
 def judge_entry(entry: Entry, rep: dict[str, Any]) -> list[Judged]:
     """Each claim of ``entry`` against the comparison report ``rep`` (:func:`build_report`)."""
     from fedselect.stats import paired_interval
-    from fedselect.tables import _value
+    from fedselect.tables import _value, paired_table
 
     results, baseline = rep["results"], rep["baseline"]
-    paired = {p["label"]: p for p in rep.get("paired") or []}
+    pairs = {baseline: {p["label"]: p for p in rep.get("paired") or []}}
     out = []
     ran = set(rep["labels"])
     for c in _claims(entry, rep):
-        if c.method not in ran or (c.against is not None and c.against not in ran):  # e.g. left out of --quick
+        against = c.vs or baseline
+        if c.method not in ran or against not in ran:  # e.g. a method left out of the quick variant
             continue
+        if against not in pairs:  # the paired differences against another label than the baseline
+            pairs[against] = {p["label"]: p for p in paired_table(results, rep["labels"], against, rep.get("quantities"))}
+        paired = pairs[against]
         relative = c.figure.endswith("_vs")
         key = c.figure[: -len("_vs")] if relative else c.figure
         mean = low = high = None
         n = 0
-        if relative and c.against is not None and c.against != baseline:
-            iv = _paired_against(results, c.method, c.against, key)
-            if iv is not None and iv.mean is not None:
-                mean, low, high, n = iv.mean, iv.low, iv.high, iv.n
-        elif relative:
-            cell = None if c.method == baseline else paired.get(c.method, {}).get("cells", {}).get(key)
+        if relative:
+            cell = None if c.method == against else paired.get(c.method, {}).get("cells", {}).get(key)
             if cell is not None:
                 iv = cell["interval"]
                 mean, low, high, n = iv.mean, iv.low, iv.high, iv.n
@@ -284,20 +297,6 @@ def judge_entry(entry: Entry, rep: dict[str, Any]) -> list[Judged]:
         v, why = verdict(c.value, mean, low, high, relative, entry.substitute, entry.tolerance)
         out.append(Judged(c, mean, low, high, n, v, why))
     return out
-
-
-def _paired_against(results: list[Any], method: str, against: str, key: str):
-    """Per-seed paired differences of ``method`` against ``against`` for ``key`` (points for
-    accuracy / F1 fractions, percent otherwise) and their 95% Student-t interval; None when no
-    seed has both."""
-    from fedselect.stats import paired_differences, paired_interval
-    from fedselect.tables import POINT_KEYS, _value
-
-    ours = {r.seed: _value(r, key) for r in results if r.label == method}
-    theirs = {r.seed: _value(r, key) for r in results if r.label == against}
-    unit = "pts" if key in POINT_KEYS or key.startswith(("last_k_", "best_")) else "%"
-    diffs = paired_differences(ours, theirs, unit)
-    return paired_interval(diffs.values()) if diffs else None
 
 
 def _machine() -> str:
@@ -317,6 +316,26 @@ def _runs_wall(directory: Path) -> float:
         except (OSError, ValueError):
             continue
     return total
+
+
+def with_method_options(cc: Any, options: dict[str, dict[str, Any]], where: str) -> Any:
+    """The comparison ``cc`` with ``options[label]`` merged over each named method's
+    ``method_options`` (validated again).
+
+    Raises:
+        ConfigError: a label that is not one of the comparison's, or an option its method refuses."""
+    from fedselect.compare import parse_compare
+    from fedselect.config import ConfigError
+
+    labels = [m.label for m in cc.methods]
+    unknown = [k for k in options if k not in labels]
+    if unknown:
+        raise ConfigError(f"{where}: unknown method label(s) {unknown}; allowed: {labels}")
+    doc = cc.model_dump(mode="json")
+    for m in doc["methods"]:
+        if m["label"] in options:
+            m["method_options"] = {**(m.get("method_options") or {}), **options[m["label"]]}
+    return parse_compare(doc, where)
 
 
 def run_entry(
@@ -342,17 +361,24 @@ def run_entry(
 
     cfg_path = Path(entry.config) if Path(entry.config).is_absolute() else root / entry.config
     overrides = dict(entry.quick) if quick else {}
+    quick_rounds = overrides.pop("rounds", None)  # every method's, its own `rounds` included
     if workers is not None:
         overrides["train.workers"] = workers
     cc = load_compare(cfg_path, overrides or None)
+    if quick_rounds is not None:
+        cc = cc.with_rounds(quick_rounds)
     cc.seeds = list(entry.quick_seeds if quick else entry.seeds)
+    if quick and entry.quick_method_options:
+        cc = with_method_options(cc, entry.quick_method_options, f"entry {entry.id!r}: quick_method_options")
     if quick and entry.quick_methods:
         keep = set(entry.quick_methods)
         cc.methods = [m for m in cc.methods if m.label in keep]
     d = out / entry.id
     seeds = ",".join(map(str, cc.seeds))
-    sets = " ".join(f"--set {k}={v}" for k, v in (entry.quick.items() if quick else []))
+    sets = " ".join(f"--rounds {v}" if k == "rounds" else f"--set {k}={v}" for k, v in (entry.quick.items() if quick else []))
     cmd = f"fedselect compare {entry.config} --seeds {seeds}" + (f" {sets}" if sets else "") + f" --out {d}"
+    if quick and entry.quick_method_options:  # not a command-line option: said beside the command
+        cmd += "  # with method_options " + "; ".join(f"{k}: {v}" for k, v in entry.quick_method_options.items())
     t0 = time.perf_counter()
     resume = (d / "compare.json").is_file()
     if not run and not resume:
@@ -724,7 +750,7 @@ def render(title: str, results: list[EntryResult], machine: str, quick: bool, im
                 if j.low is not None and j.high is not None and j.mean is not None:
                     ours += f" [{_fmt(j.low, j.claim.figure)}, {_fmt(j.high, j.claim.figure)}]"
                 pv = j.claim.value if isinstance(j.claim.value, str) else _fmt(float(j.claim.value), j.claim.figure)
-                fig = f"`{j.claim.figure}`" + (f" vs {j.claim.against}" if j.claim.against else "")
+                fig = f"`{j.claim.figure}`" + (f" vs {j.claim.vs}" if j.claim.vs else "")
                 lines.append(f"| {j.claim.method} | {fig} | {pv} | {ours} | {j.n} | **{j.verdict}**: {j.why} |")
             lines.append("")
             counts = {v: sum(1 for j in r.judged if j.verdict == v) for v in dict.fromkeys(j.verdict for j in r.judged)}

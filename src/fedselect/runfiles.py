@@ -27,6 +27,7 @@ from fedselect.config import dump_config
 from fedselect.fl.checkpoint import save_checkpoint
 from fedselect.fl.metrics import (
     LATER_CORE_COLUMNS,
+    PER_ROUND_KEYS,
     TIMING_COLUMNS,
     CsvLog,
     _fmt,
@@ -352,6 +353,9 @@ def write_summary(
                 best = summary.get(f"best_{key}")
                 summary[f"best_{key}"] = final[key] if best is None else max(best, final[key])
         summary.update({k: v for k, v in final.items() if k not in ("accuracy", "f1_macro", "loss")})
+    note = getattr(sim.algorithm, "round_scores", None)
+    if note:  # the rounds did not score the clients' own models: no figure is read off them
+        summary.update({k: None for k in PER_ROUND_KEYS}, summary_window_rounds=None, round_scores=note)
     summary.update(
         {
             "name": cfg.name,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedselect.fl.metrics import read_csv_rows, read_json, read_metrics, summarize
+from fedselect.fl.metrics import PER_ROUND_KEYS, read_csv_rows, read_json, read_metrics, summarize
 from fedselect.stats import mean_std
 
 #: table columns: key, header, digits, "higher is better"
@@ -52,6 +52,22 @@ class RunResult:
     rounds_planned: int | None
     extra: dict[str, Any] = field(default_factory=dict)
     metric: str = "accuracy"  # the config's metrics.metric: "accuracy" or "f1_macro"
+    #: why the rounds' scores are not the clients' own models (the algorithm's round_scores), or None
+    round_scores: str | None = None
+
+
+def round_scores_of(cfg: dict[str, Any]) -> str | None:
+    """The ``round_scores`` reason of the algorithm a run's resolved ``config.yaml`` names (None:
+    its rounds score every client's own model, or the algorithm cannot be looked up here)."""
+    from fedselect.algorithms import ALGORITHMS
+
+    name = (cfg.get("algorithm") or {}).get("name") if isinstance(cfg.get("algorithm"), dict) else None
+    if not isinstance(name, str) or not name:
+        return None
+    try:
+        return getattr(ALGORITHMS.get(name), "round_scores", None)
+    except ValueError:  # a user's algorithm that is not importable here: nothing is known
+        return None
 
 
 def load_run(
@@ -66,9 +82,13 @@ def load_run(
     """Summarise one run directory from its ``metrics.csv`` and ``timing.csv`` (final figures
     and wall time from ``summary.json`` when the run finished); the target, metric and summary
     window come from its ``config.yaml`` when it has one (``window_override`` replaces the
-    window)."""
+    window).
+
+    A run of an algorithm whose rounds do not score the clients' own models
+    (``round_scores``: CEFL) has the figures read off the rounds (:data:`PER_ROUND_KEYS`) blank,
+    and, while it has not finished (no transfer yet), its final figures too."""
     rows = read_metrics(run_dir / "metrics.csv") if (run_dir / "metrics.csv").exists() else []
-    planned = None
+    planned, note = None, None
     if (run_dir / "config.yaml").exists():
         from fedselect.config import read_yaml_file
 
@@ -76,6 +96,7 @@ def load_run(
         if not isinstance(cfg, dict):
             raise ValueError(f"{run_dir / 'config.yaml'}: expected a mapping (a run's config), got {type(cfg).__name__}")
         planned = cfg.get("rounds")
+        note = round_scores_of(cfg)
         target = cfg.get("metrics", {}).get("target", target) if target is None else target
         metric = cfg.get("metrics", {}).get("metric", metric)
         window = cfg.get("metrics", {}).get("summary_window", window)
@@ -100,8 +121,15 @@ def load_run(
         for key in ("final_accuracy", "final_f1_macro", "communication_mb", "upload_mb", "download_mb"):
             if key in saved:
                 s[key] = saved[key]
+        note = saved.get("round_scores") if isinstance(saved.get("round_scores"), str) else note
         extra = {k: v for k, v in saved.items() if k not in s}
-    return RunResult(label, seed, run_dir, rows, s, complete, planned, extra, metric)
+    if note:  # the rounds scored other models than the clients': no figure is read off them
+        s.update({k: None for k in PER_ROUND_KEYS}, summary_window_rounds=None)
+        if not complete:  # not finished: the last round's figures are not the clients' models either
+            s["final_accuracy"] = s["final_f1_macro"] = None
+        for k in PER_ROUND_KEYS:
+            extra.pop(k, None)
+    return RunResult(label, seed, run_dir, rows, s, complete, planned, extra, metric, note)
 
 
 def _value(r: RunResult, key: str):
@@ -151,9 +179,22 @@ def aggregate_table(results: list[RunResult], labels: list[str], baseline: str |
             "label": lab,
             "seeds": len(rs),
             "seed_list": sorted(r.seed for r in rs),
+            # each run against its own planned rounds (methods may run different numbers)
             "incomplete": [
-                f"{r.dir.name} ({r.summary.get('rounds', 0)} of {r.rounds_planned} rounds)" for r in rs if not r.complete
+                f"{r.dir.name} ({r.summary.get('rounds', 0)} of {r.rounds_planned} rounds"
+                + ("; not transferred yet, no final figures" if r.round_scores else "")
+                + ")"
+                for r in rs
+                if not r.complete
             ],
+            "rounds_planned": sorted(
+                {
+                    int(r.rounds_planned)
+                    for r in rs
+                    if isinstance(r.rounds_planned, int) and not isinstance(r.rounds_planned, bool)
+                }
+            ),
+            "round_scores": next((r.round_scores for r in rs if r.round_scores), None),
         }
         for key, *_ in columns:
             mean, std, n = mean_std(_value(r, key) for r in rs)
@@ -213,6 +254,33 @@ def missing_note(missing: list[dict[str, Any]], baseline: str | None, directory:
         f"left out of the table{vs}: {names}. Run {'them' if len(missing) > 1 else 'it'} with "
         f"`fedselect compare --resume {directory}`."
     )
+
+
+def rounds_note(table: list[dict[str, Any]]) -> str | None:
+    """The line under the table when methods ran different numbers of rounds (their own
+    ``rounds``): what each column then compares (None when every method ran the same)."""
+    per = {e["label"]: e.get("rounds_planned") or [] for e in table}
+    if len({tuple(v) for v in per.values() if v}) <= 1:
+        return None
+    desc = ", ".join(f"{lab} {'/'.join(map(str, v))}" for lab, v in per.items() if v)
+    return (
+        f"Methods ran different numbers of rounds ({desc}): `final` is each method's own last round (after its finish, "
+        f"e.g. CEFL's transfer), `e2e latency` and `comm` are each method's own totals; best, the last-k mean and the "
+        f"rounds / latency to target are taken over each method's own rounds (a method with fewer rounds had fewer "
+        f"chances to reach the target). Paired differences pair the runs of a seed, never round r of one method with "
+        f"round r of another; the per-round plots give each method its own range of rounds."
+    )
+
+
+def round_scores_notes(table: list[dict[str, Any]], columns=COLUMNS) -> list[str]:
+    """One line per reason why some methods' per-round figures are blank (their algorithm's
+    ``round_scores``, e.g. CEFL's: members are scored with their leader's model during the rounds)."""
+    heads = [f"`{h}`" for k, h, _, _ in columns if k in PER_ROUND_KEYS or k.startswith("last_k_")]
+    by_reason: dict[str, list[str]] = {}
+    for e in table:
+        if e.get("round_scores"):
+            by_reason.setdefault(e["round_scores"], []).append(e["label"])
+    return [f"{', '.join(heads)} are blank (-) for {', '.join(labels)}: {reason}." for reason, labels in by_reason.items()]
 
 
 def _cell(e: dict[str, Any], key: str, digits: int) -> str:
@@ -432,6 +500,9 @@ def render_markdown(
         )
         if caveat:
             lines.append(caveat)
+    for note in [rounds_note(table), *round_scores_notes(table, columns)]:
+        if note:
+            lines.append(note)
     if baseline:
         lines += [
             "",

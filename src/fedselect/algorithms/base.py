@@ -128,6 +128,12 @@ class Algorithm:
         Options: pydantic model of the options (unknown keys are errors).
         needs_groups: needs a selector that clusters clients and names leaders (CEFL).
         shares_model: exchanges a model with the server (False: Individual training).
+        round_scores: None when each round's evaluation scores the model every client would
+            use at that round; otherwise why not (CEFL: members are scored with their leader's
+            model until the transfer after the last round). Then the figures read off the
+            rounds (best, last-k mean, rounds / latency to target:
+            :data:`fedselect.fl.metrics.PER_ROUND_KEYS`) are blank in the run's summary and in
+            the tables, whose notes give this reason; only the final figures are reported.
     """
 
     name: ClassVar[str] = ""
@@ -135,6 +141,7 @@ class Algorithm:
     Options: ClassVar[type[BaseModel]] = AlgorithmOptions
     needs_groups: ClassVar[bool] = False
     shares_model: ClassVar[bool] = True
+    round_scores: ClassVar[str | None] = None
 
     def __init__(self, ctx: AlgorithmContext, options: BaseModel | None = None):
         self.ctx, self.fed, self.train_cfg, self.settings = ctx, ctx.fed, ctx.train_cfg, ctx.settings

@@ -23,7 +23,10 @@ needs its groups and warm-up models.
 Evaluation (SPEC 2): every client on its own held-out split with its own model; during the
 rounds a member is scored with its leader's current model (what it would receive), after the
 transfer with its fine-tuned model. ``accuracy`` is the mean over clients; ``accuracy_std``
-and ``client_accuracy`` give the spread and the per-client values.
+and ``client_accuracy`` give the spread and the per-client values. Because the rounds' scores
+are not those of the members' own models, the figures read off the rounds (best, last-k
+mean, rounds / latency to target) are blank in the summary and the tables
+(:attr:`CEFL.round_scores` says why); the final figures are the transfer's.
 
 Communication (SPEC 2 item 7) in MB (10^6 bytes, float32): parts 1-4 and the total are in the
 summary (``communication_parts_mb``, ``communication_mb``); parts 2 and 3 are the bytes the
@@ -159,6 +162,12 @@ class CEFL(Personalised):
     summary = "CEFL: FL among cluster leaders on the base layers, then transfer to members"
     Options = CEFLOptions
     needs_groups = True
+    round_scores = (
+        "during the rounds a member is scored with its leader's current model, which it receives only in the transfer "
+        "after the last round; scoring every round with the model a member would have after a transfer would mean "
+        "running the transfer (up to transfer_epochs epochs per member) at every evaluated round, so only the final "
+        "figures, after the transfer, score every client with its own model"
+    )
 
     def __init__(self, ctx, options=None):
         super().__init__(ctx, options)

@@ -290,6 +290,20 @@ def last_k_mean(values: Sequence[float], k: int) -> tuple[float | None, int]:
     return math.fsum(tail) / len(tail), len(tail)
 
 
+#: summary figures read off the per-round rows (best over the rounds, the last-k mean, the first
+#: round reaching the target). A method whose rounds do not score the models its clients end
+#: with (:attr:`fedselect.algorithms.base.Algorithm.round_scores`: CEFL, whose members get their
+#: model only after the last round) has them blank (None) in its summary and in the tables.
+PER_ROUND_KEYS = (
+    "best_accuracy",
+    "best_f1_macro",
+    "last_k_accuracy",
+    "last_k_f1_macro",
+    "rounds_to_target",
+    "latency_to_target_s",
+)
+
+
 def summarize(
     rows: Iterable[dict[str, Any]], target: float | None = None, metric: str = "accuracy", window: int = 10
 ) -> dict[str, Any]:
