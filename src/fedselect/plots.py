@@ -29,8 +29,10 @@ def _series(rows: list[dict[str, str]], key: str) -> tuple[np.ndarray, np.ndarra
     return r, v
 
 
-def _mean_band(runs, key):
-    """Rounds present in every run, mean and min/max band."""
+def _mean_band(runs, key, ci: bool = False):
+    """Rounds present in every run, the mean over the runs, and a band: min..max, or with
+    ``ci`` the 95% Student-t interval of the mean (mean +- t_{0.975, n-1} sd / sqrt(n) over the
+    runs with a value at that round; the mean itself where fewer than 2 have one)."""
     if not runs:
         return None
     n = min(len(r.rows) for r in runs)
@@ -39,7 +41,17 @@ def _mean_band(runs, key):
     rounds = _series(runs[0].rows[:n], key)[0]
     vals = np.stack([_series(r.rows[:n], key)[1] for r in runs])
     ok = ~np.isnan(vals).all(axis=0)
-    return rounds[ok], np.nanmean(vals[:, ok], axis=0), np.nanmin(vals[:, ok], axis=0), np.nanmax(vals[:, ok], axis=0)
+    vals = vals[:, ok]
+    mean = np.nanmean(vals, axis=0)
+    if not ci:
+        return rounds[ok], mean, np.nanmin(vals, axis=0), np.nanmax(vals, axis=0)
+    from scipy.stats import t
+
+    count = (~np.isnan(vals)).sum(axis=0)
+    sd = np.nanstd(vals, axis=0, ddof=1) if vals.shape[0] > 1 else np.zeros_like(mean)
+    q = np.where(count > 1, t.ppf(0.975, np.maximum(count - 1, 1)), 0.0)
+    half = np.where(count > 1, q * np.nan_to_num(sd) / np.sqrt(np.maximum(count, 1)), 0.0)
+    return rounds[ok], mean, mean - half, mean + half
 
 
 def legend_names(results, labels: list[str]) -> dict[str, str]:
@@ -84,7 +96,9 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
         by_label[r.label].append(r)
     metric, metric_name = _metric_key(results)
     nseeds = max((len(v) for v in by_label.values()), default=1)
-    band_note = f" (mean of {nseeds} seeds, band = min..max)" if nseeds > 1 else ""
+    # with >= 3 seeds of every method the band is the 95% interval of the mean; else min..max
+    ci = min((len(v) for v in by_label.values()), default=1) >= 3
+    band_note = f" (mean of {nseeds} seeds, band = {'95% interval' if ci else 'min..max'})" if nseeds > 1 else ""
     written = []
     names = legend_names(results, labels)
 
@@ -104,7 +118,7 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
         fig, axes = plt.subplots(1, 2 if zoom else 1, figsize=(11 if zoom else 7, 4.2), squeeze=False)
         for ax in axes[0]:
             for lab in labels:
-                mb = _mean_band(by_label[lab], key)
+                mb = _mean_band(by_label[lab], key, ci)
                 if mb is None:
                     continue
                 x, m, lo, hi = mb
