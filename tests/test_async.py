@@ -195,7 +195,7 @@ def test_comparison_config_resolves():
 
     cc = load_compare(Path(__file__).resolve().parents[1] / "configs" / "async-fleet.yaml", {})
     modes = [cc.experiment(m, 0).mode for m in cc.methods]
-    assert modes == ["sync", "async", "async"]
+    assert modes == ["sync", "async", "async", "async"]
     assert cc.experiment(cc.methods[2], 0).async_.buffer_size == 10
 
 

@@ -292,7 +292,10 @@ def test_forward_is_batch_size_invariant(name, shape):
     model = build_model(name, shape, 8, generator=torch_rng(0, "m")).eval()
     with torch.inference_mode():
         whole = model(x)
-        for b in (250, 64, 7):
+        # chunks of 250 / 64 / 50 rows (tails of 50 and 44): what evaluation's chunking produces. Not
+        # below that: on AVX-512 CPUs MKL / oneDNN take other kernels for a handful of rows (7 or 1
+        # differ from the whole batch by ~5e-8), and both evaluation paths cut the same tail anyway
+        for b in (250, 64, 50):
             assert torch.equal(torch.cat([model(x[i : i + b]) for i in range(0, 300, b)]), whole)
         with _threads(2):  # nor on the thread count
             assert torch.equal(model(x), whole)
@@ -335,8 +338,11 @@ def test_batched_path_close_to_sequential(data, spec, optimizer, momentum, wd):
         assert r.loss == pytest.approx(loss, rel=1e-4)
         assert r.num_sample_losses == stats["num_sample_losses"]
         assert r.sum_sq_sample_loss == pytest.approx(stats["sum_sq_sample_loss"], rel=1e-4)
+        # Adam: where a gradient is ~0, float reordering of ~1e-9 moves a weight by up to ~lr * 1e-2
+        # (seen: 1 of 25,088 weights off by 9.3e-5 on an AVX-512 CPU), so its absolute tolerance is 2e-4
+        atol = 2e-4 if optimizer == "adam" else 2e-5
         for k in state:
-            torch.testing.assert_close(r.state[k], state[k], rtol=1e-4, atol=2e-5)
+            torch.testing.assert_close(r.state[k], state[k], rtol=1e-4, atol=atol)
         moved = max(float((state[k] - init[k]).abs().max()) for k in state)
         assert moved > 5e-3  # the comparison is not between (nearly) untrained models
 
