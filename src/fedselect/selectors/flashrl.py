@@ -88,37 +88,24 @@ class FlashRL(DDQNSelector):
         opts = self.options
         if opts.reward == "reputation_accuracy":
             accs = [0.0 if o.failed is not None else self.ctx.evaluate(o.state).value(self.metric) for o in outcomes]
+            per_client, fixed = {"local_accuracy": accs}, {"prev_global_accuracy": float(before), "lam": opts.lam}
         else:
             zeta = [
                 0.0 if o.failed is not None else utility(normalised_divergence(self.flat(o.state).numpy(), global_flat), improved)
                 for o in outcomes
             ]
+            per_client, fixed = {"zeta": zeta, "lnorm": lnorm}, {"lam": opts.lam, "alpha1": opts.alpha1, "alpha2": opts.alpha2}
+        # pass p updates each client's p-th report of this aggregation (one pass in a round: its ids are distinct)
+        occurrence, seen = [], {}
+        for k in ids:
+            occurrence.append(seen.get(k, 0))
+            seen[k] = occurrence[-1] + 1
         rewards = np.zeros(len(ids), dtype=np.float64)
-        seen: dict[int, int] = {}
-        occurrence = [seen.__setitem__(k, seen.get(k, -1) + 1) or seen[k] for k in ids]
-        for p in range(max(occurrence, default=-1) + 1):  # one pass in a round (its ids are distinct)
+        for p in range(max(occurrence, default=-1) + 1):
             idx = [i for i, n in enumerate(occurrence) if n == p]
             sub = [ids[i] for i in idx]
-            if opts.reward == "reputation_accuracy":
-                self.psi = update_reputations(
-                    self.psi,
-                    sub,
-                    "reputation_accuracy",
-                    local_accuracy=[accs[i] for i in idx],
-                    prev_global_accuracy=float(before),
-                    lam=opts.lam,
-                )
-            else:
-                self.psi = update_reputations(
-                    self.psi,
-                    sub,
-                    opts.reward,
-                    zeta=[zeta[i] for i in idx],
-                    lnorm=lnorm[idx],
-                    lam=opts.lam,
-                    alpha1=opts.alpha1,
-                    alpha2=opts.alpha2,
-                )
+            inputs = {name: [values[i] for i in idx] for name, values in per_client.items()}
+            self.psi = update_reputations(self.psi, sub, opts.reward, **inputs, **fixed)
             rewards[idx] = self.psi[sub]
         return rewards
 
