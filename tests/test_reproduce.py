@@ -169,7 +169,14 @@ def test_quick_reproduction_end_to_end(tmp_path):
             continue
         assert f"### {e.title}" in text and f"fedselect report {d}" in text
         assert (d / "compare.json").is_file()
-    assert "**Quick variant**" in text and "Machine:" in text
+    assert "**Quick variant**" in text
+    # every entry names the machine its runs were made on, from the record in its directory
+    from fedselect.reproduce import _machine, read_sessions
+
+    for e in m.entries:
+        sessions = read_sessions(tmp_path / "runs" / e.id)
+        assert [x["machine"] for x in sessions] == [_machine()] and sessions[0]["wall_s"] > 0
+    assert text.count(f"on {_machine()} (runs' own wall time") == len(m.entries)
     by_id = {r.entry.id: r for r in results}
     # a direction that holds with margin on the quick setting: CEFL's leaders move a fraction of
     # Regular FL's bytes (the same bytes every seed, an exact difference)
@@ -276,11 +283,11 @@ def test_the_sweep_entry_on_its_quick_grid_summarises_the_runs(tmp_path):
     assert g["methods"]["offline best"]["mean"]["fat_selected_share"] == pytest.approx(np.mean(shares))
     assert sorted(p.name for p in r.plots) == ["accuracy_vs_num_clients.png", "accuracy_vs_r2.png", "fat_selected_share.png"]
     assert all(p.stat().st_size > 1000 for p in r.plots)
-    text = render("t", [r], "m", quick=True)
+    text = render("t", [r], quick=True)
     assert f"| secretary | 4 | {np.mean(sec):.4f} | {max(sec):.4f} (" in text
     assert f"| secretary - online random | {np.mean(diff):+.2f} | {max(diff):+.2f} (" in text
     assert f"| online random | 2 | {np.mean(rnd):.4f} |" in text  # a baseline: one cell per N
     assert "fedselect reproduce budgeted --quick" in text and "--table-only" not in text  # the quick grid is not the config's
-    full = render("t", [r], "m", quick=False)
+    full = render("t", [r], quick=False)
     assert f"fedselect sweep {e.config} --table-only --out {d}" in full
     assert f"runs' own wall time {r.runs_wall_s / 60:.1f} min" in text and "![budgeted-table6-class-skew accuracy vs r2]" in text

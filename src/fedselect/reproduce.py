@@ -117,6 +117,11 @@ class Entry(BaseModel):
     substitute: bool = Field(False, description="substitute data: absolute figures are a reference only")
     tolerance: float = Field(0.01, ge=0, description="accuracy fractions within this of ours count as reproduced")
     finding: str | None = Field(None, description="what we found, printed under the entry's table")
+    table: bool = Field(
+        False,
+        description="also show the comparison's whole table (every method's figures, mean +- sd, and the paired "
+        "differences against the baseline with 95% intervals), e.g. for methods the paper has no figure for",
+    )
 
 
 class Manifest(BaseModel):
@@ -174,6 +179,8 @@ class EntryResult:
     ran: bool = True
     incomplete: list[str] = field(default_factory=list)
     grid: dict[str, Any] | None = None  # sweep entries: :func:`sweep_grid_summary`
+    machines: list[str] = field(default_factory=list)  # where the runs were made (RECORD), oldest first
+    markdown: str | None = None  # the comparison's own table.md (entries with ``table: true``)
 
 
 def _is_fraction(key: str) -> bool:
@@ -303,7 +310,51 @@ def _machine() -> str:
     import torch
 
     cpu = platform.processor() or platform.machine()
+    try:  # the CPU's model name where Linux tells it
+        names = [x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
     return f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs ({cpu}), torch {torch.__version__}, {torch.get_num_threads()} threads"
+
+
+#: the file in an entry's directory that says on which machines its runs were made
+RECORD = "reproduce.json"
+
+
+def record_session(directory: Path, machine: str, started: float, wall_s: float) -> None:
+    """Append one session (the machine, its start as a UTC ISO time, its wall seconds) to
+    ``directory/RECORD`` (written atomically), so that the document rebuilt later, elsewhere,
+    still names the hardware the runs were made on."""
+    from datetime import datetime, timezone
+
+    from fedselect.runfiles import write_json_atomic
+
+    sessions = read_sessions(directory)
+    sessions.append(
+        {
+            "machine": machine,
+            "started": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
+            "wall_s": round(wall_s, 1),
+        }
+    )
+    write_json_atomic(directory / RECORD, {"sessions": sessions})
+
+
+def read_sessions(directory: Path) -> list[dict[str, Any]]:
+    """The sessions recorded in ``directory/RECORD`` (empty when there is none or it is unreadable)."""
+    import json
+
+    try:
+        doc = json.loads((directory / RECORD).read_text())
+    except (OSError, ValueError):
+        return []
+    sessions = doc.get("sessions") if isinstance(doc, dict) else None
+    return [x for x in sessions or [] if isinstance(x, dict) and isinstance(x.get("machine"), str)]
+
+
+def _machines(directory: Path) -> list[str]:
+    return list(dict.fromkeys(x["machine"] for x in read_sessions(directory)))
 
 
 def _runs_wall(directory: Path) -> float:
@@ -387,7 +438,9 @@ def run_entry(
     if run and not done:  # a finished comparison is kept as it is
         if on_progress:
             on_progress(f"{entry.id}: {'continuing' if resume else 'running'} {len(cc.methods)} methods x {len(cc.seeds)} seeds")
+        started = time.time()
         run_comparison(cc, d, resume=resume)
+        record_session(d, _machine(), started, time.perf_counter() - t0)
     check_comparison_runs(d)
     rep = build_report(d)
     runs_wall = _runs_wall(d)
@@ -398,6 +451,9 @@ def run_entry(
         f"{m['dir']} (missing)" for m in rep.get("missing") or []
     ]
     res.plots = [p for p in (d / "plots").glob("*.png") if p.stem in ("metric_vs_latency", "latency_vs_round", "metric_vs_round")]
+    res.machines = _machines(d)
+    if entry.table:
+        res.markdown = rep["markdown"]
     return res
 
 
@@ -615,7 +671,11 @@ def run_sweep_entry(
             on_progress(
                 f"{entry.id}: {'continuing' if present else 'running'} the sweep ({len(sc.points())} grid points x {len(sc.seeds)} seeds)"
             )
+        started = time.time()
+        before = _runs_wall(d)
         run_sweep(sc, d)
+        if _runs_wall(d) != before:  # something ran (a finished sweep only rebuilds its table)
+            record_session(d, _machine(), started, time.perf_counter() - t0)
     else:
         check_sweep_runs(d)
         build_sweep_table(d, sc)
@@ -623,12 +683,32 @@ def run_sweep_entry(
     res = EntryResult(entry, d, sc.seeds, time.perf_counter() - t0 if run else runs_wall, runs_wall, command=cmd)
     res.grid = sweep_grid_summary(d, sc)
     res.plots = sweep_plots(res.grid, d / "plots")
+    res.machines = _machines(d)
     expected = len(
         {(m.label, repr(sorted(_restrict(p, m).items())), s) for p in sc.points() for m in sc.methods for s in sc.seeds}
     )
     if res.grid["runs"] < expected:
         res.incomplete = [f"{expected - res.grid['runs']} of {expected} runs not finished"]
     return res
+
+
+def _where(r: EntryResult) -> str:
+    """Where and how long: ``"12.3 min on Linux x86_64, 2 CPUs ..."`` from the entry's record."""
+    on = "on " + "; then on ".join(r.machines) if r.machines else "on a machine not recorded (runs made before reproduce.json)"
+    return f"{r.wall_s / 60:.1f} min {on} (runs' own wall time {r.runs_wall_s / 60:.1f} min)"
+
+
+def _whole_table(markdown: str) -> list[str]:
+    """The comparison's table.md under the entry: its title dropped, its sections one level
+    below the entry's heading."""
+    lines = markdown.strip().splitlines()
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]
+    return (
+        ["The comparison's whole table (its `table.md`; mean ± sample sd over seeds):", ""]
+        + ["#" + x if x.startswith("## ") else x for x in lines]
+        + [""]
+    )
 
 
 def _point(p: dict[str, Any]) -> str:
@@ -677,8 +757,8 @@ def _render_sweep(r: EntryResult, quick: bool, image_dir: str | None) -> list[st
     if e.finding:
         lines += [e.finding.strip(), ""]
     lines += [
-        f"Config `{e.config}`, seeds {', '.join(map(str, r.seeds))}; {r.wall_s / 60:.1f} min here "
-        f"(runs' own wall time {r.runs_wall_s / 60:.1f} min). Directory `{r.directory}` (table.md, report.html).",
+        f"Config `{e.config}`, seeds {', '.join(map(str, r.seeds))}; {_where(r)}. "
+        f"Directory `{r.directory}` (table.md, report.html).",
         "",
         "```",
         r.command,
@@ -700,7 +780,7 @@ def _fmt(v: float | None, key: str) -> str:
     return f"{v:+.2f}" if key.endswith("_vs") else f"{v:.4g}"
 
 
-def render(title: str, results: list[EntryResult], machine: str, quick: bool, image_dir: str | None = None) -> str:
+def render(title: str, results: list[EntryResult], quick: bool, image_dir: str | None = None) -> str:
     """The reproduction document (Markdown) for ``results``."""
     lines = [f"# {title}", ""]
     lines += [
@@ -708,9 +788,8 @@ def render(title: str, results: list[EntryResult], machine: str, quick: bool, im
         "Every number below comes from a saved comparison directory that `fedselect report DIR` rebuilds; "
         "the command under each table makes it again. Ours: the mean over seeds with its 95% Student-t "
         "interval; for a `_vs` figure the mean of the per-seed paired differences against the baseline "
-        "(accuracy in points, latency / rounds / communication in percent).",
-        "",
-        f"Machine: {machine}.",
+        "(accuracy in points, latency / rounds / communication in percent). Under each table: the machine its "
+        "runs were made on (recorded in the directory's `reproduce.json`) and the time they took.",
         "",
     ]
     if quick:
@@ -762,10 +841,11 @@ def render(title: str, results: list[EntryResult], machine: str, quick: bool, im
             )
             if e.finding:
                 lines += ["", e.finding.strip()]
+            if r.markdown:
+                lines += [""] + _whole_table(r.markdown)
             lines += [
                 "",
-                f"Config `{e.config}`, seeds {', '.join(map(str, r.seeds))}; {r.wall_s / 60:.1f} min here "
-                f"(runs' own wall time {r.runs_wall_s / 60:.1f} min). Directory `{r.directory}`.",
+                f"Config `{e.config}`, seeds {', '.join(map(str, r.seeds))}; {_where(r)}. Directory `{r.directory}`.",
                 "",
                 "```",
                 r.command,
@@ -806,8 +886,7 @@ def reproduce(
     out.mkdir(parents=True, exist_ok=True)
     entries = [e for e in m.entries if not papers or e.paper in papers]
     results = [run_entry(e, root, out, quick, on_progress, workers, run) for e in entries]
-    machine = _machine()
-    text = render(m.title, results, machine, quick)
+    text = render(m.title, results, quick)
     target = out / "reproduction.md"
     atomic_write(target, lambda fh: fh.write(text))
     if doc is not None:
@@ -817,7 +896,7 @@ def reproduce(
         for r in results:
             for p in r.plots:
                 shutil.copyfile(p, img / f"{r.entry.id}-{p.name}")
-        text = render(m.title, results, machine, quick, image_dir="img/reproduction")
+        text = render(m.title, results, quick, image_dir="img/reproduction")
         atomic_write(doc, lambda fh: fh.write(text))
         target = doc
     return target, results
