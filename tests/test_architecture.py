@@ -39,6 +39,7 @@ LAYERS = {
     "fedselect.sweep": 8,
     "fedselect.report": 8,
     "fedselect.reproduce": 8,
+    "fedselect.repro": 8,  # the parts of fedselect.reproduce (its public face)
     "fedselect.plots": 8,
     "fedselect.html_report": 8,
     "fedselect.tables": 8,

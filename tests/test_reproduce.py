@@ -58,6 +58,12 @@ def test_the_manifest_and_every_quick_variant_validate():
             full, quick = _sweep_config(e, root, False, None), _sweep_config(e, root, True, None)
             assert len(quick.points()) < len(full.points()) and full.seeds == e.seeds
             continue
+        if e.kind == "alpha":  # computed, not run over seeds: the quick variant simulates fewer orders
+            from fedselect.repro.alpha import load_alpha_config
+
+            full, quick = load_alpha_config(root / e.config), load_alpha_config(root / e.config, e.quick)
+            assert quick.trials < full.trials and set(full.paper) == set(full.r2)
+            continue
         assert len(e.seeds) >= 5, e.id  # the full variant: at least 5 seeds
         full = load_compare(root / e.config)
         quick = load_compare(root / e.config, e.quick)
@@ -290,4 +296,87 @@ def test_the_sweep_entry_on_its_quick_grid_summarises_the_runs(tmp_path):
     assert "fedselect reproduce budgeted --quick" in text and "--table-only" not in text  # the quick grid is not the config's
     full = render("t", [r], quick=False)
     assert f"fedselect sweep {e.config} --table-only --out {d}" in full
-    assert f"runs' own wall time {r.runs_wall_s / 60:.1f} min" in text and "![budgeted-table6-class-skew accuracy vs r2]" in text
+    from fedselect.repro.record import _duration
+
+    assert f"runs' own wall time {_duration(r.runs_wall_s)}" in text and "![budgeted-table6-class-skew accuracy vs r2]" in text
+
+
+def test_duration_is_minutes_or_seconds():
+    from fedselect.repro.record import _duration
+
+    assert _duration(42.4) == "42 s" and _duration(60) == "1.0 min" and _duration(754) == "12.6 min"
+
+
+def test_records_in_window_matches_every_order_of_five():
+    """Monte Carlo over random orders against the exact share over all 5! = 120 orders."""
+    import itertools
+
+    from fedselect.repro.alpha import records_in_window
+    from fedselect.seeding import np_rng
+
+    def records_after(order, alpha):
+        best, count = -1, 0
+        for i, x in enumerate(order):
+            if x > best:
+                best = x
+                count += i >= alpha
+        return count
+
+    cases = [(2, (1, 1)), (2, (1, 2)), (0, (2, 3)), (4, (0, 0))]
+    exact = [sum(lo <= records_after(p, a) <= hi for p in itertools.permutations(range(5))) / 120 for a, (lo, hi) in cases]
+    # by hand: no record at the last position (alpha 4, window [0, 0]): the maximum is not last, 4/5; all
+    # records (alpha 0) number 2 or 3 in c(5,2) + c(5,3) = 50 + 35 of the 120 orders (Stirling numbers of the
+    # first kind)
+    assert exact[3] == pytest.approx(4 / 5) and exact[2] == pytest.approx(85 / 120)
+    hits = records_in_window(5, [a for a, _ in cases], [w for _, w in cases], 20_000, np_rng(0, "t"))
+    for h, e in zip(hits, exact):
+        assert abs(h / 20_000 - e) < 0.015
+    with pytest.raises(ValueError, match="alpha"):
+        records_in_window(5, [5], [(1, 1)], 10, np_rng(0, "t"))
+
+
+def test_wilson_interval_by_hand():
+    from fedselect.repro.alpha import wilson
+
+    low, high = wilson(50, 100)  # p = 0.5, z = 1.96: 0.5 -+ 1.96 sqrt(0.0025 + 0.000096) / 1.038416
+    assert low == pytest.approx(0.40383, abs=1e-4) and high == pytest.approx(0.59617, abs=1e-4)
+    assert wilson(0, 10)[0] == pytest.approx(0.0, abs=1e-12) and wilson(10, 10)[1] == pytest.approx(1.0)
+
+
+def test_the_alpha_entry_computes_keeps_and_reads_back_table_ii(tmp_path):
+    import json
+
+    from fedselect.reproduce import render, run_entry
+
+    m, root = load_manifest(MANIFEST)
+    e = next(x for x in m.entries if x.kind == "alpha")
+    r = run_entry(e, root, tmp_path, quick=True)
+    rows = r.alpha["rows"]
+    assert [x["alpha_star"] for x in rows] == [367, 243, 162, 109, 73] == [x["paper_alpha_star"] for x in rows]
+    assert all(abs(x["argmax_alpha"] - x["alpha_star"]) <= 1 for x in rows)
+    assert rows[0]["probability"] == pytest.approx(0.36788, abs=1e-4)  # r2 = 1: (367/1000) ln(1000/367)
+    assert r.alpha["trials"] == 1000 and r.alpha["grid"]["100"] == [36, 24, 16, 10, 7]
+    saved = tmp_path / e.id / "alpha.json"
+    before = saved.stat().st_mtime_ns
+    again = run_entry(e, root, tmp_path, quick=True)  # the same config: kept
+    assert saved.stat().st_mtime_ns == before and again.alpha == r.alpha
+    read = run_entry(e, root, tmp_path, quick=True, run=False)
+    assert read.ran and read.alpha == r.alpha and read.machines == r.machines != []
+    text = render("t", [r], quick=True)
+    assert "| 5 | 73 | 73 | 0.0730 |" in text and "Verdict: 5 reproduced." in text
+    full = run_entry(e, root, tmp_path, quick=False, run=False)  # another config (20,000 orders): not this table
+    assert not full.ran
+    assert json.loads(saved.read_text())["config"]["trials"] == 1000
+
+
+def test_a_bad_alpha_config_names_the_key(tmp_path):
+    from fedselect.config import ConfigError
+    from fedselect.repro.alpha import load_alpha_config
+
+    p = tmp_path / "a.yaml"
+    p.write_text("name: a\nn: 100\nr1: 3\nr2: [2, 4]\n")
+    with pytest.raises(ConfigError, match=r"r2: \[2\] below r1 = 3"):
+        load_alpha_config(p)
+    p.write_text("name: a\nn: 100\nr2: [2]\ntrails: 5\n")
+    with pytest.raises(ConfigError, match="trails"):
+        load_alpha_config(p)

@@ -1,0 +1,85 @@
+"""Where an entry's runs were made: the machine and time recorded in ``<out>/<id>/reproduce.json``
+each time ``fedselect reproduce`` runs (or continues) the entry, read back when the document is
+written, however long after and wherever that is."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+
+def _machine() -> str:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:  # the CPU's model name where Linux tells it
+        names = [x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs ({cpu}), torch {torch.__version__}, {torch.get_num_threads()} threads"
+
+
+#: the file in an entry's directory that says on which machines its runs were made
+RECORD = "reproduce.json"
+
+
+def record_session(directory: Path, machine: str, started: float, wall_s: float) -> None:
+    """Append one session (the machine, its start as a UTC ISO time, its wall seconds) to
+    ``directory/RECORD`` (written atomically), so that the document rebuilt later, elsewhere,
+    still names the hardware the runs were made on."""
+    from datetime import datetime, timezone
+
+    from fedselect.runfiles import write_json_atomic
+
+    sessions = read_sessions(directory)
+    sessions.append(
+        {
+            "machine": machine,
+            "started": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
+            "wall_s": round(wall_s, 1),
+        }
+    )
+    write_json_atomic(directory / RECORD, {"sessions": sessions})
+
+
+def read_sessions(directory: Path) -> list[dict[str, Any]]:
+    """The sessions recorded in ``directory/RECORD`` (empty when there is none or it is unreadable)."""
+
+    try:
+        doc = json.loads((directory / RECORD).read_text())
+    except (OSError, ValueError):
+        return []
+    sessions = doc.get("sessions") if isinstance(doc, dict) else None
+    return [x for x in sessions or [] if isinstance(x, dict) and isinstance(x.get("machine"), str)]
+
+
+def _machines(directory: Path) -> list[str]:
+    return list(dict.fromkeys(x["machine"] for x in read_sessions(directory)))
+
+
+def _runs_wall(directory: Path) -> float:
+
+    total = 0.0
+    for s in (directory / "runs").glob("*/summary.json"):
+        try:
+            total += float(json.loads(s.read_text()).get("wall_s") or 0.0)
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def where(r: Any) -> str:
+    """Where and how long, for an :class:`~fedselect.repro.manifest.EntryResult` ``r``:
+    ``"12.3 min on Linux x86_64, 2 CPUs (...) (runs' own wall time 12.1 min)"`` from the machines
+    its directory records."""
+    on = "on " + "; then on ".join(r.machines) if r.machines else "on a machine not recorded (runs made before reproduce.json)"
+    return f"{_duration(r.wall_s)} {on} (runs' own wall time {_duration(r.runs_wall_s)})"
+
+
+def _duration(seconds: float) -> str:
+    """``"12.3 min"``, or ``"4 s"`` under a minute."""
+    return f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.1f} min"
