@@ -337,7 +337,9 @@ def reproduce(
     saved runs and judged figure by figure against the paper: reproduced, direction only, not
     reproduced, reference only (substitute data) or not judged. A `kind: sweep` entry runs a
     `fedselect sweep` grid instead and is summarised (mean and best cells, differences to the
-    baseline, plots). Writes <out>/reproduction.md (docs/reproduction.md explains it).
+    baseline, plots); a `kind: alpha` entry computes the budgeted-online alpha* table (Table II).
+    Each entry's directory records the machine its runs were made on (reproduce.json), which
+    the document names. Writes <out>/reproduction.md (docs/comparisons.md explains it).
     """
     from fedselect.reproduce import reproduce as run_reproduction
 
