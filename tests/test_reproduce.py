@@ -173,6 +173,9 @@ def test_quick_reproduction_end_to_end(tmp_path):
         if e.kind == "sweep":
             assert f"### {e.title}" in text and (d / "sweep.json").is_file() and (d / "table.md").is_file()
             continue
+        if e.kind == "alpha":
+            assert f"### {e.title}" in text and (d / "alpha.json").is_file() and "Verdict: 5 reproduced." in text
+            continue
         assert f"### {e.title}" in text and f"fedselect report {d}" in text
         assert (d / "compare.json").is_file()
     assert "**Quick variant**" in text
@@ -184,6 +187,13 @@ def test_quick_reproduction_end_to_end(tmp_path):
         assert [x["machine"] for x in sessions] == [_machine()] and sessions[0]["wall_s"] > 0
     assert text.count(f"on {_machine()} (runs' own wall time") == len(m.entries)
     by_id = {r.entry.id: r for r in results}
+    # an entry with `table: true` carries the comparison's whole table, its sections under the entry's heading
+    fl = by_id["flashrl-mnist-dir05"]
+    assert fl.entry.table and fl.markdown == (tmp_path / "runs" / fl.entry.id / "table.md").read_text()
+    section = text.split(f"### {fl.entry.title}", 1)[1].split("\n### ", 1)[0]
+    assert "The comparison's whole table" in section and "#### Paired differences vs FedAvg (2 seeds, 95% CI)" in section
+    assert all(f"| {label} |" in section for label in fl.entry.quick_methods)
+    assert not any(r.markdown for r in results if not r.entry.table)
     # a direction that holds with margin on the quick setting: CEFL's leaders move a fraction of
     # Regular FL's bytes (the same bytes every seed, an exact difference)
     cefl = {(j.claim.method, j.claim.figure): j for j in by_id["cefl-table1-imu-watch"].judged}

@@ -45,7 +45,7 @@ def _whole_table(markdown: str) -> list[str]:
         lines = lines[1:]
     return (
         ["The comparison's whole table (its `table.md`; mean ± sample sd over seeds):", ""]
-        + ["#" + x if x.startswith("## ") else x for x in lines]
+        + ["##" + x if x.startswith("## ") else x for x in lines]
         + [""]
     )
 

@@ -40,7 +40,7 @@ def record_session(directory: Path, machine: str, started: float, wall_s: float)
         {
             "machine": machine,
             "started": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
-            "wall_s": round(wall_s, 1),
+            "wall_s": round(wall_s, 3),
         }
     )
     write_json_atomic(directory / RECORD, {"sessions": sessions})
