@@ -9,7 +9,7 @@ import yaml
 
 from fedselect.compare import load_compare
 from fedselect.config import ConfigError
-from fedselect.reproduce import _sweep_config, load_manifest, reproduce, verdict
+from fedselect.reproduce import Job, _sweep_config, load_manifest, reproduce, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "configs" / "reproduce.yaml"
@@ -55,7 +55,7 @@ def test_the_manifest_and_every_quick_variant_validate():
     assert root == ROOT and {e.paper for e in m.entries} == {"flashrl", "cefl", "budgeted"}
     for e in m.entries:
         if e.kind == "sweep":  # a grid: one seed per cell; the quick grid is smaller
-            full, quick = _sweep_config(e, root, False, None), _sweep_config(e, root, True, None)
+            full, quick = _sweep_config(e, Job(root, root)), _sweep_config(e, Job(root, root, quick=True))
             assert len(quick.points()) < len(full.points()) and full.seeds == e.seeds
             continue
         if e.kind == "alpha":  # computed, not run over seeds: the quick variant simulates fewer orders
@@ -244,12 +244,12 @@ def test_the_sweep_entry_on_its_quick_grid_summarises_the_runs(tmp_path):
     import numpy as np
 
     from fedselect.data.partition import make_partitioner
-    from fedselect.reproduce import render, run_sweep_entry
+    from fedselect.reproduce import render, run_entry
     from fedselect.seeding import np_rng
 
     m, root = load_manifest(MANIFEST)
     e = next(x for x in m.entries if x.kind == "sweep")
-    r = run_sweep_entry(e, root, tmp_path, quick=True, workers=0)
+    r = run_entry(e, root, tmp_path, quick=True, workers=0)
     d = tmp_path / e.id
     runs = {p.name: json.loads((p / "summary.json").read_text()) for p in (d / "runs").iterdir()}
     assert len(runs) == 8  # secretary at 2 N x 2 r2, each baseline at 2 N (R = 4 only)

@@ -20,12 +20,12 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from fedselect.repro.manifest import Entry, EntryResult
+from fedselect.repro.manifest import Entry, EntryResult, Job
 from fedselect.repro.record import _machine, _machines, record_session, where
 
 #: the computed table, in the entry's directory
@@ -137,27 +137,19 @@ def compute_alpha_table(cfg: AlphaConfig) -> dict[str, Any]:
     return {"name": cfg.name, "n": n, "r1": r1, "trials": cfg.trials, "seed": cfg.seed, "rows": rows, "grid": grid}
 
 
-def run_alpha_entry(
-    entry: Entry,
-    root: Path,
-    out: Path,
-    quick: bool,
-    on_progress: Callable[[str], None] | None = None,
-    workers: int | None = None,
-    run: bool = True,
-) -> EntryResult:
+def run_alpha_entry(entry: Entry, job: Job) -> EntryResult:
     """Compute (or keep, or read back) the entry's table in ``out/<id>/alpha.json``. A table
     already there is kept when it was computed from the same config; ``run=False`` reads what is
     there (``ran=False`` when nothing is). ``quick`` applies the entry's ``quick`` overrides
-    (e.g. fewer Monte-Carlo orders). ``workers`` is unused (one process suffices).
+    (e.g. fewer Monte-Carlo orders); ``job.workers`` is unused (one process suffices).
 
     Raises:
         FileNotFoundError: the entry's config is missing. ConfigError: it is invalid.
     """
     from fedselect.runfiles import write_json_atomic
 
-    cfg_path = Path(entry.config) if Path(entry.config).is_absolute() else root / entry.config
-    cfg = load_alpha_config(cfg_path, dict(entry.quick) if quick else None)
+    out, quick, run = job.out, job.quick, job.run
+    cfg = load_alpha_config(job.config_path(entry), dict(entry.quick) if quick else None)
     d = out / entry.id
     cmd = f"fedselect reproduce {entry.paper}" + (" --quick" if quick else "") + f" --out {out}"
     saved = None
@@ -170,8 +162,7 @@ def run_alpha_entry(
     if saved is not None and saved.get("config") != wanted and not run:
         saved = None  # computed from another config: not this entry's table
     if run and (saved is None or saved.get("config") != wanted):
-        if on_progress:
-            on_progress(f"{entry.id}: computing alpha* and {cfg.trials} random orders")
+        job.say(f"{entry.id}: computing alpha* and {cfg.trials} random orders")
         started = time.time()
         d.mkdir(parents=True, exist_ok=True)
         table = compute_alpha_table(cfg)

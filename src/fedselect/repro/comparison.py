@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from fedselect.repro.manifest import Claim, Entry, EntryResult, Judged, verdict
+from fedselect.repro.manifest import Claim, Entry, EntryResult, Job, Judged, verdict
 from fedselect.repro.record import _machine, _machines, _runs_wall, record_session
 
 
@@ -80,15 +79,7 @@ def with_method_options(cc: Any, options: dict[str, dict[str, Any]], where: str)
     return parse_compare(doc, where)
 
 
-def run_compare_entry(
-    entry: Entry,
-    root: Path,
-    out: Path,
-    quick: bool,
-    on_progress: Callable[[str], None] | None = None,
-    workers: int | None = None,
-    run: bool = True,
-) -> EntryResult:
+def run_compare_entry(entry: Entry, job: Job) -> EntryResult:
     """Run (or finish, or keep) one entry's comparison in ``out/<id>`` and judge it. With
     ``run=False`` nothing runs: a comparison already in ``out/<id>`` is judged as it is (its
     incomplete runs listed), a missing one is returned with ``ran=False``.
@@ -99,7 +90,8 @@ def run_compare_entry(
     from fedselect.compare import check_comparison_runs, load_compare, run_comparison, run_dir_name
     from fedselect.report import build_report
 
-    cfg_path = Path(entry.config) if Path(entry.config).is_absolute() else root / entry.config
+    out, quick, workers, run = job.out, job.quick, job.workers, job.run
+    cfg_path = job.config_path(entry)
     overrides = dict(entry.quick) if quick else {}
     quick_rounds = overrides.pop("rounds", None)  # every method's, its own `rounds` included
     if workers is not None:
@@ -125,8 +117,7 @@ def run_compare_entry(
         return EntryResult(entry, d, cc.seeds, 0.0, 0.0, command=cmd, ran=False)
     done = resume and all((d / run_dir_name(m.label, sd) / "summary.json").is_file() for sd in cc.seeds for m in cc.methods)
     if run and not done:  # a finished comparison is kept as it is
-        if on_progress:
-            on_progress(f"{entry.id}: {'continuing' if resume else 'running'} {len(cc.methods)} methods x {len(cc.seeds)} seeds")
+        job.say(f"{entry.id}: {'continuing' if resume else 'running'} {len(cc.methods)} methods x {len(cc.seeds)} seeds")
         started = time.time()
         run_comparison(cc, d, resume=resume)
         record_session(d, _machine(), started, time.perf_counter() - t0)

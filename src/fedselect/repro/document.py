@@ -10,7 +10,7 @@ from typing import Callable
 from fedselect.repro.alpha import render_alpha, run_alpha_entry
 from fedselect.repro.comparison import run_compare_entry
 from fedselect.repro.grid import render_sweep, run_sweep_entry
-from fedselect.repro.manifest import PAPERS, Entry, EntryResult, _is_fraction, load_manifest
+from fedselect.repro.manifest import PAPERS, Entry, EntryResult, Job, _is_fraction, load_manifest
 from fedselect.repro.record import where
 from fedselect.runfiles import atomic_write
 
@@ -34,7 +34,7 @@ def run_entry(
     Raises:
         FileNotFoundError: the entry's config is missing. ConfigError: it is invalid.
     """
-    return RUNNERS[entry.kind](entry, root, out, quick, on_progress, workers, run)
+    return RUNNERS[entry.kind](entry, Job(root, out, quick, on_progress, workers, run))
 
 
 def _whole_table(markdown: str) -> list[str]:

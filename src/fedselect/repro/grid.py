@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from fedselect.repro.manifest import Entry, EntryResult
+from fedselect.repro.manifest import Entry, EntryResult, Job
 from fedselect.repro.record import _machine, _machines, _runs_wall, record_session, where
 
 #: axis titles of the budgeted-online grid keys in the sweep plots
@@ -21,11 +21,12 @@ AXIS_TITLES = {
 GRID_KEYS = ("final_accuracy", "fat_selected_share", "candidates_evaluated", "competitive_ratio", "wall_s")
 
 
-def _sweep_config(entry: Entry, root: Path, quick: bool, workers: int | None):
+def _sweep_config(entry: Entry, job: Job):
     from fedselect.config import apply_overrides
     from fedselect.sweep import load_sweep, parse_sweep
 
-    cfg_path = Path(entry.config) if Path(entry.config).is_absolute() else root / entry.config
+    quick, workers = job.quick, job.workers
+    cfg_path = job.config_path(entry)
     sc = load_sweep(cfg_path)
     doc = sc.model_dump(mode="json")
     if quick:
@@ -188,15 +189,7 @@ def sweep_plots(grid: dict[str, Any], plot_dir: str | Path) -> list[Path]:
     return files
 
 
-def run_sweep_entry(
-    entry: Entry,
-    root: Path,
-    out: Path,
-    quick: bool,
-    on_progress: Callable[[str], None] | None = None,
-    workers: int | None = None,
-    run: bool = True,
-) -> EntryResult:
+def run_sweep_entry(entry: Entry, job: Job) -> EntryResult:
     """Run (or finish, or keep) one sweep entry in ``out/<id>`` with ``fedselect sweep``
     (:func:`fedselect.sweep.run_sweep`: finished runs are kept) and summarise its grid
     (:func:`sweep_grid_summary`, :func:`sweep_plots` into ``out/<id>/plots``). With
@@ -208,7 +201,8 @@ def run_sweep_entry(
     """
     from fedselect.sweep import _restrict, build_sweep_table, check_sweep_runs, run_sweep
 
-    sc = _sweep_config(entry, root, quick, workers)
+    out, quick, run = job.out, job.quick, job.run
+    sc = _sweep_config(entry, job)
     d = out / entry.id
     seeds = ",".join(map(str, sc.seeds))
     cmd = (
@@ -221,10 +215,9 @@ def run_sweep_entry(
     if not run and not present:
         return EntryResult(entry, d, sc.seeds, 0.0, 0.0, command=cmd, ran=False)
     if run:
-        if on_progress:
-            on_progress(
-                f"{entry.id}: {'continuing' if present else 'running'} the sweep ({len(sc.points())} grid points x {len(sc.seeds)} seeds)"
-            )
+        job.say(
+            f"{entry.id}: {'continuing' if present else 'running'} the sweep ({len(sc.points())} grid points x {len(sc.seeds)} seeds)"
+        )
         started = time.time()
         before = _runs_wall(d)
         run_sweep(sc, d)

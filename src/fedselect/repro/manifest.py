@@ -8,7 +8,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -132,6 +132,30 @@ class EntryResult:
     alpha: dict[str, Any] | None = None  # alpha entries: the saved alpha.json
     machines: list[str] = field(default_factory=list)  # where the runs were made (RECORD), oldest first
     markdown: str | None = None  # the comparison's own table.md (entries with ``table: true``)
+
+
+@dataclass(frozen=True)
+class Job:
+    """How an entry is to be run: config paths are relative to ``root``; the entry goes to
+    ``out/<id>``; ``quick`` applies its small variant; ``on_progress`` hears what starts;
+    ``workers`` sets ``train.workers`` (None: the config's); ``run=False`` runs nothing and reads
+    back what is there."""
+
+    root: Path
+    out: Path
+    quick: bool = False
+    on_progress: Callable[[str], None] | None = None
+    workers: int | None = None
+    run: bool = True
+
+    def config_path(self, entry: Entry) -> Path:
+        """The entry's config: absolute as given, else under ``root``."""
+        p = Path(entry.config)
+        return p if p.is_absolute() else self.root / p
+
+    def say(self, message: str) -> None:
+        if self.on_progress:
+            self.on_progress(message)
 
 
 def _is_fraction(key: str) -> bool:
