@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from fedselect.repro.manifest import Claim, Entry, EntryResult, Job, Judged, verdict
-from fedselect.repro.record import _machine, _machines, _runs_wall, record_session
+from fedselect.repro.record import _machine, _machines, _runs_wall, record_session, recorded_wall
 
 
 def _claims(entry: Entry, rep: dict[str, Any]) -> list[Claim]:
@@ -124,9 +124,7 @@ def run_compare_entry(entry: Entry, job: Job) -> EntryResult:
     check_comparison_runs(d)
     rep = build_report(d)
     runs_wall = _runs_wall(d)
-    res = EntryResult(
-        entry, d, cc.seeds, time.perf_counter() - t0 if run else runs_wall, runs_wall, judge_entry(entry, rep), command=cmd
-    )
+    res = EntryResult(entry, d, cc.seeds, recorded_wall(d) or runs_wall, runs_wall, judge_entry(entry, rep), command=cmd)
     res.incomplete = [x for e in rep["table"] for x in e["incomplete"]] + [
         f"{m['dir']} (missing)" for m in rep.get("missing") or []
     ]

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from fedselect.repro.manifest import Entry, EntryResult, Job
-from fedselect.repro.record import _machine, _machines, _runs_wall, record_session, where
+from fedselect.repro.record import _machine, _machines, _runs_wall, record_session, recorded_wall, where
 
 #: axis titles of the budgeted-online grid keys in the sweep plots
 AXIS_TITLES = {
@@ -227,7 +227,7 @@ def run_sweep_entry(entry: Entry, job: Job) -> EntryResult:
         check_sweep_runs(d)
         build_sweep_table(d, sc)
     runs_wall = _runs_wall(d)
-    res = EntryResult(entry, d, sc.seeds, time.perf_counter() - t0 if run else runs_wall, runs_wall, command=cmd)
+    res = EntryResult(entry, d, sc.seeds, recorded_wall(d) or runs_wall, runs_wall, command=cmd)
     res.grid = sweep_grid_summary(d, sc)
     res.plots = sweep_plots(res.grid, d / "plots")
     res.machines = _machines(d)

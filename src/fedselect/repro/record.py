@@ -57,6 +57,11 @@ def read_sessions(directory: Path) -> list[dict[str, Any]]:
     return [x for x in sessions or [] if isinstance(x, dict) and isinstance(x.get("machine"), str)]
 
 
+def recorded_wall(directory: Path) -> float:
+    """Seconds the recorded sessions of ``directory`` took in all (0 without a record)."""
+    return float(sum(float(x.get("wall_s") or 0.0) for x in read_sessions(directory)))
+
+
 def _machines(directory: Path) -> list[str]:
     return list(dict.fromkeys(x["machine"] for x in read_sessions(directory)))
 
