@@ -366,6 +366,17 @@ def test_the_alpha_entry_computes_keeps_and_reads_back_table_ii(tmp_path):
     assert all(abs(x["argmax_alpha"] - x["alpha_star"]) <= 1 for x in rows)
     assert rows[0]["probability"] == pytest.approx(0.36788, abs=1e-4)  # r2 = 1: (367/1000) ln(1000/367)
     assert r.alpha["trials"] == 1000 and r.alpha["grid"]["100"] == [36, 24, 16, 10, 7]
+    assert [(j.claim.method, j.mean, j.verdict) for j in r.judged][:2] == [
+        ("r2 = 1", 367.0, "reproduced"),
+        ("r2 = 2", 243.0, "reproduced"),
+    ] and len(r.judged) == 5
+    from fedselect.repro.alpha import judge_alpha
+
+    other = {"rows": [{**rows[0], "paper_alpha_star": 368}, {**rows[1], "paper_alpha_star": None}]}
+    assert [(j.verdict, j.why) for j in judge_alpha(other)] == [
+        ("not reproduced", "ours 367, the paper's 368"),
+        ("not judged", "the paper gives no value"),
+    ]
     saved = tmp_path / e.id / "alpha.json"
     before = saved.stat().st_mtime_ns
     again = run_entry(e, root, tmp_path, quick=True)  # the same config: kept

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from fedselect.repro.manifest import Entry, EntryResult, Job
+from fedselect.repro.manifest import Claim, Entry, EntryResult, Job, Judged
 from fedselect.repro.record import _machine, _machines, record_session, where
 
 #: the computed table, in the entry's directory
@@ -173,10 +173,27 @@ def run_alpha_entry(entry: Entry, job: Job) -> EntryResult:
     if saved is None:
         return EntryResult(entry, d, [cfg.seed], 0.0, 0.0, command=cmd, ran=False)
     wall = float(saved.get("wall_s") or 0.0)
-    res = EntryResult(entry, d, [saved["seed"]], wall, wall, command=cmd)
+    res = EntryResult(entry, d, [saved["seed"]], wall, wall, judge_alpha(saved), command=cmd)
     res.alpha = saved
     res.machines = _machines(d)
     return res
+
+
+def judge_alpha(table: dict[str, Any]) -> list[Judged]:
+    """One :class:`Judged` per row of a saved table: our alpha* against the paper's (equal:
+    reproduced; the paper gives none: not judged). alpha* is exact, so there is no interval."""
+    out = []
+    for x in table.get("rows", []):
+        paper, ours = x.get("paper_alpha_star"), x["alpha_star"]
+        claim = Claim(method=f"r2 = {x['r2']}", figure="alpha_star", value=paper if paper is not None else "-")
+        if paper is None:
+            v, why = "not judged", "the paper gives no value"
+        elif paper == ours:
+            v, why = "reproduced", "the same alpha*"
+        else:
+            v, why = "not reproduced", f"ours {ours}, the paper's {paper}"
+        out.append(Judged(claim, float(ours), None, None, 1, v, why))
+    return out
 
 
 def render_alpha(r: EntryResult, quick: bool) -> list[str]:
@@ -194,17 +211,11 @@ def render_alpha(r: EntryResult, quick: bool) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     counts: dict[str, int] = {}
-    for x in rows:
+    for x, j in zip(rows, r.judged):
         paper = x.get("paper_alpha_star")
         inside = x["monte_carlo_low"] <= x["probability"] <= x["monte_carlo_high"]
-        if paper is None:
-            v = "**not judged**: the paper gives no value"
-        elif paper == x["alpha_star"]:
-            v = "**reproduced**: the same alpha*"
-        else:
-            v = f"**not reproduced**: ours {x['alpha_star']}, the paper's {paper}"
-        counts[v.split("**")[1]] = counts.get(v.split("**")[1], 0) + 1
-        v += "; BO-eq 6 inside the Monte-Carlo interval" if inside else "; BO-eq 6 outside the Monte-Carlo interval"
+        counts[j.verdict] = counts.get(j.verdict, 0) + 1
+        v = f"**{j.verdict}**: {j.why}; BO-eq 6 {'inside' if inside else 'outside'} the Monte-Carlo interval"
         lines.append(
             f"| {x['r2']} | {'-' if paper is None else paper} | {x['alpha_star']} | {x['share']:.4f} | "
             f"{x['probability']:.4f} | {x['argmax_alpha']} ({x['argmax_probability']:.4f}) | "
