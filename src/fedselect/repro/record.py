@@ -10,6 +10,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from fedselect.repro.manifest import EntryResult
+
 
 def _machine() -> str:
     import torch
@@ -48,7 +50,6 @@ def record_session(directory: Path, machine: str, started: float, wall_s: float)
 
 def read_sessions(directory: Path) -> list[dict[str, Any]]:
     """The sessions recorded in ``directory/RECORD`` (empty when there is none or it is unreadable)."""
-
     try:
         doc = json.loads((directory / RECORD).read_text())
     except (OSError, ValueError):
@@ -67,7 +68,7 @@ def _machines(directory: Path) -> list[str]:
 
 
 def _runs_wall(directory: Path) -> float:
-
+    """The runs' own wall seconds in all (their ``summary.json`` ``wall_s``)."""
     total = 0.0
     for s in (directory / "runs").glob("*/summary.json"):
         try:
@@ -77,8 +78,8 @@ def _runs_wall(directory: Path) -> float:
     return total
 
 
-def where(r: Any) -> str:
-    """Where and how long, for an :class:`~fedselect.repro.manifest.EntryResult` ``r``:
+def where(r: EntryResult) -> str:
+    """Where and how long, for an entry's result ``r``:
     ``"12.3 min on Linux x86_64, 2 CPUs (...) (runs' own wall time 12.1 min)"`` from the machines
     its directory records."""
     on = "on " + "; then on ".join(r.machines) if r.machines else "on a machine not recorded (runs made before reproduce.json)"
