@@ -401,3 +401,22 @@ def test_a_bad_alpha_config_names_the_key(tmp_path):
     p.write_text("name: a\nn: 100\nr2: [2]\ntrails: 5\n")
     with pytest.raises(ConfigError, match="trails"):
         load_alpha_config(p)
+
+
+def test_a_session_is_recorded_before_the_work_and_timed_after_it_even_when_killed(tmp_path):
+    from fedselect.repro.record import recorded_wall, session
+    from fedselect.reproduce import _machine, read_sessions
+
+    d = tmp_path / "entry"
+    with session(d):
+        inside = read_sessions(d)
+    assert [x["machine"] for x in inside] == [_machine()] and inside[0]["wall_s"] is None  # open while it runs
+    assert read_sessions(d)[0]["wall_s"] >= 0
+    with pytest.raises(KeyboardInterrupt):  # a run interrupted half-way still names its machine, timed
+        with session(d):
+            raise KeyboardInterrupt
+    assert len(read_sessions(d)) == 2 and read_sessions(d)[1]["wall_s"] is not None
+    with session(d, worked=lambda: False):  # nothing was there to do: no session
+        pass
+    assert len(read_sessions(d)) == 2
+    assert recorded_wall(d) == pytest.approx(sum(x["wall_s"] for x in read_sessions(d)))

@@ -26,7 +26,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from fedselect.repro.manifest import Claim, Entry, EntryResult, Job, Judged
-from fedselect.repro.record import _machine, _machines, record_session, where
+from fedselect.repro.record import _machines, session, where
 
 #: the computed table, in the entry's directory
 TABLE = "alpha.json"
@@ -163,13 +163,10 @@ def run_alpha_entry(entry: Entry, job: Job) -> EntryResult:
         saved = None  # computed from another config: not this entry's table
     if run and (saved is None or saved.get("config") != wanted):
         job.say(f"{entry.id}: computing alpha* and {cfg.trials} random orders")
-        started = time.time()
-        d.mkdir(parents=True, exist_ok=True)
-        table = compute_alpha_table(cfg)
-        wall = time.perf_counter() - t0
-        saved = {"config": wanted, "wall_s": round(wall, 2), **table}
-        write_json_atomic(d / TABLE, saved)
-        record_session(d, _machine(), started, wall)
+        with session(d):
+            table = compute_alpha_table(cfg)
+            saved = {"config": wanted, "wall_s": round(time.perf_counter() - t0, 3), **table}
+            write_json_atomic(d / TABLE, saved)
     if saved is None:
         return EntryResult(entry, d, [cfg.seed], 0.0, 0.0, command=cmd, ran=False)
     wall = float(saved.get("wall_s") or 0.0)

@@ -4,11 +4,10 @@ report rebuilt from the saved runs and each claim judged (:func:`judge_entry`)."
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 from fedselect.repro.manifest import Claim, Entry, EntryResult, Job, Judged, verdict
-from fedselect.repro.record import _machine, _machines, _runs_wall, record_session, recorded_wall
+from fedselect.repro.record import _machines, _runs_wall, recorded_wall, session
 
 
 def _claims(entry: Entry, rep: dict[str, Any]) -> list[Claim]:
@@ -111,16 +110,14 @@ def run_compare_entry(entry: Entry, job: Job) -> EntryResult:
     cmd = f"fedselect compare {entry.config} --seeds {seeds}" + (f" {sets}" if sets else "") + f" --out {d}"
     if quick and entry.quick_method_options:  # not a command-line option: said beside the command
         cmd += "  # with method_options " + "; ".join(f"{k}: {v}" for k, v in entry.quick_method_options.items())
-    t0 = time.perf_counter()
     resume = (d / "compare.json").is_file()
     if not run and not resume:
         return EntryResult(entry, d, cc.seeds, 0.0, 0.0, command=cmd, ran=False)
     done = resume and all((d / run_dir_name(m.label, sd) / "summary.json").is_file() for sd in cc.seeds for m in cc.methods)
     if run and not done:  # a finished comparison is kept as it is
         job.say(f"{entry.id}: {'continuing' if resume else 'running'} {len(cc.methods)} methods x {len(cc.seeds)} seeds")
-        started = time.time()
-        run_comparison(cc, d, resume=resume)
-        record_session(d, _machine(), started, time.perf_counter() - t0)
+        with session(d):
+            run_comparison(cc, d, resume=resume)
     check_comparison_runs(d)
     rep = build_report(d)
     runs_wall = _runs_wall(d)

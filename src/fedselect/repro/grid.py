@@ -4,12 +4,11 @@ plots (:func:`sweep_plots`) and its part of the document (:func:`render_sweep`).
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 from fedselect.repro.manifest import Entry, EntryResult, Job
-from fedselect.repro.record import _machine, _machines, _runs_wall, record_session, recorded_wall, where
+from fedselect.repro.record import _machines, _runs_wall, recorded_wall, session, where
 
 #: axis titles of the budgeted-online grid keys in the sweep plots
 AXIS_TITLES = {
@@ -210,7 +209,6 @@ def run_sweep_entry(entry: Entry, job: Job) -> EntryResult:
         if quick
         else f"fedselect sweep {entry.config} --seeds {seeds} --out {d}"
     )
-    t0 = time.perf_counter()
     present = (d / "sweep.json").is_file()
     if not run and not present:
         return EntryResult(entry, d, sc.seeds, 0.0, 0.0, command=cmd, ran=False)
@@ -218,11 +216,9 @@ def run_sweep_entry(entry: Entry, job: Job) -> EntryResult:
         job.say(
             f"{entry.id}: {'continuing' if present else 'running'} the sweep ({len(sc.points())} grid points x {len(sc.seeds)} seeds)"
         )
-        started = time.time()
         before = _runs_wall(d)
-        run_sweep(sc, d)
-        if _runs_wall(d) != before:  # something ran (a finished sweep only rebuilds its table)
-            record_session(d, _machine(), started, time.perf_counter() - t0)
+        with session(d, worked=lambda: _runs_wall(d) != before):  # a finished sweep only rebuilds its table
+            run_sweep(sc, d)
     else:
         check_sweep_runs(d)
         build_sweep_table(d, sc)

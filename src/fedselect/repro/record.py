@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import platform
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from fedselect.repro.manifest import EntryResult
 
@@ -29,23 +31,51 @@ def _machine() -> str:
 RECORD = "reproduce.json"
 
 
-def record_session(directory: Path, machine: str, started: float, wall_s: float) -> None:
-    """Append one session (the machine, its start as a UTC ISO time, its wall seconds) to
-    ``directory/RECORD`` (written atomically), so that the document rebuilt later, elsewhere,
-    still names the hardware the runs were made on."""
+def record_session(directory: Path, machine: str, started: float, wall_s: float | None) -> int:
+    """Append one session (the machine, its start as a UTC ISO time, its wall seconds, None while
+    it runs) to ``directory/RECORD`` (written atomically), so that the document rebuilt later,
+    elsewhere, still names the hardware the runs were made on. Returns the session's index."""
     from datetime import datetime, timezone
-
-    from fedselect.runfiles import write_json_atomic
 
     sessions = read_sessions(directory)
     sessions.append(
         {
             "machine": machine,
             "started": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
-            "wall_s": round(wall_s, 3),
+            "wall_s": None if wall_s is None else round(wall_s, 3),
         }
     )
+    _write(directory, sessions)
+    return len(sessions) - 1
+
+
+def _write(directory: Path, sessions: list[dict[str, Any]]) -> None:
+    from fedselect.runfiles import write_json_atomic
+
     write_json_atomic(directory / RECORD, {"sessions": sessions})
+
+
+@contextmanager
+def session(directory: Path, worked: Callable[[], bool] | None = None) -> Iterator[None]:
+    """Record a session of work on the entry in ``directory`` around the block: opened (machine,
+    start, wall None) before the work starts, so a run killed half-way still names its machine,
+    and given its wall seconds when the block ends, normally or by an exception. ``worked``:
+    asked at a normal end; False drops the session (nothing was there to do)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    index = record_session(directory, _machine(), time.time(), None)
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        sessions = read_sessions(directory)
+        if index < len(sessions):
+            if ok and worked is not None and not worked():
+                del sessions[index]
+            else:
+                sessions[index]["wall_s"] = round(time.perf_counter() - t0, 3)
+            _write(directory, sessions)
 
 
 def read_sessions(directory: Path) -> list[dict[str, Any]]:
