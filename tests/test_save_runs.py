@@ -45,3 +45,16 @@ def test_a_missing_source_or_entry_is_an_error(tmp_path, capsys):
     (tmp_path / "src").mkdir()
     with pytest.raises(FileNotFoundError, match="no such entry directory"):
         save_runs.save(tmp_path / "src", tmp_path / "dst", ["x"])
+
+
+def test_finished_only_leaves_out_runs_in_progress(tmp_path):
+    src, dst = tmp_path / "runs", tmp_path / "kept"
+    _entry(src, "cmp")
+    running = src / "cmp" / "runs" / "B-s0"
+    running.mkdir()
+    (running / "metrics.csv").write_text("round\n1\n")  # 1 round so far, no summary.json
+    save_runs.save(src, dst)
+    assert (dst / "cmp" / "runs" / "B-s0" / "metrics.csv").is_file()  # by default everything
+    assert save_runs.main([str(src), str(dst), "cmp", "--finished-only"]) == 0
+    assert sorted(p.name for p in (dst / "cmp" / "runs").iterdir()) == ["A-s0"]
+    assert (dst / "cmp" / "runs" / "A-s0" / "summary.json").is_file()

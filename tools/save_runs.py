@@ -9,7 +9,7 @@ read — every ``metrics.csv``, ``config.yaml``, ``summary.json``, ``inputs.json
 
 Usage::
 
-    python tools/save_runs.py runs/reproduce docs/reproduction/runs [ID ...]
+    python tools/save_runs.py runs/reproduce docs/reproduction/runs [ID ...] [--finished-only]
     fedselect reproduce --no-run --out docs/reproduction/runs --doc docs/reproduction.md
 
 An entry already in ``DST`` is replaced.
@@ -26,9 +26,25 @@ from pathlib import Path
 LEFT_OUT = ("*.pt", "*.pt.tmp", "run.log", "report.html", "plots", "tb", "reproduction.md")
 
 
-def save(src: Path, dst: Path, ids: list[str] | None = None) -> list[str]:
+def _ignore(runs: Path, finished_only: bool):
+    """copytree's ignore: the files of LEFT_OUT, and with ``finished_only`` the run directories
+    under ``runs`` that have no ``summary.json`` yet."""
+    left_out = shutil.ignore_patterns(*LEFT_OUT)
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        skip = set(left_out(directory, names))
+        if finished_only and Path(directory) == runs:
+            skip |= {n for n in names if not (runs / n / "summary.json").is_file()}
+        return skip
+
+    return ignore
+
+
+def save(src: Path, dst: Path, ids: list[str] | None = None, finished_only: bool = False) -> list[str]:
     """Copy the entries ``ids`` (default: every directory of ``src`` holding a
     ``compare.json`` or ``sweep.json``) from ``src`` to ``dst``; returns the ids copied.
+    ``finished_only``: leave out the runs still in progress (no ``summary.json`` yet), so a
+    comparison saved half-way lists them as missing instead of counting their first rounds.
 
     Raises:
         FileNotFoundError: ``src`` or a named entry does not exist.
@@ -44,7 +60,7 @@ def save(src: Path, dst: Path, ids: list[str] | None = None) -> list[str]:
         target = dst / name
         if target.exists():
             shutil.rmtree(target)
-        shutil.copytree(src / name, target, ignore=shutil.ignore_patterns(*LEFT_OUT))
+        shutil.copytree(src / name, target, ignore=_ignore(src / name / "runs", finished_only))
     return names
 
 
@@ -53,9 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("src", type=Path, help="the --out of fedselect reproduce (e.g. runs/reproduce)")
     ap.add_argument("dst", type=Path, help="where the light copies go (e.g. docs/reproduction/runs)")
     ap.add_argument("ids", nargs="*", help="entry ids (default: every entry directory in SRC)")
+    ap.add_argument("--finished-only", action="store_true", help="leave out runs still in progress (no summary.json)")
     a = ap.parse_args(argv)
     try:
-        copied = save(a.src, a.dst, a.ids or None)
+        copied = save(a.src, a.dst, a.ids or None, a.finished_only)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
