@@ -131,7 +131,7 @@ def test_no_import_cycles():
 def test_config_is_a_schema_only():
     assert GRAPH["fedselect.config"] <= {"fedselect.config_fleet"}, "config.py imports only its own fleet sections"
     assert GRAPH["fedselect.config_fleet"] == set(), "config_fleet.py must import no other part of fedselect"
-    assert {i for i in GRAPH["fedselect.data.datasets"]} == set(), "the data registry imports no loader"
+    assert GRAPH["fedselect.data.datasets"] <= {"fedselect.registry"}, "the data registry imports no loader"
 
 
 def test_kernels_know_no_loop():

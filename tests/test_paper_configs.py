@@ -81,7 +81,7 @@ def test_config_validates_with_method_and_data_options(path):
     for exp in _experiments(cfg):  # every experiment is resolved: selector, algorithm and their options checked
         assert exp.selector is not None and exp.algorithm is not None and exp.method_options == {}
         ds, opts = exp.data.dataset, exp.data.options
-        named, _ = option_names(DATASETS[ds], ("seed",))
+        named, _ = option_names(DATASETS.get(ds), ("seed",))
         allowed = set(named) | (imu._COMMON if ds in ("imu-watch", "mobiact", "mobiact-synthetic") else set())
         assert set(opts) <= allowed, f"{ds}: unknown data options {sorted(set(opts) - allowed)}"
         if exp.method in ("flashrl", "favor"):

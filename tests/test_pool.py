@@ -487,7 +487,7 @@ def test_main_importable(monkeypatch, tmp_path):
         raise NotImplementedError
 
     nb_model.__module__ = "__main__"
-    monkeypatch.setitem(MODELS, "nb-model", nb_model)
+    monkeypatch.setitem(MODELS._classes, "nb-model", nb_model)
     cases = [
         (None, None, "mlp", True),  # notebook / python -c with a built-in model: the workers start and know it
         (None, None, "nb-model", False),  # ... with a model registered there: they would not know it
@@ -509,11 +509,11 @@ def test_workers_train_in_process_where_the_main_module_is_not_importable(data, 
 
     import fedselect.fl.pool as pool
 
-    monkeypatch.setattr(pool, "main_importable", lambda name=None: False)
+    monkeypatch.setattr(pool, "worker_obstacle", lambda name=None: "a test's reason")
     with caplog.at_level(logging.WARNING, logger="fedselect"):
         with ClientTrainer(SPEC, data, CFG, workers=2) as tr:
             assert tr.workers == 0 and tr.worker_pids() == []
-    assert "worker processes cannot start or cannot build model" in caplog.text
+    assert f"worker processes cannot start or cannot build model {SPEC.name!r} here (a test's reason)" in caplog.text
 
 
 STDIN_SCRIPT = """

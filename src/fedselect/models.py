@@ -14,6 +14,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
+from fedselect.registry import Registry
+
 
 class TwoConvNet(nn.Module):
     """The shape shared by the papers' CNNs: conv1 -> ReLU -> maxpool2 -> conv2 -> ReLU ->
@@ -109,33 +111,54 @@ class GRUOptions(NoModelOptions):
     layers: int = Field(2, ge=1, description="stacked GRU layers (SPEC 1.4: 2)")
 
 
-#: name -> constructor(input_shape, num_classes, **options)
-MODELS: dict[str, ModelFactory] = {}
-#: name -> pydantic model of the constructor's options (``model.options`` in a config)
-MODEL_OPTIONS: dict[str, type[BaseModel]] = {}
+#: the model registry: name -> factory ``(input_shape, num_classes, **options) -> nn.Module``
+#: (built-ins: this module; users' own: :func:`register_model`, the entry-point group
+#: ``fedselect.models``, or ``model.name: "package.module:Name"``)
+MODELS = Registry("model", __name__, "fedselect.models")
 
 
-def register_model(name: str, options: type[BaseModel] = NoModelOptions):
-    """Decorator adding a factory ``f(input_shape, num_classes, **options) -> nn.Module`` whose
-    options are described by the pydantic model ``options``."""
+def register_model(name: str, options: type[BaseModel] | None = None):
+    """Decorator registering a model factory under ``name`` (``model: {name: NAME}`` in a config).
+
+    The factory is a function or an ``nn.Module`` subclass called as
+    ``factory(input_shape, num_classes, **options)`` and returning the model: ``input_shape`` is
+    one input without the batch dimension (a tuple of ints, the data set's
+    :attr:`fedselect.data.datasets.ArrayDataset.input_shape`, e.g. ``(1, 28, 28)``), the model
+    maps a float32 batch ``(batch, *input_shape)`` to logits ``(batch, num_classes)``. Its initial
+    weights do not matter: fedselect re-draws every parameter from the experiment's seeded
+    generator (:func:`reset_parameters`), so no global RNG is read.
+
+    Args:
+        name: the config name (no ``:``).
+        options: pydantic model of ``model.options`` (set as the factory's ``Options``); None:
+            the factory's ``Options`` attribute if it has one, else its keyword parameters after
+            ``input_shape`` and ``num_classes`` (with their defaults).
+
+    Raises:
+        ValueError: a name with ``:`` or already taken by another factory.
+    """
 
     def deco(fn: ModelFactory) -> ModelFactory:
-        MODELS[name] = fn
-        MODEL_OPTIONS[name] = options
-        return fn
+        if options is not None:
+            fn.Options = options
+        return MODELS.add(name, fn)
 
     return deco
 
 
-@register_model("mnist_cnn")
+@register_model("mnist_cnn", NoModelOptions)
 def _mnist_cnn(input_shape: tuple[int, ...], num_classes: int, **kw) -> nn.Module:
+    """FLASH-RL's MNIST CNN (Section IV-A: two 5x5 convolutions of 20 and 50 channels, each with 2x2
+    max pooling), then fc 800-500-classes; inputs (1, 28, 28)."""
     if tuple(input_shape[-2:]) != (28, 28):
         raise ValueError(f"model 'mnist_cnn' needs 28x28 inputs, got shape {tuple(input_shape)}")
     return MnistCNN(num_classes, in_channels=input_shape[0] if len(input_shape) == 3 else 1)
 
 
-@register_model("cifar_cnn")
+@register_model("cifar_cnn", NoModelOptions)
 def _cifar_cnn(input_shape: tuple[int, ...], num_classes: int, **kw) -> nn.Module:
+    """FLASH-RL's CIFAR-10 CNN (Section IV-A: two 5x5 convolutions of 6 and 16 channels, each with 2x2
+    max pooling), then fc 400-256-classes; inputs (3, 32, 32)."""
     if tuple(input_shape) != (3, 32, 32):
         raise ValueError(f"model 'cifar_cnn' needs (3, 32, 32) inputs, got {tuple(input_shape)}")
     return CifarCNN(num_classes)
@@ -143,6 +166,8 @@ def _cifar_cnn(input_shape: tuple[int, ...], num_classes: int, **kw) -> nn.Modul
 
 @register_model("mlp", MLPOptions)
 def _mlp(input_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, ...] = (25, 25), **kw) -> nn.Module:
+    """Fully connected ReLU network on the flattened input (default: the budgeted-online paper's IoT
+    classifier, layers of 25 neurons, its Phase 4); any input shape."""
     n = 1
     for s in input_shape:
         n *= int(s)
@@ -152,18 +177,20 @@ def _mlp(input_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, ...]
 def build_model(
     name: str, input_shape: tuple[int, ...], num_classes: int, generator: torch.Generator | None = None, **kwargs
 ) -> nn.Module:
-    """Build model ``name`` for inputs of ``input_shape`` (no batch dimension).
+    """Build model ``name`` (a registered name or ``"package.module:Name"``) for inputs of
+    ``input_shape`` (no batch dimension).
 
     Initial weights come from ``generator`` (a seeded ``torch.Generator``) so that no global
     RNG is touched: every parameter is re-drawn with PyTorch's default init rule but from
     the given generator.
 
     Raises:
-        ValueError: unknown model name (lists the known ones) or a shape the model cannot take.
+        ValueError: unknown model name (lists the known ones), a factory that does not return
+            an ``nn.Module``, or a shape the model cannot take.
     """
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; known models: {sorted(MODELS)}")
-    model = MODELS[name](tuple(input_shape), int(num_classes), **kwargs)
+    model = MODELS.get(name)(tuple(input_shape), int(num_classes), **kwargs)
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model {name!r} returned {type(model).__name__}, not a torch.nn.Module")
     if generator is not None:
         reset_parameters(model, generator)
     return model
@@ -241,13 +268,17 @@ class FDCNN(TwoConvNet):
 
 @register_model("gru", GRUOptions)
 def _gru(input_shape: tuple[int, ...], num_classes: int, hidden: int = 256, layers: int = 2, **kw) -> nn.Module:
+    """Stacked GRU over a sequence, the last step's hidden state -> linear (the MobiAct model); inputs
+    (T, channels)."""
     if len(input_shape) != 2:
         raise ValueError(f"model 'gru' needs sequence inputs of shape (T, channels), got {tuple(input_shape)}")
     return GRUClassifier(int(input_shape[-1]), num_classes, int(hidden), int(layers))
 
 
-@register_model("fd_cnn")
+@register_model("fd_cnn", NoModelOptions)
 def _fd_cnn(input_shape: tuple[int, ...], num_classes: int, **kw) -> nn.Module:
+    """CEFL's FD-CNN (Section IV, after He et al.), as built here: two 5x5 'same' convolutions of 32
+    and 64 channels with 2x2 max pooling, fc 1600-512-classes; inputs (3, 20, 20) bitmaps."""
     if tuple(input_shape) != (3, 20, 20):
         raise ValueError(f"model 'fd_cnn' needs (3, 20, 20) bitmaps, got {tuple(input_shape)}")
     return FDCNN(num_classes)

@@ -1,13 +1,14 @@
-"""Name -> class registries for pluggable components (selectors, algorithms).
+"""Name -> component registries: selectors and algorithms (classes), models and data sets
+(factories and loaders).
 
 A name is looked up, in order, among:
 
-1. classes registered with :meth:`Registry.register` (the built-ins register themselves when
-   their package's modules are imported, which happens on the first lookup; a user's module
-   can call the decorator too, once it is imported);
+1. components registered with :meth:`Registry.register` / :meth:`Registry.add` (the built-ins
+   register themselves when their modules are imported, which happens on the first lookup; a
+   user's module can call the decorators too, once it is imported);
 2. entry points of the registry's group (``[project.entry-points."fedselect.selectors"]`` in a
    user package's ``pyproject.toml``: ``myname = "mypkg.module:MySelector"``);
-3. ``"package.module:ClassName"``: the class is imported from the user's module (which must be
+3. ``"package.module:Name"``: the object is imported from the user's module (which must be
    importable: installed, or on ``PYTHONPATH`` / the current directory).
 
 Every lookup error names what was asked for and lists the known names.
@@ -23,18 +24,24 @@ from typing import Any
 
 
 class Registry:
-    """A registry of component classes, each with a class attribute ``name``.
+    """A registry of components by name: classes with a class attribute ``name`` (selectors,
+    algorithms) or callables registered under a name (model factories, data-set loaders).
 
     Args:
         kind: what is registered (``"selector"``), for messages.
-        package: the package whose modules hold the built-ins (imported on first lookup).
+        package: the package (every module of it) or module whose import registers the
+            built-ins (imported on first lookup).
         group: the entry-point group of third-party components.
-        base: ``"module:Class"`` every class must subclass (checked at lookup).
+        base: ``"module:Class"`` every entry must subclass (checked at lookup); None: every
+            entry must be callable.
+        builtin: module prefix of the built-ins (default ``package``), for :meth:`builtin_names`.
     """
 
-    def __init__(self, kind: str, package: str, group: str, base: str):
+    def __init__(self, kind: str, package: str, group: str, base: str | None = None, builtin: str | None = None):
         self.kind, self.package, self.group, self._base = kind, package, group, base
-        self._classes: dict[str, type] = {}
+        self._builtin = builtin or package
+        self._path_form = "package.module:ClassName" if base else "package.module:Name"
+        self._classes: dict[str, Any] = {}
         self._loaded = False
 
     def register(self, cls: type) -> type:
@@ -49,22 +56,30 @@ class Registry:
             raise ValueError(
                 f"{self.kind} class {cls.__qualname__} needs a class attribute `name` (a non-empty string without ':')"
             )
+        return self.add(name, cls)
+
+    def add(self, name: str, obj: Any) -> Any:
+        """Add ``obj`` under ``name`` and return it (registering the same definition again, as
+        a re-imported module does, is allowed).
+
+        Raises:
+            ValueError: an empty name, a name with ``:`` (reserved for module paths), or
+                another object already under that name.
+        """
+        if not isinstance(name, str) or not name or ":" in name:
+            raise ValueError(f"a {self.kind} name must be a non-empty string without ':', got {name!r}")
         other = self._classes.get(name)
-        if (
-            other is not None
-            and other is not cls
-            and (other.__module__, other.__qualname__) != (cls.__module__, cls.__qualname__)
-        ):
-            raise ValueError(f"{self.kind} name {name!r} is already taken by {other.__module__}.{other.__qualname__}")
-        self._classes[name] = cls
-        return cls
+        if other is not None and other is not obj and _where(other) != _where(obj):
+            raise ValueError(f"{self.kind} name {name!r} is already taken by {'.'.join(_where(other))}")
+        self._classes[name] = obj
+        return obj
 
     def _load_builtins(self) -> None:
         if self._loaded:
             return
         self._loaded = True
         pkg = importlib.import_module(self.package)
-        for info in pkgutil.iter_modules(pkg.__path__):
+        for info in pkgutil.iter_modules(getattr(pkg, "__path__", [])):  # a module has no submodules
             importlib.import_module(f"{self.package}.{info.name}")
 
     def _entry_points(self) -> dict[str, Any]:
@@ -81,14 +96,15 @@ class Registry:
     def builtin_names(self) -> list[str]:
         """Names registered by fedselect's own modules."""
         self._load_builtins()
-        return sorted(n for n, c in self._classes.items() if c.__module__.startswith(self.package + "."))
+        p = self._builtin
+        return sorted(n for n, c in self._classes.items() if c.__module__ == p or c.__module__.startswith(p + "."))
 
-    def get(self, name: str) -> type:
-        """The class called ``name`` (module docstring for the lookup order).
+    def get(self, name: str) -> Any:
+        """The component called ``name`` (module docstring for the lookup order).
 
         Raises:
-            ValueError: unknown name, a module or class that cannot be imported, or a class
-                that is not a subclass of the registry's base.
+            ValueError: unknown name, a module or object that cannot be imported, or an object
+                that is not a subclass of the registry's base (not callable, without a base).
         """
         if not isinstance(name, str) or not name:
             raise ValueError(f"a {self.kind} name must be a non-empty string, got {name!r}")
@@ -101,7 +117,7 @@ class Registry:
             ep = self._entry_points().get(name)
             if ep is None:
                 raise ValueError(
-                    f"unknown {self.kind} {name!r}; allowed: {self.names()} (or 'package.module:ClassName' for your own)"
+                    f"unknown {self.kind} {name!r}; allowed: {self.names()} (or '{self._path_form}' for your own)"
                 )
             try:
                 cls = ep.load()
@@ -112,10 +128,28 @@ class Registry:
         self._check(name, cls)
         return cls
 
-    def _import(self, path: str) -> type:
+    def path_of(self, name: str) -> str:
+        """A name of the same component that another process resolves without first importing
+        the module that registered it (worker processes, Ray tasks): ``"module:qualname"`` for a
+        component registered by a user's importable module; ``name`` itself for built-ins,
+        entry points, module paths and components defined in ``__main__`` or inside a function.
+
+        Raises:
+            ValueError: as :meth:`get`.
+        """
+        obj = self.get(name)
+        module, qualname = _where(obj)
+        p = self._builtin
+        if name not in self._classes or module == "__main__" or "<locals>" in qualname:
+            return name
+        if module == p or module.startswith(p + "."):
+            return name
+        return f"{module}:{qualname}"
+
+    def _import(self, path: str) -> Any:
         module_name, _, attr = path.partition(":")
         if not module_name or not attr:
-            raise ValueError(f"{self.kind} {path!r}: expected 'package.module:ClassName'")
+            raise ValueError(f"{self.kind} {path!r}: expected '{self._path_form}'")
         if "" not in sys.path and "." not in sys.path:  # like `python -m`: the working directory counts
             sys.path.append("")
         try:
@@ -130,7 +164,16 @@ class Registry:
         return obj
 
     def _check(self, name: str, cls: Any) -> None:
+        if self._base is None:
+            if not callable(cls):
+                raise ValueError(f"{self.kind} {name!r} is {cls!r}, which is not callable")
+            return
         mod, _, attr = self._base.partition(":")
         base = getattr(importlib.import_module(mod), attr)
         if not (isinstance(cls, type) and issubclass(cls, base)):
             raise ValueError(f"{self.kind} {name!r} is {cls!r}, not a subclass of {base.__module__}.{base.__qualname__}")
+
+
+def _where(obj: Any) -> tuple[str, str]:
+    """``(module, qualname)`` of a registered object (what identifies its definition)."""
+    return getattr(obj, "__module__", "") or "", getattr(obj, "__qualname__", repr(obj))

@@ -2,8 +2,8 @@
 
 :func:`resolve` looks each registry up once — data set, partition scheme, model, the method
 preset, the selector and the algorithm — validates every component's options with the
-component's own pydantic model (or, for data sets and partition schemes, its signature),
-checks that the selector and the algorithm fit together and with the settings, and returns a
+component's own pydantic model (or, for data sets, models and partition schemes without one,
+its signature), checks that the selector and the algorithm fit together and with the settings, and returns a
 :class:`Resolved` whose ``config`` has every default written out (what ``config.yaml`` holds).
 All problems are reported at once, one line each, naming the key and what is allowed.
 """
@@ -25,7 +25,7 @@ from fedselect.config import ComponentConfig, ConfigError, ExperimentConfig, loa
 from fedselect.data.catalog import DATASETS, PARTITIONERS, make_partitioner
 from fedselect.fl.train import TrainConfig
 from fedselect.fl.types import RunSettings
-from fedselect.models import MODEL_OPTIONS, MODELS
+from fedselect.models import MODELS
 from fedselect.presets import PRESETS, Preset
 from fedselect.selectors import SELECTORS
 from fedselect.selectors.base import Selector
@@ -126,6 +126,67 @@ def _options(label: str, model: type[BaseModel], options: dict[str, Any], errors
         return None
 
 
+#: what the runner passes a data-set loader and a model factory itself (never config options)
+DATASET_ARGS = ("seed",)
+MODEL_ARGS = ("input_shape", "num_classes")
+#: placeholder values of those arguments, to check that a call with the options can bind
+_PLACEHOLDERS = {"seed": 0, "input_shape": (1, 28, 28), "num_classes": 10}
+
+
+def options_model(obj: Any) -> type[BaseModel] | None:
+    """The pydantic model of a model factory's or data-set loader's options: its ``Options``
+    attribute (set by ``register_model(name, options)``), or None (its keyword parameters)."""
+    opts = getattr(obj, "Options", None)
+    return opts if isinstance(opts, type) and issubclass(opts, BaseModel) else None
+
+
+def callable_signature(obj: Any, passed: tuple[str, ...]) -> tuple[Any, tuple[str, ...]]:
+    """The function whose keyword parameters are ``obj``'s options (a class: its ``__init__``)
+    and the parameters to skip (``passed``, plus ``self`` for a class)."""
+    if isinstance(obj, type):
+        return obj.__init__, ("self", *passed)
+    return obj, passed
+
+
+def _callable_options(
+    key: str, name: str, obj: Any, options: dict[str, Any], passed: tuple[str, ...], errors: list[str]
+) -> dict[str, Any] | None:
+    """The options of the data-set loader or model factory ``obj``, called ``name`` at ``key``
+    (``data.dataset``, ``model.name``), checked (its ``Options`` model, else its signature) with
+    every default written out; None after appending the problems to ``errors``. The call the
+    runner will make must bind to the signature: ``passed`` by keyword for a loader, by
+    position for a model factory, then the options."""
+    label = key.rsplit(".", 1)[0] + ".options"
+    what = f"{'dataset' if key == 'data.dataset' else 'model'} {name!r}"
+    model = options_model(obj)
+    if model is not None:
+        checked = _options(label, model, options, errors)
+        out = None if checked is None else checked.model_dump(mode="json")
+    else:
+        fn, skip = callable_signature(obj, passed)
+        bad = _check_signature(label, what, fn, options, skip)
+        errors += bad
+        out = None if bad else {**_defaults(fn, skip), **options}
+    if out is None:
+        return None
+    by_keyword = passed == DATASET_ARGS
+    args = [_PLACEHOLDERS[a] for a in passed]
+    try:
+        sig = inspect.signature(obj)
+    except ValueError:  # no signature to read (a builtin): the call itself will tell
+        return out
+    try:
+        if by_keyword:
+            sig.bind(**dict(zip(passed, args)), **out)
+        else:
+            sig.bind(*args, **out)
+    except TypeError as e:
+        call = ", ".join(f"{a}=..." if by_keyword else a for a in passed)
+        errors.append(f"{key}: cannot be called as ({call}, **options) with options {out}: {e}")
+        return None
+    return out
+
+
 def _fields(cls: type) -> set[str]:
     opts = getattr(cls, "Options", None)
     return set(opts.model_fields) if opts is not None else set()
@@ -151,14 +212,11 @@ def resolve(cfg: ExperimentConfig, source: str = "<config>") -> Resolved:
 
     # ---- data set and partition scheme
     d = cfg.data
-    if d.dataset not in DATASETS:
-        errors.append(f"data.dataset: unknown dataset {d.dataset!r}; allowed: {sorted(DATASETS)}")
-    else:
-        loader = DATASETS[d.dataset]
-        bad = _check_signature("data.options", f"dataset {d.dataset!r}", loader, d.options, ("seed",))
-        errors += bad
-        if not bad:
-            doc["data"]["options"] = {**_defaults(loader, ("seed",)), **d.options}
+    loader = _lookup(DATASETS, d.dataset, "data.dataset", errors)
+    if loader is not None:
+        opts = _callable_options("data.dataset", d.dataset, loader, d.options, DATASET_ARGS, errors)
+        if opts is not None:
+            doc["data"]["options"] = opts
     scheme, params = d.partition.scheme, d.partition.params()
     if scheme not in PARTITIONERS:
         errors.append(f"data.partition.scheme: unknown scheme {scheme!r}; allowed: {sorted(PARTITIONERS)}")
@@ -180,12 +238,11 @@ def resolve(cfg: ExperimentConfig, source: str = "<config>") -> Resolved:
 
     # ---- model
     m = cfg.model
-    if m.name not in MODELS:
-        errors.append(f"model.name: unknown model {m.name!r}; allowed: {sorted(MODELS)}")
-    else:
-        mo = _options("model.options", MODEL_OPTIONS[m.name], m.options, errors)
-        if mo is not None:
-            doc["model"]["options"] = mo.model_dump(mode="json")
+    factory = _lookup(MODELS, m.name, "model.name", errors)
+    if factory is not None:
+        opts = _callable_options("model.name", m.name, factory, m.options, MODEL_ARGS, errors)
+        if opts is not None:
+            doc["model"]["options"] = opts
 
     # ---- method preset, selector, algorithm
     preset: Preset | None = None

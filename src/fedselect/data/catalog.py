@@ -1,5 +1,6 @@
 """The catalogue of data sets and partition schemes: imports every loader module (each registers
-itself in :data:`fedselect.data.datasets.DATASETS`) and looks names up.
+itself in :data:`fedselect.data.datasets.DATASETS`, which imports this module on its first
+lookup) and looks names up, users' own data sets included.
 
 Layering: ``datasets`` (the registry and :class:`ArrayDataset`) <- the loaders (``images``,
 ``imu``, ``iot``) <- this module. Nothing below imports it, so there is no import cycle.
@@ -8,6 +9,8 @@ Layering: ``datasets`` (the registry and :class:`ArrayDataset`) <- the loaders (
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 import fedselect.data.images  # noqa: F401  (registers mnist-embedded, mnist, fashion-mnist, cifar10)
 import fedselect.data.imu  # noqa: F401  (registers imu-watch, mobiact, mobiact-synthetic)
@@ -28,8 +31,8 @@ __all__ = [
 
 
 def dataset_names() -> list[str]:
-    """Registered data set names."""
-    return sorted(DATASETS)
+    """Known data set names (built-ins, registered, entry points)."""
+    return DATASETS.names()
 
 
 def partition_schemes() -> list[str]:
@@ -38,21 +41,38 @@ def partition_schemes() -> list[str]:
 
 
 def get_loader(name: str) -> Loader:
-    """The loader registered as ``name``.
+    """The loader called ``name`` (a registered name, an entry point or ``"package.module:Name"``).
 
     Raises:
-        ValueError: unknown name (lists the known ones).
+        ValueError: unknown name (lists the known ones), a module path that cannot be imported.
     """
-    if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; known datasets: {dataset_names()}")
-    return DATASETS[name]
+    return DATASETS.get(name)
 
 
 def load_dataset(name: str, seed: int = 0, **options: Any) -> tuple[ArrayDataset, ArrayDataset]:
-    """Load data set ``name`` as ``(train, test)``.
+    """Load data set ``name`` as ``(train, test)``, checked: two :class:`ArrayDataset` of the
+    same input shape and classes, a non-empty training set, finite inputs.
 
     Raises:
-        ValueError: unknown name (lists the known ones), bad options.
+        ValueError: unknown name (lists the known ones), bad options, a loader that returned
+            anything else (names the loader and what is wrong).
         DatasetNotFoundError: the files are missing (names the paths tried and how to get them).
     """
-    return get_loader(name)(seed=seed, **options)
+    out = get_loader(name)(seed=seed, **options)
+    what = f"dataset {name!r}: the loader must return (train, test), two ArrayDataset"
+    if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(isinstance(d, ArrayDataset) for d in out)):
+        got = f"a {type(out).__name__}" + (f" of {[type(d).__name__ for d in out]}" if isinstance(out, (tuple, list)) else "")
+        raise ValueError(f"{what}; got {got}")
+    train, test = out
+    if len(train) == 0:
+        raise ValueError(f"{what}; its training set is empty")
+    if train.input_shape != test.input_shape or train.num_classes != test.num_classes:
+        raise ValueError(
+            f"{what} of one task; got inputs {train.input_shape} / {test.input_shape} and "
+            f"{train.num_classes} / {test.num_classes} classes (train / test)"
+        )
+    for part, d in (("train", train), ("test", test)):
+        if not np.isfinite(d.x).all():
+            bad = int(np.flatnonzero(~np.isfinite(d.x).reshape(len(d), -1).all(axis=1))[0])
+            raise ValueError(f"{what} of finite inputs; {part} sample {bad} (0-based) holds NaN or inf")
+    return train, test

@@ -5,7 +5,8 @@ every loader reads an embedded package's data or files in a user directory, and 
 data set raises :class:`DatasetNotFoundError` naming the paths looked at and how to get it.
 
 This module imports no loader: the loaders import it to register themselves, and
-:mod:`fedselect.data.catalog` (above them) imports them all and looks names up.
+:mod:`fedselect.data.catalog` (above them) imports them all (on the registry's first lookup)
+and looks names up.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
+
+from fedselect.registry import Registry
 
 
 class DatasetNotFoundError(FileNotFoundError):
@@ -87,15 +90,31 @@ class ArrayDataset:
 
 Loader = Callable[..., tuple[ArrayDataset, ArrayDataset]]
 
-#: data set name -> loader(seed=int, **options) -> (train, test)
-DATASETS: dict[str, Loader] = {}
+#: the data-set registry: name -> loader ``(seed=int, **options) -> (train, test)`` (built-ins:
+#: the loaders :mod:`fedselect.data.catalog` imports; users' own: :func:`register_dataset`, the
+#: entry-point group ``fedselect.datasets``, or ``data.dataset: "package.module:Name"``)
+DATASETS = Registry("dataset", "fedselect.data.catalog", "fedselect.datasets", builtin="fedselect.data")
 
 
 def register_dataset(name: str):
-    """Decorator registering ``loader(seed: int, **options) -> (train, test)`` under ``name``."""
+    """Decorator registering a data-set loader under ``name`` (``data: {dataset: NAME}``).
+
+    The loader is called as ``loader(seed=seed, **options)`` (``options``: the config's
+    ``data.options``, validated before anything loads against the loader's ``Options`` pydantic
+    model if it has one, else against its keyword parameters, whose defaults ``config.yaml``
+    records) and returns ``(train, test)``, two :class:`ArrayDataset` with the same
+    ``input_shape`` and ``num_classes``: ``x`` float32 ``(n, *input_shape)``, ``y`` int64
+    ``(n,)`` in ``[0, num_classes)``. The partition scheme (``data.partition``) divides
+    ``train`` over the N clients, by its labels (and its ``groups``, for group-based schemes),
+    and each client keeps ``data.holdout_fraction`` of its share as its held-out split;
+    ``test`` is the server's test set. ``seed`` is the experiment seed, for loaders that draw
+    anything (a split that should not change with the seed ignores it).
+
+    Raises:
+        ValueError: a name with ``:`` or already taken by another loader.
+    """
 
     def deco(fn: Loader) -> Loader:
-        DATASETS[name] = fn
-        return fn
+        return DATASETS.add(name, fn)
 
     return deco

@@ -26,14 +26,15 @@ Usage (one round of FedAvg)::
         metrics = trainer.evaluate(new_global_state, "test")   # {"accuracy", "f1_macro", "loss"}
 
 ``workers=0`` trains in the calling process (with one torch thread while it trains) and
-starts no process; so does any ``workers`` where the main module cannot be re-imported by a
-worker (:func:`main_importable`). On ``device="cuda"`` everything runs in the calling process
+starts no process; so does any ``workers`` where a worker could not re-import the main module
+or build the model (:func:`worker_obstacle`). On ``device="cuda"`` everything runs in the calling process
 on the GPU (sequentially, or stacked with ``torch.func`` when ``batched``;
 :mod:`fedselect.fl.batched`).
 """
 
 from __future__ import annotations
 
+import ast
 import logging
 import math
 import os
@@ -41,6 +42,8 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 import numpy as np
@@ -54,7 +57,7 @@ from fedselect.fl.pool_messages import EvalDone, EvalTask, Failed, ModelSpec, Tr
 from fedselect.fl.pool_worker import CLIENT_FAILURES, _train_job, eval_chunk, load_state
 from fedselect.fl.train import TrainConfig
 from fedselect.fl.types import State
-from fedselect.models import prefers_channels_last
+from fedselect.models import MODELS, prefers_channels_last
 
 log = logging.getLogger("fedselect")
 
@@ -66,6 +69,7 @@ __all__ = [
     "TrainResult",
     "usable_cores",
     "main_importable",
+    "worker_obstacle",
     "resolve_device",
     "eval_chunk",
     "EVAL_CHUNK",
@@ -91,32 +95,84 @@ def usable_cores() -> int:
 
 
 def main_importable(model_name: str | None = None) -> bool:
-    """Whether worker processes can start and build the model: ``forkserver`` and ``spawn``
-    children re-import this process's main module when it is a file, and build the model by
-    its registered name (:data:`fedselect.models.MODELS`).
+    """Whether worker processes can start and build the model here (:func:`worker_obstacle`
+    finds nothing in the way)."""
+    return worker_obstacle(model_name) is None
 
-    False for a script on stdin (``python -``: ``__file__`` is ``'<stdin>'``, no real file: the
-    children cannot start), and, in a notebook, IPython or ``python -c`` (a main module without
-    ``__file__``, which children do not re-import), when the model ``model_name`` was
-    registered there (the children would not know it). True for a script file, for ``python
-    -m module``, and for built-in or importable models anywhere.
+
+def worker_obstacle(model_name: str | None = None) -> str | None:
+    """Why worker processes cannot train here, or None. ``forkserver`` and ``spawn`` children
+    re-import this process's main module when it is a file, and build the model by the name
+    :meth:`fedselect.registry.Registry.path_of` gives them.
+
+    In the way: a script on stdin (``python -``: ``__file__`` is ``'<stdin>'``, no real file:
+    the children cannot start); a script (or ``python -m`` module) calling fedselect from
+    top-level code outside ``if __name__ == "__main__":``, which every child would run again on
+    re-importing it (each starting a run of its own); in a notebook, IPython or ``python -c``
+    (a main module without ``__file__``, which children do not re-import), a model
+    ``model_name`` defined there (the children would not know it). Nothing in the way for a
+    guarded script file, ``python -m module``, and built-in or importable models anywhere.
     """
     main = sys.modules.get("__main__")
     if main is None:
-        return False
-    if getattr(getattr(main, "__spec__", None), "name", None):  # python -m: imported by name
-        return True
+        return "no main module"
     path = getattr(main, "__file__", None)
+    if path and _unguarded_call(main, path):
+        return f"{path} calls fedselect outside `if __name__ == '__main__':`, which every worker would run again"
+    if getattr(getattr(main, "__spec__", None), "name", None):  # python -m: imported by name
+        return None
     if not path:  # notebook, IPython, python -c: children start; a model defined here is unknown there
         from fedselect.models import MODELS
 
-        factory = MODELS.get(model_name) if model_name is not None else None
-        return getattr(factory, "__module__", "") != "__main__"
+        try:
+            factory = MODELS.get(model_name) if model_name is not None else None
+        except ValueError:  # unknown here too: building it reports that
+            return None
+        if getattr(factory, "__module__", "") == "__main__":
+            return f"model {model_name!r} is defined in this notebook or `python -c`, which worker processes do not import"
+        return None
     from multiprocessing import process
 
     if not os.path.isabs(path) and process.ORIGINAL_DIR is not None:  # as multiprocessing resolves it
         path = os.path.join(process.ORIGINAL_DIR, path)
-    return os.path.isfile(path)
+    return None if os.path.isfile(path) else f"the main module {path!r} is no file (a script on stdin)"
+
+
+def _unguarded_call(main, path: str) -> bool:
+    """Whether this call comes from top-level code of ``main`` (read from ``path``) that is not
+    under ``if __name__ == "__main__":`` (False where the source cannot be read)."""
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_code.co_name == "<module>" and frame.f_globals is vars(main)):
+        frame = frame.f_back
+    if frame is None:
+        return False
+    line = frame.f_lineno
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return False
+
+    def is_guard(node: ast.AST) -> bool:
+        t = getattr(node, "test", None)
+        if not (isinstance(node, ast.If) and isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq)):
+            return False
+        sides = {ast.dump(t.left), ast.dump(t.comparators[0])}
+        return sides == {ast.dump(ast.Name("__name__", ast.Load())), ast.dump(ast.Constant("__main__"))}
+
+    return not any(
+        is_guard(n) and n.body[0].lineno <= line <= (n.body[-1].end_lineno or n.body[-1].lineno) for n in ast.walk(tree)
+    )
+
+
+#: notices logged as warnings in this process (later ones at info level: one line per process)
+_NOTICED: set[str] = set()
+
+
+def _notice(message: str) -> None:
+    """Log ``message`` as a warning the first time in this process, at info level after (a
+    comparison builds one trainer per run, and says it once)."""
+    log.log(logging.INFO if message in _NOTICED else logging.WARNING, "%s", message)
+    _NOTICED.add(message)
 
 
 class ClientTrainer:
@@ -148,9 +204,10 @@ class ClientTrainer:
         ValueError: a bad argument (names it and what is allowed).
         RuntimeError: a worker failed to start (its error is in the message).
 
-    Where worker processes cannot re-import the main module (a notebook, a script on stdin:
-    :func:`main_importable`), ``workers > 0`` trains in the calling process instead, with a
-    warning; results do not depend on it.
+    Where worker processes cannot re-import the main module or build the model (a script on
+    stdin, a script calling fedselect outside ``if __name__ == "__main__":``, a model defined
+    in a notebook: :func:`worker_obstacle`), ``workers > 0`` trains in the calling process
+    instead, with a one-line warning (once per process); results do not depend on it.
     """
 
     def __init__(
@@ -169,7 +226,8 @@ class ClientTrainer:
         eval_forward_batch: int | None = None,
     ):
         t0 = time.perf_counter()
-        self.spec = model_spec if isinstance(model_spec, ModelSpec) else ModelSpec(*model_spec)
+        spec = model_spec if isinstance(model_spec, ModelSpec) else ModelSpec(*model_spec)
+        self.spec = replace(spec, name=MODELS.path_of(spec.name))  # what a worker process can import
         if not isinstance(data, ClientData):
             data = ClientData.from_datasets(list(data))
         if workers is None:
@@ -216,11 +274,11 @@ class ClientTrainer:
                 "batched=True trains in the calling process: use it with workers=0 or on a GPU "
                 f"(got workers={self.workers} on {self.device})"
             )
-        if self.workers > 0 and not main_importable(self.spec.name):
-            log.warning(
-                "worker processes cannot start or cannot build model %r here (a script on stdin, or a model "
-                "registered in a notebook): training in this process (results do not depend on it)",
-                self.spec.name,
+        obstacle = worker_obstacle(self.spec.name) if self.workers > 0 else None
+        if obstacle is not None:
+            _notice(
+                f"worker processes cannot start or cannot build model {self.spec.name!r} here ({obstacle}): "
+                "training in this process (results do not depend on it)"
             )
             self.workers = 0
         self._param_names = {n for n, _ in model.named_parameters()}
