@@ -34,7 +34,7 @@ LAYERS = {
     "fedselect.runfiles": 6,
     "fedselect.tblog": 6,  # the TensorBoard event files runfiles writes beside metrics.csv
     "fedselect.experiment": 7,
-    "fedselect.api": 7,
+    "fedselect.api": 9,  # the Python API: a face like the command line (runs, comparisons with progress)
     "fedselect.compare": 8,
     "fedselect.sweep": 8,
     "fedselect.report": 8,

@@ -16,10 +16,16 @@ a comparison or a sweep to ``runs/<name>-<time>`` (:func:`output_dir`), and an `
 already holds a run is refused, before anything is built or written, unless it is resumed
 (:func:`resume`, ``fedselect run --resume``) or replaced (``overwrite``).
 
-Users' own selectors and algorithms: subclass :class:`fedselect.Selector` /
-:class:`fedselect.Algorithm`, then name them ``"package.module:ClassName"`` in the config, or
-decorate them with :func:`fedselect.register_selector` / :func:`fedselect.register_algorithm`
-(docs/architecture.md).
+Comparisons: :func:`compare` (``fedselect.compare(config, seeds=[0, 1, 2], out="runs/cmp")``)
+runs several methods on one shared federation as ``fedselect compare`` does, with the same
+progress bars, and returns the table as a pandas DataFrame with the run directories
+(:class:`ComparisonResult`).
+
+Users' own components: subclass :class:`fedselect.Selector` / :class:`fedselect.Algorithm`,
+write a model factory or a data-set loader, then name them ``"package.module:Name"`` in the
+config, or register them with :func:`fedselect.register_selector`,
+:func:`fedselect.register_algorithm`, :func:`fedselect.register_model`,
+:func:`fedselect.register_dataset` (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from fedselect.config import ExperimentConfig, apply_overrides, load_config, parse_config
 from fedselect.experiment import RoundEvent, check_output_dir, check_run_dir, resume_experiment, run_experiment
@@ -35,9 +41,16 @@ from fedselect.federation import Federation
 from fedselect.fl.metrics import read_csv_rows, read_json
 from fedselect.resolve import Resolved, resolve
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from fedselect.compare import CompareConfig
+
 __all__ = [
+    "ComparisonResult",
     "RunPlan",
     "RunResult",
+    "compare",
     "default_run_dir",
     "experiment_config",
     "load_run",
@@ -241,3 +254,124 @@ def load_run(run_dir: str | Path) -> RunResult:
     summary = read_json(d / "summary.json") if (d / "summary.json").exists() else {}
     metrics = read_csv_rows(d / "metrics.csv") if (d / "metrics.csv").exists() else []
     return RunResult(d, cfg, summary, metrics)
+
+
+@dataclass(frozen=True)
+class ComparisonResult:
+    """A finished comparison (:func:`compare`).
+
+    Attributes:
+        directory: the comparison directory (``compare.json``, ``table.md`` / ``table.csv``,
+            ``paired.csv``, ``plots/``, ``report.html``, ``runs/``; docs/comparisons.md).
+        table: ``table.csv`` as a DataFrame indexed by method label, one row per method: each
+            figure's mean over the seeds (``final_accuracy``, ``e2e_latency_s`` in s,
+            ``communication_mb`` in MB, ``rounds_to_target`` ...), ``<figure>_std`` its standard
+            deviation and ``<figure>_vs_baseline`` its change against the baseline method
+            (points for accuracies, % otherwise).
+        paired: ``paired.csv`` as a DataFrame: per method and quantity, the paired difference
+            against the baseline over the seeds (``mean``, 95% interval ``low`` .. ``high``,
+            ``excludes_zero``, ``per_seed``); no rows when only the baseline ran.
+        run_dirs: ``(label, seed)`` -> that run's directory (``metrics.csv``, ``summary.json`` ...).
+    """
+
+    directory: Path
+    table: "pd.DataFrame"
+    paired: "pd.DataFrame"
+    run_dirs: dict[tuple[str, int], Path]
+
+    def run(self, label: str, seed: int | None = None) -> RunResult:
+        """The run of method ``label`` with ``seed`` (default: the comparison's first seed).
+
+        Raises:
+            KeyError: no such method or seed (names the ones there are)."""
+        seed = min(s for _, s in self.run_dirs) if seed is None else seed
+        if (label, seed) not in self.run_dirs:
+            raise KeyError(f"no run {label!r} with seed {seed} in {self.directory}; runs: {sorted(self.run_dirs)}")
+        return load_run(self.run_dirs[(label, seed)])
+
+
+def compare(
+    config: "CompareConfig | dict | str | Path | None" = None,
+    out: str | Path | None = None,
+    *,
+    seeds: Sequence[int] | None = None,
+    rounds: int | None = None,
+    resume: str | Path | None = None,
+    backend: Any = "local",
+    workers: int | None = None,
+    progress: bool = True,
+    sets: Mapping[str, Any] | None = None,
+    **overrides: Any,
+) -> ComparisonResult:
+    """Run a comparison, as ``fedselect compare`` does: every method and seed on one shared
+    federation per seed, then the table, paired differences, plots and ``report.html``.
+
+    Args:
+        config: a comparison (``base``, ``methods``, ``seeds`` ...) as a mapping, a
+            :class:`fedselect.compare.CompareConfig` or a YAML path (a plain experiment YAML is
+            a one-method comparison); None: the embedded default (FedAvg vs FLASH-RL vs FAVOR).
+        out: the comparison directory (default ``runs/<name>-<time>``); one already holding a
+            comparison is refused (finish that one with ``resume``).
+        seeds: the seeds (replace the config's). rounds: every method's T (their own
+            ``rounds`` included, as ``--rounds``).
+        resume: finish the interrupted comparison in this directory (its saved config; give
+            nothing else that changes it).
+        backend: ``"local"`` (this process; default), ``"ray"``, or a backend object
+            (:func:`fedselect.backends.make_backend`).
+        workers: worker processes per run (default ``train.workers``); results do not depend on it.
+        progress: show the command line's progress bars (one per method and seed).
+        sets, overrides: dotted keys of the base experiment, as ``--set`` (``sets={"train.lr":
+            0.1}``, or ``train__lr=0.1``).
+
+    Returns:
+        :class:`ComparisonResult`: the table as a DataFrame, the paired differences, the run
+        directories.
+
+    Raises:
+        ConfigError: an invalid comparison (every problem named). FileExistsError: ``out``
+        holds a comparison already, or another kind of output. ValueError: ``resume`` combined
+        with a config or any option changing it, an unknown backend.
+        DatasetNotFoundError: data missing.
+    """
+    import pandas as pd
+
+    from fedselect import console as ui
+    from fedselect.backends import make_backend
+    from fedselect.compare import load_compare, parse_compare, run_comparison, run_dir_name, saved_compare
+
+    over = _dotted(sets, overrides)
+    if resume is not None:
+        given = [k for k, v in (("config", config), ("out", out), ("seeds", seeds), ("rounds", rounds)) if v is not None]
+        if given or over:
+            raise ValueError(
+                f"resume={str(resume)!r} finishes the comparison saved there with its own config; "
+                f"it cannot be combined with {', '.join(given + sorted(over))}"
+            )
+        cc = saved_compare(resume)
+    elif isinstance(config, (str, Path)) or config is None:
+        cc = load_compare(config, over or None)
+    else:
+        doc = config.model_dump(mode="json") if not isinstance(config, Mapping) else dict(config)
+        doc["base"] = apply_overrides(dict(doc.get("base") or {}), over)
+        cc = parse_compare(doc, getattr(config, "name", None) or "<dict>")
+    if resume is None and rounds is not None:
+        cc = cc.with_rounds(rounds)
+    if resume is None and seeds is not None:
+        cc = parse_compare({**cc.model_dump(mode="json"), "seeds": list(seeds)}, f"{cc.name} (seeds={list(seeds)!r})")
+    if not isinstance(backend, str) and workers is not None:
+        raise ValueError("workers: a backend object has its own; give workers to make_backend(...) instead")
+    runner = make_backend(backend, workers=workers) if isinstance(backend, str) else backend
+    out_dir = output_dir("comparison", cc.name, out, resume)
+    if progress:
+        ui.console.print(f"[bold]{cc.name}[/bold]: {', '.join(m.label for m in cc.methods)}; seeds {cc.seeds}; output {out_dir}")
+        with ui.progress() as prog:
+            run_comparison(cc, out_dir, resume=resume is not None, backend=runner, **ui.compare_callbacks(prog, False))
+    else:
+        run_comparison(cc, out_dir, resume=resume is not None, backend=runner)
+    paired = out_dir / "paired.csv"
+    return ComparisonResult(
+        out_dir,
+        pd.read_csv(out_dir / "table.csv", index_col="method"),
+        pd.read_csv(paired) if paired.is_file() and paired.stat().st_size else pd.DataFrame(),
+        {(e.label, s): out_dir / run_dir_name(e.label, s) for s in cc.seeds for e in cc.methods},
+    )

@@ -173,7 +173,8 @@ def first_sentence(doc: str) -> str:
 
 
 def print_components() -> None:
-    """``fedselect list``: the method presets, selectors and algorithms with their options."""
+    """``fedselect list``: the method presets, selectors, algorithms, data sets and models with
+    their options, the fleet settings and the partition schemes."""
     from fedselect.algorithms import ALGORITHMS
     from fedselect.presets import PRESETS
     from fedselect.selectors import SELECTORS
@@ -203,8 +204,34 @@ def print_components() -> None:
                 doc += "; only its final figures are tabled (its rounds do not score every client's own model)"
             t.add_row(name, fields or "-", doc)
         wide.print(t)
+    wide.print(component_table("data sets (data: {dataset, options})", "dataset"))
+    wide.print(component_table("models (model: {name, options})", "model"))
     wide.print(fleet_table())
     wide.print(partition_table())
+
+
+def component_table(title: str, kind: str) -> Table:
+    """The built-in data sets (``kind="dataset"``) or models (``"model"``) with their options
+    and defaults, read from each loader's or factory's ``Options`` model or signature (what
+    :mod:`fedselect.resolve` validates), and how to bring one's own."""
+    from fedselect.data.datasets import DATASETS
+    from fedselect.models import MODELS
+    from fedselect.resolve import DATASET_ARGS, MODEL_ARGS, option_defaults
+
+    reg, passed = (DATASETS, DATASET_ARGS) if kind == "dataset" else (MODELS, MODEL_ARGS)
+    t = Table(
+        title=title,
+        caption=f"your own: {kind} name 'package.module:Name', fedselect.register_{kind}, or the entry-point group "
+        f"{reg.group} (docs/architecture.md)",
+    )
+    for c in ("name", "options (default)", "what it is"):
+        t.add_column(c)
+    for name in reg.builtin_names():
+        obj = reg.get(name)
+        options, more = option_defaults(obj, passed)
+        shown = ", ".join(f"{k}={v!r}" for k, v in options.items()) + (", ... (see its docs)" if more else "")
+        t.add_row(name, shown.removeprefix(", ") or "-", first_sentence(obj.__doc__ or ""))
+    return t
 
 
 def fleet_table() -> Table:

@@ -129,6 +129,8 @@ def _options(label: str, model: type[BaseModel], options: dict[str, Any], errors
 #: what the runner passes a data-set loader and a model factory itself (never config options)
 DATASET_ARGS = ("seed",)
 MODEL_ARGS = ("input_shape", "num_classes")
+#: the default of an option that has none (:func:`option_defaults`)
+REQUIRED = "required"
 #: placeholder values of those arguments, to check that a call with the options can bind
 _PLACEHOLDERS = {"seed": 0, "input_shape": (1, 28, 28), "num_classes": 10}
 
@@ -146,6 +148,21 @@ def callable_signature(obj: Any, passed: tuple[str, ...]) -> tuple[Any, tuple[st
     if isinstance(obj, type):
         return obj.__init__, ("self", *passed)
     return obj, passed
+
+
+def option_defaults(obj: Any, passed: tuple[str, ...]) -> tuple[dict[str, Any], bool]:
+    """The options of a model factory or data-set loader (``passed``: what the runner passes it,
+    :data:`MODEL_ARGS` / :data:`DATASET_ARGS`) with their defaults (``REQUIRED`` for none), and
+    whether it takes more keywords than those (a ``**kwargs`` it reads)."""
+    model = options_model(obj)
+    if model is not None:
+        return {
+            k: REQUIRED if f.is_required() else f.get_default(call_default_factory=True) for k, f in model.model_fields.items()
+        }, False
+    fn, skip = callable_signature(obj, passed)
+    named, forwards = option_names(fn, skip)
+    defaults = _defaults(fn, skip)
+    return {k: defaults.get(k, REQUIRED) for k in named}, forwards
 
 
 def _callable_options(
