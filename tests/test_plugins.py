@@ -1,13 +1,18 @@
-"""Users' own selectors and algorithms, defined in a module outside the package: usable by
-``package.module:Class`` name, by the registration decorator and by an entry point, through the
-CLI and through the Python API, and resumed exactly."""
+"""Users' own selectors, algorithms, models and data sets, defined in modules outside the
+package: usable by ``package.module:Name``, by the registration decorators and by entry points,
+through the CLI and through the Python API (runs and comparisons), in worker processes and on
+Flower's nodes, and resumed exactly. The own-model-and-data example is
+``examples/own-model-data`` (docs/architecture.md), imported here by path."""
 
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import sys
 import textwrap
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -83,6 +88,32 @@ USER_MODULE = textwrap.dedent('''
         def select(self, view):
             ids = [k for k in range(self.settings.num_clients) if k % 2 == view.round % 2]
             return fedselect.Selection(ids[: self.settings.clients_per_round])
+
+
+    @fedselect.register_model("linear_probe")
+    def linear_probe(input_shape, num_classes, bias: bool = True):
+        """One linear layer on the flattened input."""
+        n = int(np.prod(input_shape))
+        return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(n, num_classes, bias=bias))
+
+
+    @fedselect.register_dataset("two_blobs")
+    def two_blobs(seed=0, n: int = 400, dims: int = 6):
+        """Two Gaussian blobs, 80 % train / 20 % test, the same for every seed."""
+        rng = np.random.default_rng(0)
+        y = rng.integers(0, 2, n)
+        x = rng.normal(0, 1, (n, dims)) + 2.0 * y[:, None]
+        cut = int(0.8 * n)
+        train = fedselect.ArrayDataset(x[:cut], y[:cut], 2, "two_blobs")
+        return train, fedselect.ArrayDataset(x[cut:], y[cut:], 2, "two_blobs")
+
+
+    def not_a_pair(seed=0):
+        return {"train": None}
+
+
+    def one_arg_model(input_shape):
+        return torch.nn.Flatten()
 ''')
 
 
@@ -193,3 +224,228 @@ def test_bad_user_component_names_are_named(name, message):
 
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
         parse_experiment(doc(selector={"name": name}))
+
+
+# ------------------------------------------------------------------ models and data sets
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "own-model-data"
+#: the UCI digits scikit-learn ships: rows per class, and the stratified 20 % test split of each
+DIGITS_PER_CLASS = [178, 182, 177, 183, 181, 182, 181, 179, 174, 180]
+DIGITS_TEST = sum(round(0.2 * n) for n in DIGITS_PER_CLASS)  # 359
+
+
+@pytest.fixture
+def own_example(tmp_path, monkeypatch):
+    """examples/own-model-data importable (as PYTHONPATH would make it), its CSV written, and
+    its comparison made small: 6 clients, 5 rounds of 3, FedAvg and Oort, one seed."""
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    from mydigits.data import write_digits_csv
+
+    csv_path = write_digits_csv(tmp_path / "data" / "digits.csv")
+    cc = yaml.safe_load((EXAMPLE / "compare.yaml").read_text())
+    cc["seeds"] = [0]
+    cc["methods"] = cc["methods"][:2]
+    cc["base"].update(rounds=5, clients_per_round=3)
+    cc["base"]["data"].update(num_clients=6, options={"path": str(csv_path)})
+    cc["base"]["train"].update(local_epochs=2, batch_size=8)
+    yield cc
+    for m in [m for m in sys.modules if m == "mydigits" or m.startswith("mydigits.")]:
+        del sys.modules[m]
+
+
+@pytest.mark.slow
+def test_the_own_model_and_data_example_runs_in_a_comparison_from_outside_src(own_example, tmp_path):
+    """The worked example of docs/architecture.md: the user's CNN and CSV data set, named by
+    module path, compared through the Python API and the CLI (the same bytes), with every
+    option and file recorded."""
+    res = fedselect.compare(own_example, out=tmp_path / "api", workers=0, progress=False)
+    assert list(res.table.index) == ["FedAvg", "Oort"] and res.table.loc["FedAvg", "seeds"] == 1
+    assert sorted(res.run_dirs) == [("FedAvg", 0), ("Oort", 0)]
+    assert res.paired["method"].unique().tolist() == ["Oort"]
+    run = res.run("FedAvg")
+    assert run.config.model.name == "mydigits.models:SmallCNN" and run.config.model.options == {"channels": 8, "hidden": 32}
+    assert run.config.data.dataset == "mydigits.data:load_digits_csv"
+    assert run.config.data.options == {
+        "path": own_example["base"]["data"]["options"]["path"],
+        "test_fraction": 0.2,
+        "drop_invalid": False,
+    }
+    # the model is the user's: conv1 8 x 1 x 3 x 3, 3,658 parameters in all
+    state = torch.load(run.run_dir / "model.pt", weights_only=True)
+    assert tuple(state["conv1.weight"].shape) == (8, 1, 3, 3) and sum(v.numel() for v in state.values()) == 3658
+    # the data set is the user's: 1,797 digits, 359 (20 % of each class) the server's test set,
+    # the other 1,438 over the 6 clients, the file recorded with its digest
+    inputs = json.loads((run.run_dir / "inputs.json").read_text())
+    assert (inputs["train_size"], inputs["test_size"]) == (sum(DIGITS_PER_CLASS) - DIGITS_TEST, DIGITS_TEST) == (1438, 359)
+    assert [Path(f["path"]).name for f in inputs["files"]] == ["digits.csv"] and len(inputs["client_samples"]) == 6
+    fed = json.loads((res.directory / "federation-s0.json").read_text())
+    assert fed["num_classes"] == 10 and fed["dataset"] == "mydigits.data:load_digits_csv"
+    assert 0.3 < run.summary["final_accuracy"] <= 1.0  # 5 rounds of 3 non-iid clients: well above chance (0.1)
+
+    path = tmp_path / "own.yaml"
+    path.write_text(yaml.safe_dump(own_example))
+    out = cli("compare", path, "-o", tmp_path / "cli", "-q", "-w", "0")
+    assert "FedAvg" in out and "Oort" in out
+    for r in ("FedAvg-s0", "Oort-s0"):
+        a, b = (tmp_path / d / "runs" / r for d in ("api", "cli"))
+        assert (a / "metrics.csv").read_bytes() == (b / "metrics.csv").read_bytes()
+        assert (a / "model.pt").read_bytes() == (b / "model.pt").read_bytes()
+
+
+def _bad_csv(tmp_path) -> Path:
+    from mydigits.data import write_digits_csv
+
+    p = write_digits_csv(tmp_path / "bad.csv")
+    lines = p.read_text().splitlines()
+    lines[3] = lines[3].replace(",", ",17,", 1).rsplit(",", 1)[0]  # line 4: p0 = 17, outside 0..16
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+@pytest.mark.parametrize(
+    "over,message",
+    [
+        (
+            {"model": {"name": "mydigits.models:SmallCNN", "options": {"channels": 0}}},
+            "model.options.channels: Input should be greater than or equal to 1",
+        ),
+        (
+            {"model": {"name": "mydigits.models:SmallCNN", "options": {"chanels": 4}}},
+            "model.options.chanels: unknown key (not allowed here); allowed: ['channels', 'hidden']",
+        ),
+        (
+            {"model": {"name": "mydigits.models:BigCNN"}},
+            "model.name: model 'mydigits.models:BigCNN': module 'mydigits.models' has no attribute 'BigCNN'",
+        ),
+        (
+            {"model": {"name": "my_fl_plugins:one_arg_model"}},
+            "model.name: cannot be called as (input_shape, num_classes, **options) with options {}: too many positional arguments",
+        ),
+        (
+            {"model": {"name": "linear_probe", "options": {"num_classes": 3}}},
+            "model.options: ['num_classes'] cannot be set here (the runner passes them)",
+        ),
+        (
+            {
+                "model": {"name": "mnist_cnn"},
+                "data": {"dataset": "mydigits.data:load_digits_csv", "options": {"test_fractoin": 0.1}},
+            },
+            "data.options: unknown option(s) ['test_fractoin'] for dataset 'mydigits.data:load_digits_csv'; allowed: ['drop_invalid', 'path', 'test_fraction']",
+        ),
+        (
+            {"data": {"dataset": "two_blobs", "options": {"n": "many"}}},
+            "data.options.n: Input should be a valid integer, got 'many'",
+        ),
+        (
+            {"data": {"dataset": "nowhere.data:load"}},
+            "data.dataset: dataset 'nowhere.data:load': cannot import module 'nowhere.data' (ModuleNotFoundError: No module named 'nowhere')",
+        ),
+        ({"data": {"dataset": "mydigits.data:PIXELS"}}, "data.dataset: dataset 'mydigits.data:PIXELS' is ['p0', "),
+        ({"data": {"dataset": "two_blob"}}, "data.dataset: unknown dataset 'two_blob'; allowed: ["),
+    ],
+)
+def test_own_model_and_data_set_mistakes_are_named_before_anything_runs(over, message, own_example, user_module):
+    from fedselect.config import ConfigError
+
+    __import__(user_module)
+    d = doc(**{k: {**doc()[k], **v} if k == "data" else v for k, v in over.items()})
+    with pytest.raises(ConfigError) as e:
+        parse_experiment(d)
+    assert message in str(e.value), str(e.value)
+
+
+def test_own_data_set_problems_found_at_load_name_the_loader_or_the_file(own_example, user_module, tmp_path):
+    from fedselect.data.catalog import load_dataset
+    from fedselect.data.datasets import DatasetNotFoundError
+    from fedselect.data.files import DataFileError
+
+    __import__(user_module)
+    with pytest.raises(
+        ValueError,
+        match=r"dataset 'my_fl_plugins:not_a_pair': the loader must return \(train, test\), two ArrayDataset; got a dict",
+    ):
+        load_dataset(f"{user_module}:not_a_pair")
+    with pytest.raises(
+        DatasetNotFoundError, match="no data.options.path given; `python examples/own-model-data/make_csv.py` writes"
+    ):
+        load_dataset("mydigits.data:load_digits_csv")
+    bad = _bad_csv(tmp_path)
+    with pytest.raises(DataFileError, match=r"bad.csv: line 4, column 2 \(p0\): value 17 outside \[0, 16\]"):
+        load_dataset("mydigits.data:load_digits_csv", path=str(bad))
+    train, test = load_dataset("mydigits.data:load_digits_csv", path=str(bad), drop_invalid=True)
+    assert (len(train) + len(test), train.info["dropped_rows"]) == (sum(DIGITS_PER_CLASS) - 1, {str(bad): 1})
+    assert (train.input_shape, train.x.dtype, train.y.dtype, float(train.x.max())) == ((1, 8, 8), np.float32, np.int64, 1.0)
+
+
+def test_registered_model_and_data_set_run_and_carry_an_importable_path(tmp_path, user_module):
+    """``@fedselect.register_model`` / ``@fedselect.register_dataset`` in a user's module: the
+    names work once it is imported, their options are validated and recorded, and a worker
+    process is given ``module:name`` to import (it never imported the user's module)."""
+    from fedselect.data.datasets import DATASETS
+    from fedselect.models import MODELS
+
+    __import__(user_module)
+    d = doc(data={**doc()["data"], "dataset": "two_blobs", "options": {"n": 300}}, model={"name": "linear_probe"}, rounds=3)
+    d["train"].update(local_epochs=3, lr=0.2)
+    res = fedselect.run(d, tmp_path / "r", workers=0)
+    assert res.config.data.options == {"n": 300, "dims": 6} and res.config.model.options == {"bias": True}
+    assert json.loads((tmp_path / "r" / "inputs.json").read_text())["train_size"] == 240
+    state = torch.load(tmp_path / "r" / "model.pt", weights_only=True)
+    assert {k: tuple(v.shape) for k, v in state.items()} == {"1.weight": (2, 6), "1.bias": (2,)}
+    assert float(res.summary["final_accuracy"]) > 0.9  # two blobs 2 sigma apart
+    assert MODELS.path_of("linear_probe") == f"{user_module}:linear_probe"
+    assert DATASETS.path_of("two_blobs") == f"{user_module}:two_blobs"
+    assert MODELS.path_of("mlp") == "mlp" and MODELS.path_of(f"{user_module}:one_arg_model") == f"{user_module}:one_arg_model"
+    assert "two_blobs" not in DATASETS.builtin_names() and "mnist-embedded" in DATASETS.builtin_names()
+    with pytest.raises(ValueError, match="model name 'linear_probe' is already taken by my_fl_plugins.linear_probe"):
+        fedselect.register_model("linear_probe")(lambda input_shape, num_classes: None)
+
+
+@pytest.mark.slow
+def test_own_models_train_in_worker_processes_exactly_as_in_process(own_example, user_module, tmp_path, monkeypatch):
+    """The worker pool builds the user's model itself: by module path (the example's CNN) and
+    by the importable path of a decorator-registered one; two workers give the bytes of none."""
+    import fedselect.fl.pool as pool
+
+    started = []
+
+    class Pool(pool.WorkerPool):
+        def __init__(self, inits, *args):
+            started.append(inits[0].spec.name)
+            super().__init__(inits, *args)
+
+    monkeypatch.setattr(pool, "WorkerPool", Pool)
+    __import__(user_module)
+    by_path = {**own_example["base"], "name": "w", "rounds": 2}
+    registered = doc(data={**doc()["data"], "dataset": "two_blobs"}, model={"name": "linear_probe"}, rounds=2)
+    for i, d in enumerate((by_path, registered)):
+        a = fedselect.run(d, tmp_path / f"{i}-w0", workers=0)
+        b = fedselect.run(d, tmp_path / f"{i}-w2", workers=2)
+        assert (a.run_dir / "metrics.csv").read_bytes() == (b.run_dir / "metrics.csv").read_bytes()
+        assert (a.run_dir / "model.pt").read_bytes() == (b.run_dir / "model.pt").read_bytes()
+    assert started == ["mydigits.models:SmallCNN", f"{user_module}:linear_probe"]  # what the workers imported
+
+
+def test_own_model_and_data_on_flower_nodes_give_the_simulators_run(own_example, tmp_path):
+    """``engine: flower``: each node rebuilds the federation from the experiment file the engine
+    writes for it (:func:`fedselect.flower.engine.node_settings`), which carries the module
+    paths; nodes (here Flower's ClientApp in this process, tests/flower_grid.py) import the
+    user's loader and model and answer with the simulator's bytes."""
+    pytest.importorskip("flwr")
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fedselect.flower.client_app import make_client_app
+    from fedselect.flower.engine import node_settings
+    from fedselect.flower.grid_run import run_on_grid
+    from fedselect.flower.nodes import FlowerOptions
+    from flower_grid import LocalGrid
+
+    cfg = parse_experiment({**own_example["base"], "name": "own-on-flower", "rounds": 2, "method": "oort"})
+    settings = node_settings(cfg, tmp_path / "experiment.yaml")
+    node_doc = yaml.safe_load((tmp_path / "experiment.yaml").read_text())
+    assert (node_doc["model"]["name"], node_doc["data"]["dataset"]) == (
+        "mydigits.models:SmallCNN",
+        "mydigits.data:load_digits_csv",
+    )
+    run_on_grid(LocalGrid(make_client_app(settings), 6, {}), cfg, tmp_path / "flower", FlowerOptions(poll_s=0.01))
+    run_experiment(cfg, tmp_path / "sim", workers=0)
+    for f in ("metrics.csv", "model.pt"):
+        assert (tmp_path / "flower" / f).read_bytes() == (tmp_path / "sim" / f).read_bytes(), f

@@ -569,3 +569,63 @@ def test_selector_registered_in_a_script_on_stdin_runs_with_the_default_pool(tmp
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stderr.count("worker processes cannot start or cannot build model") == 1, r.stderr
     assert (tmp_path / "run" / "metrics.csv").read_text().count("\n") == 4  # header + rounds 0, 1, 2
+
+
+@pytest.mark.slow
+def test_a_script_without_the_main_guard_trains_in_process_with_one_notice(tmp_path):
+    """The same script as a file, calling fedselect from top-level code (no ``if __name__ ==
+    "__main__":``): every worker would re-import it and start a run of its own (once 189 lines of
+    tracebacks), so the run trains in its own process, says why in one line, and completes."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import fedselect
+
+    script = tmp_path / "unguarded.py"
+    script.write_text(STDIN_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "FEDSELECT_WORKERS"}
+    env["PYTHONPATH"] = str(Path(fedselect.__file__).resolve().parents[1])
+    r = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "run")], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    notice = f"({script} calls fedselect outside `if __name__ == '__main__':`, which every worker would run again)"
+    assert r.stderr.count(notice) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert (tmp_path / "run" / "metrics.csv").read_text().count("\n") == 4
+
+
+@pytest.mark.parametrize(
+    "source,blocked",
+    [
+        ("r = obstacle()\n", True),
+        ("if __name__ == '__main__':\n    r = obstacle()\n", False),
+        ("if '__main__' == __name__:\n    x = 1\n    r = obstacle()\n", False),
+        ("def main():\n    return obstacle()\n\n\nr = main()\n", True),
+        ("def main():\n    return obstacle()\n\n\nif __name__ == '__main__':\n    r = main()\n", False),
+        (
+            "if __name__ != '__main__':\n    pass\nelse:\n    r = obstacle()\n",
+            True,
+        ),  # not the guard's form: in process, to be safe
+        ("try:\n    r = obstacle()\nfinally:\n    pass\n", True),
+    ],
+)
+def test_worker_obstacle_reads_where_the_main_script_calls_from(source, blocked, tmp_path, monkeypatch):
+    """Workers re-import a script file: a call from its top-level code outside the ``__main__``
+    guard would run again in each of them; a call from under the guard would not."""
+    import sys
+    import types
+
+    from fedselect.fl import pool
+
+    path = tmp_path / "script.py"
+    path.write_text(source)
+    main = types.ModuleType("__main__")
+    main.__file__, main.__spec__ = str(path), None
+    main.obstacle = lambda: pool.worker_obstacle("mlp")
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    exec(compile(source, str(path), "exec"), vars(main))
+    assert (main.r is not None) is blocked, main.r
+    if blocked:
+        assert main.r == f"{path} calls fedselect outside `if __name__ == '__main__':`, which every worker would run again"
