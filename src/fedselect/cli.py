@@ -439,11 +439,13 @@ def sweep(
 
 @app.command("list")
 def list_components() -> None:
-    """List the method presets, selectors and algorithms, with their options (defaults).
+    """List the method presets, selectors, algorithms, data sets and models, with their options
+    (defaults), then the fleet settings and the partition schemes.
 
     A config names a preset (`method: NAME`) or a selector and an algorithm
-    (`selector: {name, options}`, `algorithm: {name, options}`); docs/selectors.md and
-    docs/architecture.md describe them.
+    (`selector: {name, options}`, `algorithm: {name, options}`), a data set
+    (`data: {dataset, options}`) and a model (`model: {name, options}`); your own are named
+    `package.module:Name`. docs/selectors.md and docs/architecture.md describe them.
     """
     ui.print_components()
 
