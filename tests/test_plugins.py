@@ -253,11 +253,14 @@ def own_example(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_the_own_model_and_data_example_runs_in_a_comparison_from_outside_src(own_example, tmp_path):
+def test_the_own_model_and_data_example_runs_in_a_comparison_from_outside_src(own_example, tmp_path, capsys):
     """The worked example of docs/architecture.md: the user's CNN and CSV data set, named by
-    module path, compared through the Python API and the CLI (the same bytes), with every
-    option and file recorded."""
-    res = fedselect.compare(own_example, out=tmp_path / "api", workers=0, progress=False)
+    module path, compared through the Python API (with the CLI's progress bars) and the CLI
+    (the same bytes), with every option and file recorded."""
+    res = fedselect.compare(own_example, out=tmp_path / "api", workers=0)
+    shown = " ".join(capsys.readouterr().out.split())  # the terminal's width wraps lines
+    assert f"own-digits: FedAvg, Oort; seeds [0]; output {tmp_path / 'api'}" in shown
+    assert "FedAvg seed 0" in shown and "Oort seed 0" in shown and "5/5 done acc" in shown
     assert list(res.table.index) == ["FedAvg", "Oort"] and res.table.loc["FedAvg", "seeds"] == 1
     assert sorted(res.run_dirs) == [("FedAvg", 0), ("Oort", 0)]
     assert res.paired["method"].unique().tolist() == ["Oort"]
@@ -449,3 +452,57 @@ def test_own_model_and_data_on_flower_nodes_give_the_simulators_run(own_example,
     run_experiment(cfg, tmp_path / "sim", workers=0)
     for f in ("metrics.csv", "model.pt"):
         assert (tmp_path / "flower" / f).read_bytes() == (tmp_path / "sim" / f).read_bytes(), f
+
+
+def test_compare_api_refuses_before_running(tmp_path):
+    """``fedselect.compare``'s arguments are checked before anything is built or written."""
+    from fedselect.backends import LocalBackend
+    from fedselect.config import ConfigError
+
+    cc = {"name": "c", "base": doc(), "methods": [{"label": "FedAvg", "method": "fedavg"}]}
+    with pytest.raises(
+        ValueError,
+        match="resume='x' finishes the comparison saved there with its own config; it cannot be combined with config, seeds",
+    ):
+        fedselect.compare(cc, resume="x", seeds=[1])
+    with pytest.raises(ValueError, match="workers: a backend object has its own"):
+        fedselect.compare(cc, out=tmp_path / "b", backend=LocalBackend(), workers=2)
+    with pytest.raises(ConfigError, match=r"seeds must be distinct and >= 0, got \[1, 1\]"):
+        fedselect.compare(cc, out=tmp_path / "s", seeds=[1, 1])
+    with pytest.raises(ConfigError, match="methods"):
+        fedselect.compare(doc(), out=tmp_path / "m")  # an experiment, not a comparison: fedselect.run
+    with pytest.raises(ConfigError, match="train.lrr"):
+        fedselect.compare(cc, out=tmp_path / "o", train__lrr=0.1)
+    assert not any(tmp_path.iterdir())
+
+
+def test_fedselect_compare_is_the_module_and_runs_the_comparison():
+    """``fedselect.compare`` is callable whether or not the module of that name was imported
+    first (importing a submodule binds it on its package)."""
+    import subprocess
+
+    code = (
+        "import fedselect, sys; f = fedselect.compare; import fedselect.compare as m; "
+        "from fedselect.compare import run_comparison; "
+        "print(f is m, callable(m), m.run_comparison is run_comparison, sys.modules['fedselect.compare'] is m)"
+    )
+    env = {**__import__("os").environ, "PYTHONPATH": str(Path(fedselect.__file__).resolve().parents[1])}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.stdout.split() == ["True"] * 4, r.stderr
+    import fedselect.compare as m
+
+    assert fedselect.compare is m and m.__call__.__doc__ is None and "fedselect.api.compare" in type(m).__doc__
+
+
+def test_fedselect_list_shows_data_sets_and_models_with_their_options():
+    out = cli("list")
+    assert "data sets (data: {dataset, options})" in out and "models (model: {name, options})" in out
+    for row in (
+        "mnist-embedded",
+        "test_size=1000",
+        "path=None, header='auto', drop_invalid=False",
+        "hidden=[25, 25]",
+        "hidden=256, layers=2",
+    ):
+        assert row in out, row
+    assert "fedselect.register_dataset" in out and "fedselect.register_model" in out
