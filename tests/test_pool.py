@@ -486,7 +486,7 @@ def test_main_importable(monkeypatch, tmp_path):
     def nb_model(input_shape, num_classes):  # a model registered in a notebook / python -c
         raise NotImplementedError
 
-    nb_model.__module__ = "__main__"
+    nb_model.__module__, nb_model.__qualname__ = "__main__", "nb_model"  # as if defined in a notebook cell
     monkeypatch.setitem(MODELS._classes, "nb-model", nb_model)
     cases = [
         (None, None, "mlp", True),  # notebook / python -c with a built-in model: the workers start and know it
@@ -495,6 +495,12 @@ def test_main_importable(monkeypatch, tmp_path):
         (None, str(script), "nb-model", True),
         ("mypkg.tool", None, "nb-model", True),
     ]
+
+    def local_model(input_shape, num_classes):  # registered inside a function: no path reaches it
+        raise NotImplementedError
+
+    monkeypatch.setitem(MODELS._classes, "local-model", local_model)
+    cases.append(("mypkg.tool", None, "local-model", False))
     for spec_name, file, model, want in cases:
         main = types.ModuleType("__main__")
         main.__spec__ = None if spec_name is None else types.SimpleNamespace(name=spec_name)

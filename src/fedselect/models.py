@@ -1,4 +1,6 @@
-"""The papers' networks. Knows nothing of federated learning.
+"""The papers' networks and the model registry (:data:`MODELS`: built-ins, users' own by
+:func:`register_model`, entry point or ``"package.module:Name"``). Knows nothing of federated
+learning.
 
 Every model maps a float32 batch to logits of shape ``(batch, num_classes)``.
 

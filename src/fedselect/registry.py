@@ -116,9 +116,7 @@ class Registry:
         else:
             ep = self._entry_points().get(name)
             if ep is None:
-                raise ValueError(
-                    f"unknown {self.kind} {name!r}; allowed: {self.names()} (or '{self._path_form}' for your own)"
-                )
+                raise ValueError(f"unknown {self.kind} {name!r}; allowed: {self.names()} (or '{self._path_form}' for your own)")
             try:
                 cls = ep.load()
             except Exception as e:

@@ -108,10 +108,11 @@ def worker_obstacle(model_name: str | None = None) -> str | None:
     In the way: a script on stdin (``python -``: ``__file__`` is ``'<stdin>'``, no real file:
     the children cannot start); a script (or ``python -m`` module) calling fedselect from
     top-level code outside ``if __name__ == "__main__":``, which every child would run again on
-    re-importing it (each starting a run of its own); in a notebook, IPython or ``python -c``
-    (a main module without ``__file__``, which children do not re-import), a model
-    ``model_name`` defined there (the children would not know it). Nothing in the way for a
-    guarded script file, ``python -m module``, and built-in or importable models anywhere.
+    re-importing it (each starting a run of its own); a model ``model_name`` registered from
+    inside a function (no module path reaches it); in a notebook, IPython or ``python -c`` (a
+    main module without ``__file__``, which children do not re-import), a model defined there.
+    Nothing in the way for a guarded script file, ``python -m module``, and built-in or
+    importable models anywhere.
     """
     main = sys.modules.get("__main__")
     if main is None:
@@ -119,15 +120,16 @@ def worker_obstacle(model_name: str | None = None) -> str | None:
     path = getattr(main, "__file__", None)
     if path and _unguarded_call(main, path):
         return f"{path} calls fedselect outside `if __name__ == '__main__':`, which every worker would run again"
+    try:
+        factory = MODELS.get(model_name) if model_name is not None else None
+    except ValueError:  # unknown here too: building it reports that
+        factory = None
+    where = f"{getattr(factory, '__module__', '')}.{getattr(factory, '__qualname__', '')}"
+    if "<locals>" in where and MODELS.path_of(model_name) == model_name:
+        return f"model {model_name!r} is registered from inside a function ({where}), which worker processes cannot import"
     if getattr(getattr(main, "__spec__", None), "name", None):  # python -m: imported by name
         return None
     if not path:  # notebook, IPython, python -c: children start; a model defined here is unknown there
-        from fedselect.models import MODELS
-
-        try:
-            factory = MODELS.get(model_name) if model_name is not None else None
-        except ValueError:  # unknown here too: building it reports that
-            return None
         if getattr(factory, "__module__", "") == "__main__":
             return f"model {model_name!r} is defined in this notebook or `python -c`, which worker processes do not import"
         return None
