@@ -17,6 +17,7 @@ Every lookup error names what was asked for and lists the known names.
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import sys
 from importlib import metadata
@@ -153,7 +154,14 @@ class Registry:
         try:
             module = importlib.import_module(module_name)
         except Exception as e:
-            raise ValueError(f"{self.kind} {path!r}: cannot import module {module_name!r} ({type(e).__name__}: {e})") from None
+            hint = (
+                f"; it must be installed, on PYTHONPATH or in the working directory ({os.getcwd()})"
+                if isinstance(e, ModuleNotFoundError)
+                else ""
+            )
+            raise ValueError(
+                f"{self.kind} {path!r}: cannot import module {module_name!r} ({type(e).__name__}: {e}){hint}"
+            ) from None
         obj: Any = module
         for part in attr.split("."):
             obj = getattr(obj, part, None)

@@ -3,8 +3,9 @@
 :func:`resolve` looks each registry up once — data set, partition scheme, model, the method
 preset, the selector and the algorithm — validates every component's options with the
 component's own pydantic model (or, for data sets, models and partition schemes without one,
-its signature), checks that the selector and the algorithm fit together and with the settings, and returns a
-:class:`Resolved` whose ``config`` has every default written out (what ``config.yaml`` holds).
+its signature), checks that the selector and the algorithm fit together and with the
+settings, and returns a :class:`Resolved` whose ``config`` has every default written out (what
+``config.yaml`` holds).
 All problems are reported at once, one line each, naming the key and what is allowed.
 """
 
