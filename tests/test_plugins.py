@@ -506,3 +506,18 @@ def test_fedselect_list_shows_data_sets_and_models_with_their_options():
     ):
         assert row in out, row
     assert "fedselect.register_dataset" in out and "fedselect.register_model" in out
+
+
+@pytest.mark.parametrize("group,key", [("fedselect.models", "model"), ("fedselect.datasets", "data")])
+def test_entry_point_model_and_data_set(group, key, user_module, monkeypatch):
+    target = f"{user_module}:linear_probe" if key == "model" else f"{user_module}:two_blobs"
+    ep = importlib.metadata.EntryPoint("from_a_plugin", target, group)
+    real = importlib.metadata.entry_points
+    monkeypatch.setattr(
+        importlib.metadata, "entry_points", lambda group=None, **kw: [ep] if group == ep.group else real(group=group, **kw)
+    )
+    section = {"name": "from_a_plugin"} if key == "model" else {**doc()["data"], "dataset": "from_a_plugin"}
+    cfg = parse_experiment(doc(**{key: section}))
+    assert (cfg.model.options if key == "model" else cfg.data.options) == (
+        {"bias": True} if key == "model" else {"n": 400, "dims": 6}
+    )
