@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from fedselect.config import ConfigError
-from fedselect.data.datasets import ArrayDataset, register_dataset
 from fedselect.experiment import make_simulation, run_experiment
 from fedselect.federation import build_federation
 from fedselect.fl.cost import CostModel
@@ -30,16 +29,6 @@ from fedselect.system import FLASHRL_CODE_SAMPLE_BITS, LATENCY_MODELS
 
 torch.set_num_threads(1)
 PAPER, CODE = LATENCY_MODELS["paper"], LATENCY_MODELS["flashrl-code"]
-
-
-@register_dataset("flashrl-code-test-synthetic")
-def _blobs(seed=0, **_):
-    """4-class Gaussian blobs in 12 dimensions (test-only)."""
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(0, 2, (4, 12))
-    y = rng.integers(0, 4, 600)
-    x = centres[y] + rng.normal(0, 1, (600, 12))
-    return ArrayDataset(x[:480], y[:480], 4, "flashrl-code-test-synthetic"), ArrayDataset(x[480:], y[480:], 4, "t")
 
 
 # ---------------------------------------------------------------- the two latency models by hand
@@ -71,7 +60,7 @@ def _doc(n=100, **system):
         "rounds": 2,
         "clients_per_round": 5,
         "checkpoint_every": 0,
-        "data": {"dataset": "flashrl-code-test-synthetic", "num_clients": n, "partition": {"scheme": "iid"}},
+        "data": {"dataset": "mnist-embedded", "num_clients": n, "partition": {"scheme": "iid"}},
         "model": {"name": "mlp", "options": {"hidden": [8]}},
         "train": {"local_epochs": 5, "batch_size": 20, "workers": 0},
         "system": system,
@@ -86,7 +75,7 @@ def code_fed():
 def test_cost_model_charges_the_authors_formulas(code_fed):
     fed = code_fed
     settings = RunSettings(seed=2, rounds=2, num_clients=100, clients_per_round=5, local_epochs=5)
-    payload = 140 * 4  # the MLP 12-8-4 in float32 bytes: 12 x 8 + 8 + 8 x 4 + 4 = 140 parameters
+    payload = 6_370 * 4  # the MLP 784-8-10 in float32 bytes: 784 x 8 + 8 + 8 x 10 + 10 = 6,370 parameters
     cost = CostModel(fed, settings, (payload, payload))
     draws = fed.fleet.draw(1)
     for k in (0, 37, 99):
@@ -151,7 +140,7 @@ def test_federation_info_uses_the_latency_model(code_fed):
     from fedselect.compare import federation_info
 
     info = federation_info(code_fed, 5)
-    fl, params = code_fed.fleet, 12 * 8 + 8 + 8 * 4 + 4
+    fl, params = code_fed.fleet, 784 * 8 + 8 + 8 * 10 + 10
     k = 11
     assert info["expected_upload_s"][k] == pytest.approx(params * 64 / (fl.mean_mbps[k] * 1e6), rel=1e-12)
     assert info["expected_compute_s"][k] == pytest.approx(
@@ -243,7 +232,7 @@ def _flashrl(**opts):
             "clients_per_round": 3,
             "seed": 3,
             "checkpoint_every": 0,
-            "data": {"dataset": "flashrl-code-test-synthetic", "num_clients": 8},
+            "data": {"dataset": "mnist-embedded", "num_clients": 8, "partition": {"scheme": "iid"}},
             "model": {"name": "mlp", "options": {"hidden": [16]}},
             "train": {"local_epochs": 2, "batch_size": 64, "lr": 0.05, "workers": 0},
             "system": {"latency_model": "flashrl-code", "profiles": "flashrl-code"},
@@ -262,7 +251,7 @@ def test_flashrl_with_the_code_agent_and_latency_runs(tmp_path):
     assert all(math.isfinite(float(r["td_loss"])) for r in rows[1:])
     assert [float(r["epsilon"]) for r in rows[2:]] == pytest.approx([0.9 - 0.7 * t / 501 for t in (1, 2, 3)])
     # each round lasts as long as its slowest participant under the authors' formulas (E = 2 not charged)
-    params = 12 * 16 + 16 + 16 * 4 + 4
+    params = 784 * 16 + 16 + 16 * 10 + 10
     for r in rows[1:]:
         t, ids = int(r["round"]), [int(x) for x in r["selected"].split(";")]
         d = fed.fleet.draw(t)
