@@ -17,7 +17,8 @@ Shared by the FLASH-RL and FAVOR selectors (:mod:`fedselect.selectors.flashrl`, 
   stored state, and s_t shares the array of the previous s_{t+1} when they are equal).
 * Learning (FR-eq 15, 16): for every stored action a_k of a minibatch sample,
   ``Y = r_k + gamma * Q_target(s', argmax_a Q_main(s', a)) * (1 - done)`` and
-  ``loss = mean over (sample, action) of (Y - Q_main(s, a_k))^2``; one Adam step.
+  ``loss = mean over (sample, action) of (Y - Q_main(s, a_k))^2``; one Adam step, once the memory
+  holds ``learn_start`` (default: ``batch_size``) transitions, on min(batch_size, stored) of them.
 * The target network is hard-copied from the main network every P rounds (:meth:`end_round`).
 * Non-finite numbers never win and never stick: a NaN or infinite Q value ranks below every
   finite one (selection and the double-Q argmax; ties by lowest id), and a learning step whose
