@@ -19,6 +19,7 @@ LAYERS = {
     "fedselect.presets": 0,
     "fedselect.registry": 0,
     "fedselect.system": 1,
+    "fedselect.profile_presets": 1,  # named fleets (system.profiles): the paper's tables, the FLASH-RL authors' fleet
     "fedselect.models": 1,
     "fedselect.data": 1,
     "fedselect.federation": 2,

@@ -1,4 +1,4 @@
-"""The `fastest` oracle selector: the U clients of lowest latency (FR-eq 5), by hand."""
+"""The `fastest` oracle selector: the U clients of lowest latency (FR-eq 3), by hand."""
 
 from __future__ import annotations
 

@@ -207,9 +207,35 @@ def test_timeouts_and_dropouts_never_look_fast_by_hand(fed):
     # (before: 2.5 s -> lnorm 0.364 < 0.636, and the 0 s dropout got lnorm 0, the best possible)
 
 
-# ---------------------------------------------------------------- named schedules (paper / tuned)
-_PAPER = {"eps_init": 0.9, "eps_end": 0.35, "eps_decay_rounds": None, "rl_batch_size": 50, "rl_lr": 0.01, "rl_learn_steps": 1}
-_TUNED = {"eps_init": 0.9, "eps_end": 0.2, "eps_decay_rounds": 30, "rl_batch_size": 10, "rl_lr": 0.001, "rl_learn_steps": 10}
+# ---------------------------------------------------------------- named schedules (paper / tuned / code)
+_PAPER = {
+    "eps_init": 0.9,
+    "eps_end": 0.35,
+    "eps_decay_rounds": None,
+    "rl_batch_size": 50,
+    "rl_learn_start": None,
+    "rl_lr": 0.01,
+    "rl_learn_steps": 1,
+}
+_TUNED = {
+    "eps_init": 0.9,
+    "eps_end": 0.2,
+    "eps_decay_rounds": 30,
+    "rl_batch_size": 10,
+    "rl_learn_start": None,
+    "rl_lr": 0.001,
+    "rl_learn_steps": 10,
+}
+# the authors' RL/DQL.py: epsilon 0.9 - 0.7/500 a round to 0.2 (round 502), minibatch 50, learning from round 1
+_CODE = {
+    "eps_init": 0.9,
+    "eps_end": 0.2,
+    "eps_decay_rounds": 502,
+    "rl_batch_size": 50,
+    "rl_learn_start": 1,
+    "rl_lr": 0.01,
+    "rl_learn_steps": 1,
+}
 
 
 def _resolved(method, options):
@@ -226,7 +252,7 @@ def _resolved(method, options):
 
 
 @pytest.mark.parametrize("method", ["flashrl", "favor"])
-@pytest.mark.parametrize("name,values", [("paper", _PAPER), ("tuned", _TUNED)])
+@pytest.mark.parametrize("name,values", [("paper", _PAPER), ("tuned", _TUNED), ("code", _CODE)])
 def test_schedule_expands_to_the_explicit_values(method, name, values):
     got = _resolved(method, {"schedule": name})
     assert got == _resolved(method, dict(values))  # the resolved config is the written-out one
@@ -249,7 +275,7 @@ def test_no_schedule_keeps_the_defaults():
 
 @pytest.mark.parametrize("bad", ["Paper", "fast", 1])
 def test_unknown_schedule_lists_the_allowed_names(bad):
-    with pytest.raises(ConfigError, match=r"method_options\.schedule: Input should be 'paper' or 'tuned'"):
+    with pytest.raises(ConfigError, match=r"method_options\.schedule: Input should be 'paper', 'tuned' or 'code'"):
         _resolved("flashrl", {"schedule": bad})
 
 

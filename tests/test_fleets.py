@@ -160,7 +160,7 @@ def test_capacities_from_draws_and_file(tmp_path):
     f.write_text("client,compute_speed,bandwidth_kbps\n" + "".join(f"{k},{100 * (k + 1)},{2000}\n" for k in range(20)))
     cfg = parse_experiment(doc(system={"capacity": {"model": "file", "file": str(f)}}))
     fed = build_federation(cfg)
-    # E n_k / compute_speed seconds of compute (FR-eq 3 with f = speed x bits/sample x g / 1e6)
+    # E n_k / compute_speed seconds of compute (FR-eq 4 with f = speed x bits/sample x g / 1e6)
     from fedselect.system import compute_time
 
     k = 3

@@ -50,6 +50,26 @@ def test_verdicts(value, mean, low, high, relative, substitute, expected):
     assert verdict(value, mean, low, high, relative, substitute, 0.01)[0] == expected
 
 
+@pytest.mark.parametrize(
+    "value,mean,low,high,pct,expected,why",
+    [
+        # FedAvg's e2e latency (s) against Table V's 674.13: (679.3 - 674.13) / 674.13 = +0.8%
+        (674.13, 679.3, 660.3, 698.3, 15.0, "reproduced", "+0.8% from the paper's value (within 15%)"),
+        # 503.4 s is -25.3% off: outside 15%, and 674.13 is outside [480, 527]
+        (674.13, 503.4, 480.0, 527.0, 15.0, "not reproduced", "ours 503.4 [480, 527], -25.3% from the paper's 674.13"),
+        (674.13, 620.0, 560.0, 680.0, None, "reproduced", "inside our 95% interval"),  # no tolerance: the interval
+        (674.13, 620.0, 600.0, 640.0, 5.0, "not reproduced", "-8.0% from the paper's 674.13"),
+    ],
+)
+def test_verdicts_of_absolute_figures_in_their_own_units(value, mean, low, high, pct, expected, why):
+    """Seconds, MB or rounds are not fractions: the +-0.05 width rule of accuracies does not apply;
+    a claim's tolerance_pct (percent of the paper's value) or our interval decides."""
+    got = verdict(value, mean, low, high, False, False, 0.01, fraction=False, tolerance_pct=pct)
+    assert got[0] == expected and why in got[1]
+    # as a fraction the same numbers would be "inconclusive" (an interval far wider than +-0.05)
+    assert verdict(value, mean, 560.0, 680.0, False, False, 0.01)[0] == "inconclusive"
+
+
 def test_the_manifest_and_every_quick_variant_validate():
     m, root = load_manifest(MANIFEST)
     assert root == ROOT and {e.paper for e in m.entries} == {"flashrl", "cefl", "budgeted"}

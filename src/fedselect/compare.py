@@ -24,7 +24,7 @@ from fedselect.experiment import RoundEvent, check_saved_runs
 from fedselect.federation import Federation
 from fedselect.fl.metrics import read_json, write_json_atomic
 from fedselect.resolve import parse_experiment
-from fedselect.system import BITS_PER_FLOAT, compute_time, transmit_time
+from fedselect.system import BYTES_PER_FLOAT
 
 #: keys a method entry may not change: they define the shared federation
 FEDERATION_KEYS = ("data", "system", "model", "seed")
@@ -206,15 +206,15 @@ def partition_params(fed: Federation) -> dict[str, Any]:
 def federation_info(fed: Federation, local_epochs: int) -> dict[str, Any]:
     """Per-client facts for reports: samples, label counts, profiles and the expected latency
     (s) at the profiles' mean frequency and bandwidth for ``local_epochs`` epochs, uploading the
-    whole model (also split into its compute and upload parts)."""
+    whole model (also split into its compute and upload parts), in the federation's latency model."""
     model = fed.new_model()
-    model_bits = sum(v.numel() for v in model.state_dict().values()) * BITS_PER_FLOAT
-    fl = fed.fleet
+    model_bytes = sum(v.numel() for v in model.state_dict().values()) * BYTES_PER_FLOAT
+    fl, lm = fed.fleet, fed.latency_model
     compute = [
-        compute_time(local_epochs, fed.client_bits(k), fed.system.cycles_per_bit, fl.cores[k], fl.mean_mhz[k])
+        lm.compute_s(local_epochs, fed.client_bits(k), fed.system.cycles_per_bit, fl.cores[k], fl.mean_mhz[k])
         for k in range(fed.num_clients)
     ]
-    upload = [transmit_time(model_bits, fl.mean_mbps[k]) for k in range(fed.num_clients)]
+    upload = [lm.transmit_s(model_bytes, fl.mean_mbps[k]) for k in range(fed.num_clients)]
     expected = [c + u for c, u in zip(compute, upload)]
     return {
         "num_clients": fed.num_clients,

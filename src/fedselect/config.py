@@ -124,7 +124,18 @@ class ProfileRow(_Strict):
 
 
 class SystemConfig(_Strict):
-    cycles_per_bit: float = Field(20.0, gt=0, description="g, CPU cycles per bit of training data")
+    latency_model: Literal["paper", "flashrl-code"] = Field(
+        "paper",
+        description="paper: FR-eq 4 as E x samples x features x 32 bits x g / (cores f), FR-eq 5 with the float32 "
+        "payload; flashrl-code: the FLASH-RL authors' code, samples x 51,200 bits / (cores f) once a round, "
+        "parameters x 64 bits (docs/flash-rl.md)",
+    )
+    profiles: Literal["paper", "flashrl-code"] = Field(
+        "paper",
+        description="the device and network tables and their shares: paper (FR Tables II and III, round-robin) or "
+        "flashrl-code (the fleet pickled in the FLASH-RL authors' clients_info/)",
+    )
+    cycles_per_bit: float = Field(20.0, gt=0, description="g, CPU cycles per bit of training data (latency_model paper)")
     count_download: bool = Field(False, description="add the model broadcast to each client's latency")
     profiles_file: str | None = Field(None, description="YAML/CSV with device and network tables")
     devices: list[ProfileRow] | None = None
@@ -146,6 +157,21 @@ class SystemConfig(_Strict):
         default_factory=CapacityConfig,
         description="clients' fixed capacities: profiles (the device/network tables), file, lognormal or pareto",
     )
+
+    @model_validator(mode="after")
+    def _latency_model_keys(self) -> "SystemConfig":
+        if self.latency_model == "flashrl-code":
+            if "cycles_per_bit" in self.model_fields_set and self.cycles_per_bit != 20.0:
+                raise ValueError(
+                    "system.cycles_per_bit applies only to latency_model 'paper'; 'flashrl-code' uses the authors' "
+                    f"g = 1 cycle per bit (got cycles_per_bit {self.cycles_per_bit})"
+                )
+            if self.capacity.model == "file":
+                raise ValueError(
+                    "system.capacity.model 'file' gives compute speeds in training samples per second of latency_model "
+                    "'paper'; with latency_model 'flashrl-code' use capacity model profiles, lognormal or pareto"
+                )
+        return self
 
     @model_validator(mode="after")
     def _complete_rows(self) -> "SystemConfig":

@@ -17,8 +17,9 @@ from fedselect.data.datasets import ArrayDataset
 from fedselect.data.files import dropped_rows_total, recording_reads
 from fedselect.data.partition import local_holdout
 from fedselect.models import build_model
+from fedselect.profile_presets import PROFILE_PRESETS
 from fedselect.seeding import np_rng, torch_rng
-from fedselect.system import DEFAULT_DEVICES, DEFAULT_NETWORKS, DeviceProfile, Fleet, NetworkProfile, data_bits, load_profiles
+from fedselect.system import LATENCY_MODELS, DeviceProfile, Fleet, LatencyModel, NetworkProfile, data_bits, load_profiles
 
 
 class Client:
@@ -127,9 +128,15 @@ class Federation:
         m = self.model
         return build_model(m.name, self.input_shape, self.num_classes, generator=torch_rng(self.seed, init_name), **m.options)
 
+    @property
+    def latency_model(self) -> LatencyModel:
+        """The latency model of ``system.latency_model`` (FR-eq 3-5 as ours or the authors' code)."""
+        return LATENCY_MODELS[self.system.latency_model]
+
     def client_bits(self, k: int) -> float:
-        """|D_k| in bits (samples x features x 32, SPEC 0.3)."""
-        return data_bits(self.clients[k].num_samples, self.features)
+        """|D_k| of FR-eq 4 in bits: samples x features x 32 (latency model ``paper``) or
+        samples x 51,200 (``flashrl-code``)."""
+        return self.latency_model.data_bits(self.clients[k].num_samples, self.features)
 
     def train_generator(self, t: int, k: int, tag: str = "train") -> torch.Generator:
         """Mini-batch order of client ``k`` in round ``t``: independent of the method and of
@@ -152,8 +159,12 @@ class Federation:
         return np.stack([np.bincount(c.labels, minlength=self.num_classes) for c in self.clients])
 
 
-def _profile_tables(s: SystemConfig) -> tuple[list[DeviceProfile], list[NetworkProfile]]:
-    devices, networks = list(DEFAULT_DEVICES), list(DEFAULT_NETWORKS)
+def _profile_tables(s: SystemConfig) -> tuple[list[DeviceProfile], list[NetworkProfile], dict | None, dict | None]:
+    """The device and network tables and their mixes: the ``system.profiles`` preset, each table
+    replaced by ``profiles_file`` / ``devices`` / ``networks`` (a replaced table drops the preset's
+    mix), each mix by ``device_mix`` / ``network_mix``."""
+    preset = PROFILE_PRESETS[s.profiles]
+    devices, networks = list(preset.devices), list(preset.networks)
     if s.profiles_file:
         d, n = load_profiles(s.profiles_file)
         devices, networks = d or devices, n or networks
@@ -164,7 +175,9 @@ def _profile_tables(s: SystemConfig) -> tuple[list[DeviceProfile], list[NetworkP
             networks = [NetworkProfile(r.name, r.mean_mbps, r.std_mbps) for r in s.networks]
     except TypeError as e:
         raise ValueError(f"system.devices / system.networks: incomplete profile row ({e})") from None
-    return devices, networks
+    device_mix = preset.device_mix if devices == list(preset.devices) else None
+    network_mix = preset.network_mix if networks == list(preset.networks) else None
+    return devices, networks, s.device_mix or device_mix, s.network_mix or network_mix
 
 
 def capacity_fleet(system: SystemConfig, n: int, seed: int, bits_per_sample: float) -> Fleet:
@@ -173,7 +186,7 @@ def capacity_fleet(system: SystemConfig, n: int, seed: int, bits_per_sample: flo
     per-round std ``jitter x`` its value. ``lognormal``: f_k = compute_mhz exp(sigma z), b_k alike;
     ``pareto``: f_k = compute_mhz (1 + Pareto(shape)) (compute_mhz is the minimum), b_k alike;
     ``file``: a CSV ``client,compute_speed,bandwidth_kbps`` (compute_speed in training samples per
-    second: f_k = compute_speed x bits per sample x g / 1e6, so FR-eq 3 gives E n_k / compute_speed
+    second: f_k = compute_speed x bits per sample x g / 1e6, so FR-eq 4 gives E n_k / compute_speed
     seconds; b_k = bandwidth_kbps / 1000). Generator ``np_rng(seed, "capacity")``.
 
     Raises:
@@ -227,7 +240,7 @@ def make_federation(d: DataConfig, model: ModelConfig, system: SystemConfig, see
     """
     with recording_reads() as reads:  # every data file the loader reads, with size and SHA-256
         train_set, test_set = load_dataset(d.dataset, seed=seed, **d.options)
-        devices, networks = _profile_tables(system)
+        devices, networks, device_mix, network_mix = _profile_tables(system)
     partitioner = make_partitioner(d.partition.scheme, **d.partition.params())
     parts = partitioner.split(train_set.y, d.num_clients, np_rng(seed, "partition"), groups=train_set.groups)
     if len(parts) != d.num_clients:
@@ -237,7 +250,7 @@ def make_federation(d: DataConfig, model: ModelConfig, system: SystemConfig, see
     for k, idx in enumerate(parts):
         tr, ho = local_holdout(idx, d.holdout_fraction, hold_rng)
         clients.append(Client.view(k, train_set, tr, ho))
-    fleet = Fleet.create(d.num_clients, seed, devices, networks, system.device_mix, system.network_mix)
+    fleet = Fleet.create(d.num_clients, seed, devices, networks, device_mix, network_mix)
     fed = Federation(d, model, system, seed, train_set, test_set, clients, fleet)
     if system.capacity.model != "profiles":
         fed.fleet = capacity_fleet(system, d.num_clients, seed, data_bits(1, fed.features))

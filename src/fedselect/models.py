@@ -48,16 +48,19 @@ class TwoConvNet(nn.Module):
 
 
 class MnistCNN(TwoConvNet):
-    """FLASH-RL's MNIST CNN (SPEC 1.4).
+    """FLASH-RL's MNIST CNN (FLASH-RL Sec. IV-A: two 5x5 convolutions of 20 and 50 channels).
 
-    conv5x5(1->20) -> ReLU -> maxpool2 -> conv5x5(20->50) -> ReLU -> maxpool2 ->
-    fc(800->500) -> ReLU -> fc(500->num_classes).
+    conv5x5(1->c1) -> ReLU -> maxpool2 -> conv5x5(c1->c2) -> ReLU -> maxpool2 ->
+    fc(16 c2->hidden) -> ReLU -> fc(hidden->num_classes); by default c1, c2 = 20, 50 and hidden 500
+    (fc 800->500).
 
-    Input ``(batch, 1, 28, 28)``; output ``(batch, num_classes)``. 431,080 parameters for 10 classes.
+    Input ``(batch, 1, 28, 28)``; output ``(batch, num_classes)``. 431,080 parameters for 10 classes;
+    with ``channels=(32, 64), hidden=512``, the CNN of the FLASH-RL authors' code
+    (``models/MNIST/CNN.py``, fc 1024->512), 582,026.
     """
 
-    def __init__(self, num_classes: int = 10, in_channels: int = 1):
-        super().__init__(in_channels, (20, 50), 800, 500, num_classes)
+    def __init__(self, num_classes: int = 10, in_channels: int = 1, channels: tuple[int, int] = (20, 50), hidden: int = 500):
+        super().__init__(in_channels, tuple(channels), 16 * channels[1], hidden, num_classes)
 
 
 class CifarCNN(TwoConvNet):
@@ -108,6 +111,28 @@ class MLPOptions(NoModelOptions):
     hidden: list[Annotated[int, Field(ge=1)]] = Field([25, 25], min_length=1, description="hidden layer widths (SPEC 3: 25, 25)")
 
 
+class TwoConvOptions(NoModelOptions):
+    """Layer sizes of a :class:`TwoConvNet` (``model.options``); subclasses set the paper's defaults."""
+
+    channels: list[Annotated[int, Field(ge=1)]] = Field(
+        [20, 50], min_length=2, max_length=2, description="output channels of conv1 and conv2"
+    )
+    hidden: int = Field(500, ge=1, description="units of fc1")
+
+
+class MnistCNNOptions(TwoConvOptions):
+    """``mnist_cnn``: FLASH-RL Sec. IV-A's 20 and 50 channels, fc1 of 500 (the authors' code: [32, 64], 512)."""
+
+
+class FDCNNOptions(TwoConvOptions):
+    """``fd_cnn``: our 32 and 64 filters (CEFL Sec. IV's text says 3 and 32: ``channels: [3, 32]``), fc1 of 512."""
+
+    channels: list[Annotated[int, Field(ge=1)]] = Field(
+        [32, 64], min_length=2, max_length=2, description="filters of conv1 and conv2 (CEFL Sec. IV's text: 3 and 32)"
+    )
+    hidden: int = Field(512, ge=1, description="units of fc1 (CEFL Sec. IV: 512)")
+
+
 class GRUOptions(NoModelOptions):
     hidden: int = Field(256, ge=1, description="GRU hidden units per layer (SPEC 1.4: 256)")
     layers: int = Field(2, ge=1, description="stacked GRU layers (SPEC 1.4: 2)")
@@ -148,13 +173,15 @@ def register_model(name: str, options: type[BaseModel] | None = None):
     return deco
 
 
-@register_model("mnist_cnn", NoModelOptions)
-def _mnist_cnn(input_shape: tuple[int, ...], num_classes: int, **kw) -> nn.Module:
+@register_model("mnist_cnn", MnistCNNOptions)
+def _mnist_cnn(
+    input_shape: tuple[int, ...], num_classes: int, channels: tuple[int, int] = (20, 50), hidden: int = 500, **kw
+) -> nn.Module:
     """FLASH-RL's MNIST CNN (Section IV-A: two 5x5 convolutions of 20 and 50 channels, each with 2x2
     max pooling), then fc 800-500-classes; inputs (1, 28, 28)."""
     if tuple(input_shape[-2:]) != (28, 28):
         raise ValueError(f"model 'mnist_cnn' needs 28x28 inputs, got shape {tuple(input_shape)}")
-    return MnistCNN(num_classes, in_channels=input_shape[0] if len(input_shape) == 3 else 1)
+    return MnistCNN(num_classes, input_shape[0] if len(input_shape) == 3 else 1, tuple(channels), int(hidden))
 
 
 @register_model("cifar_cnn", NoModelOptions)
@@ -255,17 +282,17 @@ class GRUClassifier(nn.Module):
 
 
 class FDCNN(TwoConvNet):
-    """CEFL's FD-CNN (SPEC 2; CEFL Section IV after He et al.): input ``(batch, 3, 20, 20)``
-    RGB bitmaps; conv5x5 'same' 3->32, ReLU, maxpool2; conv5x5 'same' 32->64, ReLU, maxpool2;
-    fc 1600->512, ReLU; fc 512->num_classes (logits; the softmax is in the loss).
-
-    877,512 parameters for 8 classes (2,432 + 51,264 + 819,712 + 4,104). The convolutional
-    layers ``conv1``, ``conv2`` are CEFL's base layers (those before the first fully connected
-    one); ``fc1``, ``fc2`` are personalised.
+    """CEFL's FD-CNN (CEFL Section IV after He et al.): input ``(batch, 3, 20, 20)`` RGB bitmaps;
+    conv5x5 'same' 3->c1, ReLU, maxpool2; conv5x5 'same' c1->c2, ReLU, maxpool2; fc 25 c2->hidden,
+    ReLU; fc hidden->num_classes (logits; the softmax is in the loss). By default c1, c2 = 32, 64
+    and hidden 512 (fc 1600->512): 877,512 parameters for 8 classes (2,432 + 51,264 + 819,712 +
+    4,104). CEFL's text gives 3 and 32 filters (``channels=(3, 32)``: fc 800->512, 416,876
+    parameters for 8 classes). The convolutional layers ``conv1``, ``conv2`` are CEFL's base layers
+    (those before the first fully connected one); ``fc1``, ``fc2`` are personalised.
     """
 
-    def __init__(self, num_classes: int = 8, in_channels: int = 3):
-        super().__init__(in_channels, (32, 64), 1600, 512, num_classes, padding=2)
+    def __init__(self, num_classes: int = 8, in_channels: int = 3, channels: tuple[int, int] = (32, 64), hidden: int = 512):
+        super().__init__(in_channels, tuple(channels), 25 * channels[1], hidden, num_classes, padding=2)
 
 
 @register_model("gru", GRUOptions)
@@ -277,10 +304,12 @@ def _gru(input_shape: tuple[int, ...], num_classes: int, hidden: int = 256, laye
     return GRUClassifier(int(input_shape[-1]), num_classes, int(hidden), int(layers))
 
 
-@register_model("fd_cnn", NoModelOptions)
-def _fd_cnn(input_shape: tuple[int, ...], num_classes: int, **kw) -> nn.Module:
+@register_model("fd_cnn", FDCNNOptions)
+def _fd_cnn(
+    input_shape: tuple[int, ...], num_classes: int, channels: tuple[int, int] = (32, 64), hidden: int = 512, **kw
+) -> nn.Module:
     """CEFL's FD-CNN (Section IV, after He et al.), as built here: two 5x5 'same' convolutions of 32
     and 64 channels with 2x2 max pooling, fc 1600-512-classes; inputs (3, 20, 20) bitmaps."""
     if tuple(input_shape) != (3, 20, 20):
         raise ValueError(f"model 'fd_cnn' needs (3, 20, 20) bitmaps, got {tuple(input_shape)}")
-    return FDCNN(num_classes)
+    return FDCNN(num_classes, 3, tuple(channels), int(hidden))

@@ -238,8 +238,8 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
 
 def class_speed(fed: dict[str, Any], kind: str) -> list[float]:
     """Per client, a cost that ranks its ``kind`` class (lower = faster): for devices the
-    expected compute seconds per training sample (the device alone, FR-eq 3), for networks the
-    expected upload seconds of the model (the link alone, FR-eq 4). Federation files without
+    expected compute seconds per training sample (the device alone, FR-eq 4), for networks the
+    expected upload seconds of the model (the link alone, FR-eq 5). Federation files without
     these parts (older versions) fall back to the whole expected latency."""
     if kind == "device" and "expected_compute_s" in fed:
         return [c / max(n, 1) for c, n in zip(fed["expected_compute_s"], fed.get("num_samples", []))]

@@ -1,6 +1,8 @@
 """System heterogeneity: device and network profiles, per-round draws, latency and bytes.
 
-Knows nothing of learning. Source: FLASH-RL FR-eq 3, 4, 5 and Tables II, III; SPEC 0.3.
+Knows nothing of learning. Source: FLASH-RL Eq. 3 (latency), Eq. 4 (compute), Eq. 5
+(transmission) and Tables II, III; the authors' code as a second latency model
+(:data:`LATENCY_MODELS`).
 
 Units: CPU frequency in MHz, bandwidth in Mb/s (1e6 bits per second), time in seconds,
 sizes in bits or bytes as named, MB = 1e6 bytes.
@@ -328,13 +330,81 @@ def data_bits(num_samples: int, features_per_sample: int, bits_per_value: int = 
 
 def compute_time(epochs: float, bits: float, cycles_per_bit: float, cores: float, freq_mhz: float) -> float:
     """Local computation time in seconds, T_local = E * |D_k|_bits * g / (c_k * f_{t,k} * 1e6)
-    (FR-eq 3 as fixed by SPEC 0.3). ``freq_mhz`` in MHz."""
+    (FR-eq 4, charged per local epoch). ``freq_mhz`` in MHz."""
     return epochs * bits * cycles_per_bit / (cores * freq_mhz * 1e6)
 
 
 def transmit_time(model_bits: float, bandwidth_mbps: float) -> float:
-    """Transmission time in seconds, T_tx = model_bits / (b_{t,k} * 1e6) (FR-eq 4). Mb/s input."""
+    """Transmission time in seconds, T_tx = model_bits / (b_{t,k} * 1e6) (FR-eq 5). Mb/s input."""
     return model_bits / (bandwidth_mbps * 1e6)
+
+
+#: bits of one training sample in the FLASH-RL authors' code (``serverFL/Server_FLASHRL.py``,
+#: ``Server_FAVOR.py``, ``Server_FedProx.py``: ``get_size() * 64 * 40 * 20``): a MobiAct window of
+#: 40 x 20 values of 64 bits, used for every data set (MNIST and CIFAR-10 too)
+FLASHRL_CODE_SAMPLE_BITS = 64 * 40 * 20
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """How FR-eq 3-5 turn a client's data, device and network into seconds
+    (``system.latency_model``; docs/flash-rl.md, "Latency models").
+
+    Attributes:
+        name: ``paper`` or ``flashrl-code`` (:data:`LATENCY_MODELS`).
+        sample_bits: bits of one training sample in |D_k| of FR-eq 4; None: the data set's
+            features x 32 (float32 inputs, :func:`data_bits`).
+        per_epoch: FR-eq 4 is charged once per local epoch (E |D_k| g / (c f)); False: once per
+            round whatever E.
+        cycles_per_bit: g of FR-eq 4; None: ``system.cycles_per_bit``.
+        bits_per_value: bits of one model value in sigma(m_k) of FR-eq 5. Payloads are counted in
+            bytes of float32 values: 32 charges them as they are, 64 as float64 values (twice
+            the bytes' time; the bytes reported stay the float32 ones).
+    """
+
+    name: str
+    sample_bits: float | None = None
+    per_epoch: bool = True
+    cycles_per_bit: float | None = None
+    bits_per_value: int = BITS_PER_FLOAT
+
+    def data_bits(self, num_samples: int, features_per_sample: int) -> float:
+        """|D_k| in bits for ``num_samples`` samples of ``features_per_sample`` values."""
+        if self.sample_bits is None:
+            return data_bits(num_samples, features_per_sample)
+        return float(num_samples) * float(self.sample_bits)
+
+    def charged_epochs(self, epochs: float) -> float:
+        """The epochs FR-eq 4 is charged for: ``epochs``, or 1 for a model charged per round."""
+        return epochs if self.per_epoch else 1
+
+    def g(self, cycles_per_bit: float) -> float:
+        """g of FR-eq 4: the model's own, else ``cycles_per_bit`` (``system.cycles_per_bit``)."""
+        return cycles_per_bit if self.cycles_per_bit is None else self.cycles_per_bit
+
+    def compute_s(self, epochs: float, bits, cycles_per_bit: float, cores, freq_mhz):
+        """FR-eq 4 in seconds for ``bits`` = |D_k| (:meth:`data_bits`); scalars or ``(N,)`` arrays."""
+        return compute_time(self.charged_epochs(epochs), bits, self.g(cycles_per_bit), cores, freq_mhz)
+
+    def payload_bits(self, num_bytes: float) -> float:
+        """sigma(m_k) of FR-eq 5 in bits for a payload of ``num_bytes`` bytes of float32 values."""
+        return num_bytes * 8 * self.bits_per_value / BITS_PER_FLOAT
+
+    def transmit_s(self, num_bytes: float, bandwidth_mbps):
+        """FR-eq 5 in seconds: ``num_bytes`` bytes of float32 values at ``bandwidth_mbps`` Mb/s."""
+        return transmit_time(self.payload_bits(num_bytes), bandwidth_mbps)
+
+
+#: ``system.latency_model`` -> its :class:`LatencyModel`. ``paper``: FR-eq 4 as E x |D_k| g / (c f)
+#: with |D_k| = samples x features x 32 bits and g = ``system.cycles_per_bit`` (20), FR-eq 5 with
+#: the float32 payload. ``flashrl-code``: the authors' code (``serverFL/Server_FLASHRL.py``):
+#: n_k x 51,200 bits, g = 1, once per round whatever E; parameters x 64 bits.
+LATENCY_MODELS: dict[str, LatencyModel] = {
+    "paper": LatencyModel("paper"),
+    "flashrl-code": LatencyModel(
+        "flashrl-code", sample_bits=FLASHRL_CODE_SAMPLE_BITS, per_epoch=False, cycles_per_bit=1.0, bits_per_value=64
+    ),
+}
 
 
 def client_latency(
@@ -347,7 +417,7 @@ def client_latency(
     bandwidth_mbps: float,
     download_bits: float = 0.0,
 ) -> float:
-    """l_t^k = T_local + T_tx (FR-eq 5), seconds; ``download_bits`` > 0 adds the broadcast."""
+    """l_t^k = T_local + T_tx (FR-eq 3), seconds; ``download_bits`` > 0 adds the broadcast."""
     return compute_time(epochs, bits, cycles_per_bit, cores, freq_mhz) + transmit_time(
         upload_bits + download_bits, bandwidth_mbps
     )

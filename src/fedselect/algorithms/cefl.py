@@ -16,8 +16,8 @@ needs its groups and warm-up models.
   (``validation_fraction`` of its training data) has not improved for ``patience`` (3)
   epochs; the state with the lowest validation loss (epoch 0 = the leader's model included)
   is kept. No further communication. The phase's simulated time (members in parallel: the
-  slowest member's download of the whole model plus its compute for the epochs it ran, FR-eq 3,
-  4, with the draws of round T + 1) and the part-4 bytes are charged after the last round and
+  slowest member's download of the whole model plus its compute for the epochs it ran, FR-eq 4,
+  5, with the draws of round T + 1) and the part-4 bytes are charged after the last round and
   counted in the end-to-end latency and the communication (``phases`` in the summary).
 
 Evaluation (SPEC 2): every client on its own held-out split with its own model; during the
@@ -239,7 +239,7 @@ class CEFL(Personalised):
                 clients[m], epochs[m], curves[m] = clone_state(job.start_state), 0, []
             else:
                 clients[m], epochs[m], curves[m] = res.state, res.epochs, list(res.curve)
-            # the member receives the leader's whole model, then trains the epochs it ran (FR-eq 3, 4)
+            # the member receives the leader's whole model, then trains the epochs it ran (FR-eq 4, 5)
             transfer_latency = max(transfer_latency, cost.receive_and_train_s(m, epochs[m], self.full_bytes, draws))
         final_state = ServerState(state.model, tuple(clients), state.aggregated)
         final = self.evaluate_clients(lambda k: clients[k])

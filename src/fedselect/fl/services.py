@@ -70,7 +70,7 @@ class FederationContext:
         return self.cost.client_cost(k, epochs, draws)
 
     def transmit_s(self, num_bytes: int, k: int, draws: RoundDraws) -> float:
-        """Seconds for client ``k`` to move ``num_bytes`` bytes this round (FR-eq 4)."""
+        """Seconds for client ``k`` to move ``num_bytes`` bytes this round (FR-eq 5)."""
         return self.cost.transmit_s(num_bytes, k, draws)
 
     def expected_latency_s(self, epochs: float | None = None) -> np.ndarray:

@@ -28,11 +28,11 @@ FAILURE_KINDS = ("dropout", "error", "nan", "inf", "timeout")
 
 @dataclass(frozen=True)
 class ClientCost:
-    """Simulated cost of one client in one round (SPEC 0.3; FR-eq 3, 4, 5).
+    """Simulated cost of one client in one round (FR-eq 3, 4, 5).
 
     Attributes:
-        compute_s: local computation, seconds (FR-eq 3).
-        upload_s, download_s: transmission of the upload / of the broadcast, seconds (FR-eq 4).
+        compute_s: local computation, seconds (FR-eq 4).
+        upload_s, download_s: transmission of the upload / of the broadcast, seconds (FR-eq 5).
         latency_s: l_t^k = compute_s + upload_s (+ download_s when ``system.count_download``), s.
         upload_bytes, download_bytes: bytes sent by / to the client.
     """
@@ -191,7 +191,7 @@ class RunSettings:
         metric: ``accuracy`` or ``f1_macro``; target: its target value or None.
         dataset: the data set's registered name.
         count_download: the broadcast counts in a client's latency.
-        cycles_per_bit: g of FR-eq 3.
+        cycles_per_bit: g of FR-eq 4.
         optimizer: the local optimiser (``train.optimizer``: ``sgd`` or ``adam``).
     """
 

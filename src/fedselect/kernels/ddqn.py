@@ -17,7 +17,8 @@ Shared by the FLASH-RL and FAVOR selectors (:mod:`fedselect.selectors.flashrl`, 
   stored state, and s_t shares the array of the previous s_{t+1} when they are equal).
 * Learning (FR-eq 15, 16): for every stored action a_k of a minibatch sample,
   ``Y = r_k + gamma * Q_target(s', argmax_a Q_main(s', a)) * (1 - done)`` and
-  ``loss = mean over (sample, action) of (Y - Q_main(s, a_k))^2``; one Adam step.
+  ``loss = mean over (sample, action) of (Y - Q_main(s, a_k))^2``; one Adam step, once the memory
+  holds ``learn_start`` (default: ``batch_size``) transitions, on min(batch_size, stored) of them.
 * The target network is hard-copied from the main network every P rounds (:meth:`end_round`).
 * Non-finite numbers never win and never stick: a NaN or infinite Q value ranks below every
   finite one (selection and the double-Q argmax; ties by lowest id), and a learning step whose
@@ -86,7 +87,10 @@ class DDQNConfig:
         lr: Adam learning rate (0.01).
         gamma: discount rate (0.9).
         memory_capacity: replay memory size in transitions (1000).
-        batch_size: minibatch size; learning starts once the memory holds this many (50).
+        batch_size: minibatch size (50): a minibatch is min(batch_size, transitions stored).
+        learn_start: learning starts once the memory holds this many transitions; None (default)
+            = ``batch_size`` (FLASH-RL Table IV); 1 = from the first transition, on minibatches of all the
+            memory until it holds ``batch_size`` (the FLASH-RL authors' ``RL/DQL.py``).
         target_sync: P, rounds between hard copies main -> target (10).
         eps_init, eps_end: exploration rate at round 1 and at ``eps_decay_rounds``.
         eps_decay_rounds: rounds of linear decay; ``None`` = all rounds of the run.
@@ -104,6 +108,7 @@ class DDQNConfig:
     gamma: float = 0.9
     memory_capacity: int = 1000
     batch_size: int = 50
+    learn_start: int | None = None
     target_sync: int = 10
     eps_init: float = 0.9
     eps_end: float = 0.2
@@ -121,6 +126,11 @@ class DDQNConfig:
                 raise ValueError(f"DDQN config: {name} must be >= 1, got {getattr(self, name)}")
         if self.batch_size > self.memory_capacity:
             raise ValueError(f"DDQN config: batch_size {self.batch_size} > memory_capacity {self.memory_capacity}")
+        if self.learn_start is not None and not 1 <= int(self.learn_start) <= self.memory_capacity:
+            raise ValueError(
+                f"DDQN config: learn_start must lie in [1, memory_capacity = {self.memory_capacity}] or be null, "
+                f"got {self.learn_start}"
+            )
         if not self.lr > 0:
             raise ValueError(f"DDQN config: lr must be > 0, got {self.lr}")
         if not 0.0 <= self.gamma <= 1.0:
@@ -503,8 +513,8 @@ class DDQNAgent:
         self.memory.push(s, a, r, s2, done)
 
     def learn(self, round_: int | None = None) -> float | None:
-        """``learn_steps`` (default 1) Adam steps, each on a fresh minibatch, if the memory holds
-        >= batch_size transitions.
+        """``learn_steps`` (default 1) Adam steps, each on a fresh minibatch of min(batch_size,
+        stored) transitions, if the memory holds >= ``learn_start`` (default: batch_size) of them.
 
         A step whose TD loss is not finite is not taken, and a step that leaves a weight, or
         the network's output on the minibatch's states, non-finite is undone (main network and
@@ -518,7 +528,8 @@ class DDQNAgent:
             the kept steps), or None when the memory is still too small or every step was
             discarded.
         """
-        if len(self.memory) < self.config.batch_size:
+        start = self.config.batch_size if self.config.learn_start is None else self.config.learn_start
+        if len(self.memory) < start:
             return None
         losses = [loss for loss in (self._learn_step(round_) for _ in range(self.config.learn_steps)) if loss is not None]
         if not losses:
@@ -527,7 +538,7 @@ class DDQNAgent:
         return self.last_loss
 
     def _learn_step(self, round_: int | None = None) -> float | None:
-        s, a, r, s2, done, lengths = self.memory.sample_with_lengths(self.config.batch_size, self.rng)
+        s, a, r, s2, done, lengths = self.memory.sample_with_lengths(min(self.config.batch_size, len(self.memory)), self.rng)
         y = double_q_targets(self.main, self.target, r, s2, done, self.config.gamma)
         q_taken = self.main(s).gather(1, a)  # (B, U)
         if bool((lengths == a.shape[1]).all()):

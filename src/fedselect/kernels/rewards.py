@@ -1,6 +1,7 @@
 """FLASH-RL reward ingredients as pure functions (SPEC 1.1; FLASH-RL Section III-B).
 
 * :func:`normalised_divergence` — normalised model divergence, FR-eq 7, with a zero guard.
+* :func:`signed_mean_divergence` — the FLASH-RL authors' code's form of it: |mean of the signed ratios|.
 * :func:`utility` — the two-branch utility, FR-eq 8.
 * :func:`reputation_utility_latency` — reputation-based utility with latency, FR-eq 10 (default).
 * :func:`reputation_utility` — reputation-based utility without latency, FR-eq 9.
@@ -46,18 +47,33 @@ def normalised_divergence(local: np.ndarray, global_: np.ndarray, guard: float =
         ValueError: the sizes differ, the vectors are empty, a value is not finite, or every
             coordinate of ``global_`` is below the guard (the divergence is then undefined).
     """
+    return float(np.mean(np.abs(_relative_changes(local, global_, guard, "normalised_divergence"))))
+
+
+def signed_mean_divergence(local: np.ndarray, global_: np.ndarray, guard: float = DIVERGENCE_ZERO_GUARD) -> float:
+    """The FLASH-RL authors' code's divergence (``serverFL/Server_FLASHRL.py``): the absolute
+    value of the mean of the *signed* relative changes, ``|(1/|J|) sum_{j in J} (w_k[j] - w[j]) / w[j]|``,
+    where FR-eq 7 averages their absolute values. Changes of opposite sign cancel, so it is never
+    above :func:`normalised_divergence`. Same guard, arguments and errors as that function
+    (the code divides by every ``w[j]`` and by the number of parameters)."""
+    return float(abs(np.mean(_relative_changes(local, global_, guard, "signed_mean_divergence"))))
+
+
+def _relative_changes(local: np.ndarray, global_: np.ndarray, guard: float, who: str) -> np.ndarray:
+    """``(w_k[j] - w[j]) / w[j]`` over ``J = {j : |w[j]| >= guard}``, float64; ValueError as
+    :func:`normalised_divergence` documents (``who`` names the caller)."""
     wk = np.asarray(local, dtype=np.float64).reshape(-1)
     w = np.asarray(global_, dtype=np.float64).reshape(-1)
     if wk.shape != w.shape:
-        raise ValueError(f"normalised_divergence: local has {wk.size} weights, global has {w.size}")
+        raise ValueError(f"{who}: local has {wk.size} weights, global has {w.size}")
     if w.size == 0:
-        raise ValueError("normalised_divergence: empty weight vectors")
+        raise ValueError(f"{who}: empty weight vectors")
     if not (np.all(np.isfinite(wk)) and np.all(np.isfinite(w))):
-        raise ValueError("normalised_divergence: weights must be finite (got NaN or inf)")
+        raise ValueError(f"{who}: weights must be finite (got NaN or inf)")
     keep = np.abs(w) >= guard
     if not np.any(keep):
-        raise ValueError(f"normalised_divergence: every global weight has |w| < {guard}; divergence undefined")
-    return float(np.mean(np.abs((wk[keep] - w[keep]) / w[keep])))
+        raise ValueError(f"{who}: every global weight has |w| < {guard}; divergence undefined")
+    return (wk[keep] - w[keep]) / w[keep]
 
 
 def utility(divergence: float | np.ndarray, improved: bool) -> float | np.ndarray:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fedselect.repro.manifest import Claim, Entry, EntryResult, Job, Judged, verdict
+from fedselect.repro.manifest import Claim, Entry, EntryResult, Job, Judged, _is_fraction, verdict
 from fedselect.repro.record import _machines, _runs_wall, recorded_wall, session
 
 
@@ -53,7 +53,9 @@ def judge_entry(entry: Entry, rep: dict[str, Any]) -> list[Judged]:
                 mean, low, high, n = iv.mean, iv.low, iv.high, iv.n
                 if iv.spread == "none":  # every seed gave the same value: a zero-width interval
                     low = high = mean
-        v, why = verdict(c.value, mean, low, high, relative, entry.substitute, entry.tolerance)
+        v, why = verdict(
+            c.value, mean, low, high, relative, entry.substitute, entry.tolerance, _is_fraction(key), c.tolerance_pct
+        )
         out.append(Judged(c, mean, low, high, n, v, why))
     return out
 

@@ -36,6 +36,12 @@ class Claim(BaseModel):
     figure: str
     value: float | str
     vs: str | None = Field(None, description="a `_vs` figure against this label instead of the comparison's baseline")
+    tolerance_pct: float | None = Field(
+        None,
+        gt=0,
+        description="an absolute figure that is not a fraction (seconds, MB, rounds): ours counts as reproduced when its "
+        "mean lies within this many percent of the paper's value",
+    )
     note: str | None = None
 
 
@@ -182,10 +188,14 @@ def verdict(
     relative: bool,
     substitute: bool,
     tolerance: float,
+    fraction: bool = True,
+    tolerance_pct: float | None = None,
 ) -> tuple[str, str]:
     """``(verdict, why)`` for one figure (module docstring): ``value`` the paper's, ``mean``
     and ``[low, high]`` ours (None: no interval), ``relative`` for a change against the
-    baseline, ``substitute`` for another data set than the paper's."""
+    baseline, ``substitute`` for another data set than the paper's, ``fraction`` for an absolute
+    figure given as a fraction (accuracy, F1: ``tolerance`` applies), else one in its own unit
+    (seconds, MB, rounds: ``tolerance_pct`` applies, in percent of the paper's value)."""
     bound = parse_bound(value)
     if isinstance(value, str) and bound is None:
         return "not judged", "the paper states it as text, not one experiment's number"
@@ -212,6 +222,13 @@ def verdict(
         return "inconclusive", f"our interval holds {c:g}: more seeds needed to tell whether it is {text}"
     if substitute and not relative:
         return "reference only", "substitute data: the paper's absolute figure is another data set's"
+    if not relative and not fraction:  # seconds, MB, rounds: a share of the paper's value, or our interval
+        gap = 100.0 * (mean - value) / abs(value) if value != 0 else math.inf
+        if tolerance_pct is not None and abs(gap) <= tolerance_pct:
+            return "reproduced", f"our mean is {gap:+.1f}% from the paper's value (within {tolerance_pct:g}%)"
+        if low <= value <= high:
+            return "reproduced", "the paper's value lies inside our 95% interval"
+        return "not reproduced", f"ours {mean:.4g} [{low:.4g}, {high:.4g}], {gap:+.1f}% from the paper's {value:g}"
     if relative and low <= value <= high:
         if not low <= 0 <= high:
             return "reproduced", "the paper's value lies inside our 95% interval, which excludes 0"

@@ -58,18 +58,39 @@ log = logging.getLogger("fedselect.flashrl")
 
 #: the named agent settings of ``schedule`` (docs/flash-rl.md, "Named schedules"): each expands to
 #: these explicit options. ``paper``: FLASH-RL Table IV (epsilon 0.9 -> 0.35 linearly over all T
-#: rounds, RL batch 50, Adam 0.01, one learning step a round); ``tuned``: ours for FLASH-RL on
-#: MNIST (epsilon 0.9 -> 0.2 reached at round 30, RL batch 10, Adam 0.001, 10 steps a round)
+#: rounds, RL batch 50 = learning start, Adam 0.01, one learning step a round); ``tuned``: ours for
+#: FLASH-RL on MNIST (epsilon 0.9 -> 0.2 reached at round 30, RL batch 10, Adam 0.001, 10 steps a
+#: round); ``code``: the FLASH-RL authors' ``RL/DQL.py`` and tutorial (epsilon 0.9 falling by
+#: 0.7 / 500 a round to its floor 0.2 at round 502 whatever T and the data set, RL batch 50,
+#: learning from the first transition on min(stored, 50) of them, Adam 0.01, one step a round)
 SCHEDULES: dict[str, dict[str, Any]] = {
     "paper": {
         "eps_init": 0.9,
         "eps_end": 0.35,
         "eps_decay_rounds": None,
         "rl_batch_size": 50,
+        "rl_learn_start": None,
         "rl_lr": 0.01,
         "rl_learn_steps": 1,
     },
-    "tuned": {"eps_init": 0.9, "eps_end": 0.2, "eps_decay_rounds": 30, "rl_batch_size": 10, "rl_lr": 0.001, "rl_learn_steps": 10},
+    "tuned": {
+        "eps_init": 0.9,
+        "eps_end": 0.2,
+        "eps_decay_rounds": 30,
+        "rl_batch_size": 10,
+        "rl_learn_start": None,
+        "rl_lr": 0.001,
+        "rl_learn_steps": 10,
+    },
+    "code": {
+        "eps_init": 0.9,
+        "eps_end": 0.2,
+        "eps_decay_rounds": 502,
+        "rl_batch_size": 50,
+        "rl_learn_start": 1,
+        "rl_lr": 0.01,
+        "rl_learn_steps": 1,
+    },
 }
 
 
@@ -77,19 +98,21 @@ class DDQNOptions(BaseModel):
     """Agent and state options shared by FLASH-RL and FAVOR (defaults: FR Table IV, SPEC 1.3,
     except ``eps_end`` 0.2).
 
-    ``schedule`` (``paper`` / ``tuned``, :data:`SCHEDULES`) writes a named agent setting's six
-    options (``eps_init``, ``eps_end``, ``eps_decay_rounds``, ``rl_batch_size``, ``rl_lr``,
-    ``rl_learn_steps``); any of them also given explicitly overrides the schedule's value. The
+    ``schedule`` (``paper`` / ``tuned`` / ``code``, :data:`SCHEDULES`) writes a named agent
+    setting's seven options (``eps_init``, ``eps_end``, ``eps_decay_rounds``, ``rl_batch_size``,
+    ``rl_learn_start``, ``rl_lr``, ``rl_learn_steps``); any of them also given explicitly overrides
+    the schedule's value. The
     name itself is not kept: a resolved config (``config.yaml``) holds the explicit values only,
     identical to writing them out. Unset (the default), the options keep their own defaults.
     """
 
     model_config = ConfigDict(extra="forbid")
-    schedule: Literal["paper", "tuned"] | None = Field(
+    schedule: Literal["paper", "tuned", "code"] | None = Field(
         None,
         exclude=True,
-        description="named agent setting: paper (Table IV: eps 0.9 -> 0.35 over all rounds, RL batch 50, Adam 0.01, 1 step) "
-        "or tuned (eps 0.9 -> 0.2 by round 30, RL batch 10, Adam 0.001, 10 steps); explicit options override it; null = none",
+        description="named agent setting: paper (Table IV: eps 0.9 -> 0.35 over all rounds, RL batch 50, Adam 0.01, 1 step), "
+        "tuned (eps 0.9 -> 0.2 by round 30, RL batch 10, Adam 0.001, 10 steps) or code (the authors' RL/DQL.py: eps 0.9 -> "
+        "0.2 by round 502, RL batch 50, learning from round 1, Adam 0.01, 1 step); explicit options override it; null = none",
     )
     pca_components: int = Field(100, ge=1, description="PCA components per model (capped by N)")
     warmup_epochs: int = Field(1, ge=1, description="local epochs of the warm-up of all clients")
@@ -99,6 +122,12 @@ class DDQNOptions(BaseModel):
     gamma: float = Field(0.9, ge=0, le=1)
     memory_capacity: int = Field(1000, ge=1)
     rl_batch_size: int = Field(50, ge=1, description="minibatch size; learning starts once the memory holds this many")
+    rl_learn_start: int | None = Field(
+        None,
+        ge=1,
+        description="transitions stored before learning starts, on minibatches of min(stored, rl_batch_size); "
+        "null = rl_batch_size (1: from round 1, as the authors' RL/DQL.py)",
+    )
     target_sync: int = Field(10, ge=1, description="P, rounds between target-network copies")
     rl_learn_steps: int = Field(1, ge=1, description="Adam steps per round (paper: 1; a tuning knob)")
     eps_init: float = Field(0.9, ge=0, le=1)
@@ -127,12 +156,21 @@ class DDQNOptions(BaseModel):
     @classmethod
     def _expand_schedule(cls, data: Any) -> Any:
         """``schedule: NAME`` -> the :data:`SCHEDULES` entry under the explicit options (which win).
-        An unknown name is left for the field's check (``Input should be 'paper' or 'tuned'``)."""
+        An unknown name is left for the field's check (``Input should be 'paper', 'tuned' or 'code'``)."""
         if isinstance(data, dict):
             name = data.get("schedule")
             if isinstance(name, str) and name in SCHEDULES:
                 return {**SCHEDULES[name], **data}
         return data
+
+    @model_validator(mode="after")
+    def _learning_can_start(self) -> "DDQNOptions":
+        if self.rl_learn_start is not None and self.rl_learn_start > self.memory_capacity:
+            raise ValueError(
+                f"rl_learn_start {self.rl_learn_start} > memory_capacity {self.memory_capacity}: the replay memory "
+                "never holds that many transitions, so the agent would never learn"
+            )
+        return self
 
     def agent_config(self, q_network: str = "full") -> DDQNConfig:
         return DDQNConfig(
@@ -141,6 +179,7 @@ class DDQNOptions(BaseModel):
             gamma=self.gamma,
             memory_capacity=self.memory_capacity,
             batch_size=self.rl_batch_size,
+            learn_start=self.rl_learn_start,
             target_sync=self.target_sync,
             eps_init=self.eps_init,
             eps_end=self.eps_end,

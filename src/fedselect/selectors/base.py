@@ -153,7 +153,7 @@ class SelectorContext(Protocol):
         """Client ``k``'s cost for ``epochs`` local epochs with the algorithm's payload."""
 
     def transmit_s(self, num_bytes: int, k: int, draws: RoundDraws) -> float:
-        """Seconds for client ``k`` to send ``num_bytes`` at this round's bandwidth (FR-eq 4)."""
+        """Seconds for client ``k`` to send ``num_bytes`` at this round's bandwidth (FR-eq 5)."""
 
     def expected_latency_s(self, epochs: float | None = None) -> np.ndarray:
         """``(N,)`` latency (s) of each client at its profiles' mean frequency and bandwidth."""

@@ -17,7 +17,14 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from fedselect.kernels.rewards import censored_latency, normalise_latency, normalised_divergence, update_reputations, utility
+from fedselect.kernels.rewards import (
+    censored_latency,
+    normalise_latency,
+    normalised_divergence,
+    signed_mean_divergence,
+    update_reputations,
+    utility,
+)
 from fedselect.selectors import register_selector
 from fedselect.selectors._ddqn import DDQNOptions, DDQNSelector
 
@@ -35,6 +42,11 @@ class FlashRLOptions(DDQNOptions):
     performance_metric: Literal["accuracy", "f1_macro"] | None = Field(
         None, description="P of FR-eq 8; null = metrics.metric (accuracy for images, f1_macro for fall detection)"
     )
+    divergence: Literal["paper", "code"] = Field(
+        "paper",
+        description="d of FR-eq 8: paper (FR-eq 7, the mean of |delta w / w|) or code (the authors' Server_FLASHRL.py: "
+        "|mean of delta w / w|)",
+    )
 
 
 @register_selector
@@ -42,8 +54,9 @@ class FlashRL(DDQNSelector):
     """FLASH-RL (SPEC 1): DDQN selection rewarded by the reputation-based utility FR-eq 10.
 
     Options (:class:`FlashRLOptions`): Table IV defaults (``eps_end`` 0.2); ``schedule: paper`` /
-    ``schedule: tuned`` write the paper's or our tuned agent setting (docs/flash-rl.md, "Named
-    schedules"; explicit options override it); ``reward`` picks FR-eq 10
+    ``tuned`` / ``code`` write the paper's, our tuned or the authors' code's agent setting
+    (docs/flash-rl.md, "Named schedules"; explicit options override it); ``divergence: code`` takes
+    the authors' code's divergence instead of FR-eq 7's; ``reward`` picks FR-eq 10
     (``utility_latency``), FR-eq 9 (``utility``) or FR-eq 6 (``reputation_accuracy``; evaluates every
     participant's local model on the test set, slow).
 
@@ -90,8 +103,9 @@ class FlashRL(DDQNSelector):
             accs = [0.0 if o.failed is not None else self.ctx.evaluate(o.state).value(self.metric) for o in outcomes]
             per_client, fixed = {"local_accuracy": accs}, {"prev_global_accuracy": float(before), "lam": opts.lam}
         else:
+            divergence = signed_mean_divergence if opts.divergence == "code" else normalised_divergence
             zeta = [
-                0.0 if o.failed is not None else utility(normalised_divergence(self.flat(o.state).numpy(), global_flat), improved)
+                0.0 if o.failed is not None else utility(divergence(self.flat(o.state).numpy(), global_flat), improved)
                 for o in outcomes
             ]
             per_client, fixed = {"zeta": zeta, "lnorm": lnorm}, {"lam": opts.lam, "alpha1": opts.alpha1, "alpha2": opts.alpha2}

@@ -25,7 +25,7 @@ in ``probe_latency_s``, ``probe_upload_bytes``, ``probe_download_bytes``, ``cand
 each candidate k downloads the model each participant downloads (the algorithm's payload,
 ``ctx.client_cost(k, ...).download_bytes`` and ``download_s`` at this round's bandwidth), runs a
 forward pass over its data, modelled as ``eval_compute_factor`` (1/3: a forward pass costs about a
-third of a forward + backward pass) x one local epoch of compute time (FR-eq 3; for cpow-d scaled
+third of a forward + backward pass) x one local epoch of compute time (FR-eq 4; for cpow-d scaled
 by the share b / n_k of its data scored), and uploads ``report_bytes`` (4: one float32) — the
 candidates in parallel, so::
 
