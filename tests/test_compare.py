@@ -19,7 +19,7 @@ def _doc(tiny_cfg_doc, seeds=(0,)):
     return {
         "name": "t",
         "seeds": list(seeds),
-        "base": tiny_cfg_doc,
+        "base": {k: v for k, v in tiny_cfg_doc.items() if k not in ("name", "seed")},  # a run's are the comparison's
         "baseline": "FedAvg",
         "methods": [{"label": "FedAvg", "method": "fedavg"}, {"label": "Full", "method": "full"}],
     }
@@ -180,7 +180,7 @@ def test_compare_config_errors(tiny_cfg_doc, tmp_path):
         parse_compare(bad)
     bad = _doc(tiny_cfg_doc)
     bad["methods"][1]["label"] = "FedAvg"
-    with pytest.raises(ConfigError, match="duplicate labels"):
+    with pytest.raises(ConfigError, match=r"methods\.1\.label: duplicate label 'FedAvg' \(the label of methods\.0 too\)"):
         parse_compare(bad)
     bad = _doc(tiny_cfg_doc)
     bad["methods"][1]["method"] = "magic"
@@ -193,7 +193,7 @@ def test_compare_config_errors(tiny_cfg_doc, tmp_path):
 def test_compare_checks_method_options_before_running(tiny_cfg_doc):
     bad = _doc(tiny_cfg_doc)
     bad["methods"][0]["method_options"] = {"warp": 9}
-    with pytest.raises(ConfigError, match="method 'FedAvg', seed 0:\n  method_options.warp: unknown key"):
+    with pytest.raises(ConfigError, match="invalid comparison <dict>:\n  methods.0.method_options.warp: unknown key"):
         parse_compare(bad)
 
 
@@ -212,13 +212,16 @@ def test_optional_columns_appear_only_when_reported(tmp_path):
     assert "competitive_ratio_vs_baseline" in (c / "table.csv").read_text()
 
 
-def test_default_comparison_matches_its_config_file():
+def test_default_comparison_is_its_config_file():
+    """`fedselect compare` with no argument reads the packaged file, which configs/ shows."""
     from pathlib import Path
 
     from fedselect.compare import DEFAULT_COMPARE
 
-    shipped = load_compare(Path(__file__).parent.parent / "configs" / "compare-default.yaml")
-    assert shipped == parse_compare(DEFAULT_COMPARE)
+    shown = Path(__file__).parent.parent / "configs" / "compare-default.yaml"
+    assert shown.resolve() == DEFAULT_COMPARE.resolve() and DEFAULT_COMPARE.is_file()
+    assert load_compare(None) == load_compare(shown)
+    assert [m.label for m in load_compare(None).methods] == ["FedAvg", "FLASH-RL", "FAVOR"]
 
 
 def test_interrupted_comparison_is_finished_by_resume(tmp_path, tiny_cfg_doc):
@@ -332,11 +335,12 @@ def test_method_rounds_are_validated_and_compare_rounds_sets_every_method(tiny_c
     assert cc.with_rounds(1).rounds_of() == {"FedAvg": 1, "Full": 1}
     with pytest.raises(ConfigError, match="rounds"):
         cc.with_rounds(0)
-    # --set rounds=N (load_compare's overrides) is the base's only; --rounds N every method's (with_rounds)
+    # --set rounds=N (load_compare's overrides, the comparison's `set`) is every method's, as --rounds N is
     import yaml
 
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(entry(rounds=7)))
-    assert load_compare(tmp_path / "c.yaml", {"rounds": 3}).rounds_of() == {"FedAvg": 3, "Full": 7}
+    assert load_compare(tmp_path / "c.yaml", {"rounds": 3}).rounds_of() == {"FedAvg": 3, "Full": 3}
+    assert load_compare(tmp_path / "c.yaml").rounds_of() == {"FedAvg": 2, "Full": 7}
     from typer.testing import CliRunner
 
     from fedselect.cli import app
