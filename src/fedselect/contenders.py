@@ -160,12 +160,17 @@ def switch_components(doc: dict[str, Any], overrides: dict[str, Any]) -> dict[st
     """``doc`` without the ``selector`` / ``algorithm`` sections that ``overrides`` switch to
     another component (:func:`named_parts`): those options belong to the component left. A
     section naming the component the overrides name is kept, and they refine it; a section
-    without a name stays (it gives options to whichever component the part ends up with)."""
+    without a name stays (it gives options to whichever component the part ends up with).
+    ``doc``'s ``method`` goes too when the overrides replace both of its parts."""
     out = dict(doc)
-    for part, name in named_parts(overrides).items():
+    named = named_parts(overrides)
+    for part, name in named.items():
         have = out.get(part)
         if isinstance(have, dict) and have.get("name") is not None and have["name"] != name:
             out.pop(part)
+    preset = PRESETS.get(out["method"]) if isinstance(out.get("method"), str) and "method" not in overrides else None
+    if preset is not None and all(named.get(part) not in (None, getattr(preset, part)) for part in ("selector", "algorithm")):
+        out.pop("method")  # both of its parts replaced: it would name nothing
     return out
 
 
