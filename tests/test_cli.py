@@ -1,5 +1,7 @@
 """The command line: --set overrides, --threads, help texts."""
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -375,3 +377,88 @@ def test_options_and_sets_reach_the_config_yaml_a_run_writes_and_resume_extends_
     assert res.exit_code == 0, res.output
     assert yaml.safe_load((out / "config.yaml").read_text()) == {**doc, "rounds": 2}
     assert len((out / "metrics.csv").read_text().splitlines()) == 1 + 1 + 2  # header, round 0, rounds 1-2
+
+
+# -- one set of defaults -----------------------------------------------------------------------
+
+
+def test_the_embedded_default_is_a_config_file_like_any_other(tmp_path, monkeypatch):
+    """`fedselect run` with no CONFIG, `fedselect run configs/default.yaml` and `fedselect.run()`
+    resolve to one config; `{}` (or a YAML file holding only a default) is the schema's defaults,
+    with no target, whatever the entry point."""
+    import yaml
+
+    from fedselect import api
+    from fedselect.config import dump_config
+
+    shown = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"
+    assert shown.resolve() == api.DEFAULT_EXPERIMENT.resolve()
+    _config_yaml_only(monkeypatch)
+    assert runner.invoke(app, ["run", "-o", str(tmp_path / "none"), "-q"]).exit_code == 0
+    assert runner.invoke(app, ["run", str(shown), "-o", str(tmp_path / "file"), "-q"]).exit_code == 0
+    embedded = (tmp_path / "none" / "config.yaml").read_text()
+    assert embedded == (tmp_path / "file" / "config.yaml").read_text() == dump_config(api.experiment_config())
+    assert yaml.safe_load(embedded)["metrics"]["target"] == 0.9 and yaml.safe_load(embedded)["name"] == "default"
+    (tmp_path / "seed.yaml").write_text("seed: 0\n")
+    assert runner.invoke(app, ["run", str(tmp_path / "seed.yaml"), "-o", str(tmp_path / "seed"), "-q"]).exit_code == 0
+    plain = (tmp_path / "seed" / "config.yaml").read_text()
+    assert plain == dump_config(api.experiment_config({})) == dump_config(api.experiment_config({"seed": 0}))
+    assert yaml.safe_load(plain)["metrics"]["target"] is None and yaml.safe_load(plain)["name"] == "experiment"
+
+
+# -- sweep takes --rounds, --set, --device, -q like run ------------------------------------------
+
+SWEEP_DOC = {
+    "name": "sw",
+    "base": {k: v for k, v in TINY_DOC.items() if k != "rounds"} | {"rounds": 5, "train": {"local_epochs": 1, "batch_size": 32}},
+    "methods": [{"label": "avg", "method": "fedavg"}],
+    "grid": {"train.lr": [0.05, 0.1]},
+    "columns": ["final_accuracy"],
+}
+
+
+@pytest.mark.slow
+def test_sweep_options_reach_every_run_and_a_rerun_with_other_values_is_refused(tmp_path):
+    import yaml
+
+    cfg = tmp_path / "sw.yaml"
+    cfg.write_text(yaml.safe_dump(SWEEP_DOC))
+    out = tmp_path / "s"
+    args = ["sweep", str(cfg), "--rounds", "1", "--set", "train.momentum=0.5", "--device", "cpu", "-o", str(out)]
+    res = runner.invoke(app, [*args, "-q"])
+    assert res.exit_code == 0, res.output
+    assert "[1/2]" not in res.output  # -q: no progress lines
+    runs = sorted((out / "runs").iterdir())
+    assert [r.name for r in runs] == ["avg-lr=0.05-s0", "avg-lr=0.1-s0"]
+    for run, lr in zip(runs, (0.05, 0.1)):
+        doc = yaml.safe_load((run / "config.yaml").read_text())
+        assert (doc["rounds"], doc["train"]["momentum"], doc["train"]["device"], doc["train"]["lr"]) == (1, 0.5, "cpu", lr)
+    # the same --out with other values: refused, naming the key, the finished runs kept as they are
+    before = {r.name: (r / "metrics.csv").read_bytes() for r in runs}
+    res = runner.invoke(app, ["sweep", str(cfg), "--rounds", "1", "--set", "train.momentum=0.6", "-o", str(out), "-q"])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2 and "train.momentum (0.5 in the saved run, 0.6 now)" in text, text
+    assert {r.name: (r / "metrics.csv").read_bytes() for r in runs} == before
+    res = runner.invoke(app, [*args])  # without -q: a line per run (both finished: nothing to run, the table)
+    assert res.exit_code == 0 and "| lr | method | seeds | final_accuracy |" in res.output
+
+
+def test_sweep_refuses_a_set_of_a_grid_key_and_points_that_share_a_directory(tmp_path):
+    import yaml
+
+    cfg = tmp_path / "sw.yaml"
+    cfg.write_text(yaml.safe_dump(SWEEP_DOC))
+    res = runner.invoke(app, ["sweep", str(cfg), "--set", "train.lr=0.2", "-o", str(tmp_path / "s")])
+    assert res.exit_code == 2 and "set.train.lr: a grid key of this sweep (grid.train.lr)" in " ".join(res.output.split())
+    # two paths that differ only in a character a directory name cannot hold (nothing is loaded to find out)
+    doc = {**SWEEP_DOC, "grid": {"data.options.path": ["/data/a b", "/data/a_b"]}}
+    doc["base"] = {**doc["base"], "data": {"num_clients": 4, "dataset": "fashion-mnist"}}
+    cfg.write_text(yaml.safe_dump(doc))
+    res = runner.invoke(app, ["sweep", str(cfg), "-o", str(tmp_path / "s")])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2, text
+    assert (
+        "grid: methods.0 ('avg') at {'data.options.path': '/data/a b'} and methods.0 ('avg') at "
+        "{'data.options.path': '/data/a_b'} both become 'avg-path=_data_a_b-s0' as run directories in runs/" in text
+    )
+    assert not (tmp_path / "s").exists()
