@@ -144,7 +144,7 @@ def _overrides(rounds, seed, method, sets=None, selector=None, algorithm=None, d
     return {**flags, **out}
 
 
-SET_HELP = "override a config key, e.g. --set train.lr=0.1 --set data.options.path=/data/MobiAct (repeatable; values are YAML)"
+SET_HELP = "override a config key, e.g. --set train.lr=0.1 --set data.options.path=/data/MobiAct (repeatable; values are YAML; a key an option or another --set also gives is refused)"
 SET_EVERY_RUN_HELP = "; sets the key in every run, over the methods' own values (not seed, name, method, selector, algorithm or their names: the methods say what runs; options are fine)"
 WORKERS_HELP = "worker processes training the clients of a round side by side, one torch thread each (default: train.workers, else FEDSELECT_WORKERS, else the usable cores; 0 = in this process; more than the usable cores start only those); results are identical for any value"
 DEVICE_HELP = "where clients train: auto (a GPU when one is available; default), cpu, cuda or cuda:N (sets train.device)"
@@ -157,7 +157,7 @@ RAY_CPUS_HELP = "with --backend ray and no --address: CPUs of the local Ray inst
 RUN_RESUME_HELP = "continue the run in this directory from its last checkpoint (with its saved config and engine; only --rounds may extend the budget)"
 COMPARE_RESUME_HELP = "finish an interrupted comparison in this directory: finished runs are kept, interrupted ones continue from their checkpoints, missing ones run"
 COMPARE_CONFIG_HELP = "comparison YAML (base experiment + methods + seeds), or a plain experiment YAML; omitted: FedAvg vs FLASH-RL vs FAVOR on embedded MNIST"
-METHOD_HELP = "override the method preset (fedavg, full, flashrl, favor, cefl, oort, ...; see `fedselect list`)"
+METHOD_HELP = "override the method preset (fedavg, full, flashrl, favor, cefl, oort, ...; see `fedselect list`): it names the selector and the algorithm (the config's sections stay where they name the same ones); refine with --set selector.options.KEY=V or algorithm.options.KEY=V"
 THREADS_HELP = "ignored (results no longer depend on threads)"
 ENGINES = click.Choice(["simulator", "flower"])
 
@@ -171,10 +171,14 @@ def run(
     seed: Optional[int] = typer.Option(None, "--seed", "-s", help="override the experiment seed"),
     method: Optional[str] = typer.Option(None, "--method", "-m", help=METHOD_HELP),
     selector: Optional[str] = typer.Option(
-        None, "--selector", help="override the selector (random, flashrl, oort, power_of_choice, ... or package.module:Class)"
+        None,
+        "--selector",
+        help="set selector.name (random, flashrl, oort, power_of_choice, ... or package.module:Class); another selector than the config's drops its options, the config's method still names the algorithm",
     ),
     algorithm: Optional[str] = typer.Option(
-        None, "--algorithm", help="override the algorithm (fedavg, fedper, cefl, individual, or package.module:Class)"
+        None,
+        "--algorithm",
+        help="set algorithm.name (fedavg, fedper, cefl, fedprox, ... or package.module:Class); another algorithm than the config's drops its options, the config's method still names the selector",
     ),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="run directory (default runs/<name>-<method>-s<seed>-<time>)"),
     resume: Optional[Path] = typer.Option(None, "--resume", help=RUN_RESUME_HELP),
