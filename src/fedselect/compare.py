@@ -17,19 +17,19 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from fedselect.config import ConfigError, ExperimentConfig, apply_overrides, schema_problems
+from fedselect.config import ConfigError, ExperimentConfig, apply_overrides
 from fedselect.contenders import (
     BASE_REFUSED,
     SET_REFUSED,
     Layer,
     MethodSpec,
     contender_problems,
-    entries_of,
     file_name,
-    label_problems,
-    set_problems,
+    join_set,
+    problems_of,
+    validate_contenders,
 )
 from fedselect.experiment import RoundEvent, check_saved_runs
 from fedselect.federation import Federation
@@ -173,44 +173,27 @@ def parse_compare(doc: dict[str, Any], source: str = "<dict>") -> CompareConfig:
     Raises:
         ConfigError: naming every key that is wrong and what is allowed.
     """
-    if not isinstance(doc, dict):
-        raise ConfigError(f"invalid comparison {source}: the top level must be a mapping, got {type(doc).__name__}")
-    problems: list[tuple[str, str]] = []
-    try:
-        cc = CompareConfig.model_validate(doc)
-        entries = list(enumerate(cc.methods))
-    except ValidationError as e:
-        problems += schema_problems(e)
-        entries = entries_of(doc, MethodEntry)
-        cc = CompareConfig.model_construct(
-            name=doc.get("name") if isinstance(doc.get("name"), str) else "comparison",
-            base=doc.get("base") if isinstance(doc.get("base"), dict) else {},
-            methods=[m for _, m in entries],
-            set_=doc.get("set") if isinstance(doc.get("set"), dict) else {},
-        )
-    problems += label_problems(entries, "in the run directories runs/LABEL-s<seed>")
-    problems += [(f"base.{k}", why) for k, why in BASE_REFUSED.items() if k in cc.base]
-    problems += set_problems(doc.get("set", {}), SET_REFUSED)
-    problems += _experiment_problems(cc, entries, doc.get("seeds"))
+    cc, entries, problems, seed = validate_contenders(
+        CompareConfig, MethodEntry, doc, source, "comparison", SET_REFUSED, "in the run directories runs/LABEL-s<seed>"
+    )
+    problems += _experiment_problems(cc, entries, seed)
     if problems:
         raise ConfigError.listing(source, problems, "comparison")
     return cc
 
 
-def _experiment_problems(cc: CompareConfig, entries: list[tuple[int, MethodEntry]], seeds: Any) -> list[tuple[str, str]]:
-    seed = seeds[0] if isinstance(seeds, list) and seeds and isinstance(seeds[0], int) else 0
-    base = {k: v for k, v in cc.base.items() if k not in ("name", "seed")}
-    cc = cc.model_copy(update={"base": base})
-    runs = []
-    for i, entry in entries:
-        layers = [Layer.of("set", cc.set_), *entry.layers(i), Layer.of("base", base)]
-        try:
-            cc.experiment(entry, seed)
-            problems = []
-        except ConfigError as e:
-            problems = e.problems or [("", str(e))]
-        runs.append((f"methods.{i} ({entry.label!r})", layers, problems))
-    return contender_problems(runs)
+def _experiment_problems(cc: CompareConfig, entries: list[tuple[int, MethodEntry]], seed: int) -> list[tuple[str, str]]:
+    base = Layer.of("base", cc.base)
+    return contender_problems(
+        [
+            (
+                f"methods.{i} ({e.label!r})",
+                [Layer.of("set", cc.set_), *e.layers(i), base],
+                problems_of(lambda e=e: cc.experiment(e, seed)),
+            )
+            for i, e in entries
+        ]
+    )
 
 
 def load_compare(path: str | Path | None, overrides: dict[str, Any] | None = None) -> CompareConfig:
@@ -235,13 +218,7 @@ def load_compare(path: str | Path | None, overrides: dict[str, Any] | None = Non
         entry = {k: doc[k] for k in ("method", "selector", "algorithm") if doc.get(k) is not None} or {"method": "fedavg"}
         base = {k: v for k, v in doc.items() if k not in ("name", "seed")}
         doc = {"name": doc.get("name", p.stem), "base": base, "methods": [entry], "seeds": [doc.get("seed", 0)]}
-    if overrides and isinstance(doc, dict):
-        given = doc.get("set") if isinstance(doc.get("set"), dict) else {}
-        both = sorted(set(given) & set(overrides))
-        if both:
-            raise ConfigError(f"invalid comparison {source}: {both} given twice (in the config's `set:` and on the command line)")
-        doc = {**doc, "set": {**given, **overrides}}
-    return parse_compare(doc, source)
+    return parse_compare(join_set(doc, overrides, source, "comparison"), source)
 
 
 def partition_params(fed: Federation) -> dict[str, Any]:

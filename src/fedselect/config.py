@@ -564,7 +564,7 @@ def config_kind(doc: Any) -> str:
     """``"compare"`` (base + methods), ``"sweep"`` (grid) or ``"experiment"``: lets each command
     point a user who passed the wrong kind of file to the right command."""
     if isinstance(doc, dict):
-        if "grid" in doc or "grid_keys" in doc:
+        if "grid" in doc or "grid_keys" in doc or "columns" in doc:  # columns: a sweep's table, even without a grid
             return "sweep"
         if "methods" in doc and "base" in doc:
             return "compare"

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from fedselect.config import ComponentConfig, apply_overrides, problem_line
+from fedselect.config import ComponentConfig, ConfigError, apply_overrides, problem_line, schema_problems
 from fedselect.presets import PRESETS
 
 #: characters a method label may hold besides letters and digits (of any script: Ø, β, é)
@@ -290,3 +290,75 @@ def entries_of(doc: dict[str, Any], entry: type[MethodSpec]) -> list[tuple[int, 
         except ValidationError:
             continue
     return out
+
+
+def validate_contenders(
+    model: type[BaseModel],
+    entry: type[MethodSpec],
+    doc: Any,
+    source: str,
+    what: str,
+    refused: dict[str, str],
+    where: str,
+    **fallback: Any,
+) -> tuple[Any, list[tuple[int, MethodSpec]], list[tuple[str, str]], int]:
+    """A comparison or sweep mapping validated as ``model``, with the problems of its own keys:
+    schema, labels that clash (``where``: their run directories, see :func:`label_problems`), a
+    ``base`` holding :data:`BASE_REFUSED` keys, ``set`` keys in ``refused``.
+
+    Returns:
+        ``(config, entries, problems, seed)``: ``config`` without the refused keys of its base;
+        when the schema refuses ``doc``, a stand-in built from what is valid (the entries that
+        validate alone, ``name``, ``base``, ``set``; ``fallback`` for other fields), so that the
+        runs' experiments are still checked, with ``seed`` (the first of ``seeds``, else 0).
+
+    Raises:
+        ConfigError: ``doc`` is not a mapping.
+    """
+    if not isinstance(doc, dict):
+        raise ConfigError(f"invalid {what} {source}: the top level must be a mapping, got {type(doc).__name__}")
+    problems: list[tuple[str, str]] = []
+    try:
+        cfg = model.model_validate(doc)
+        entries = list(enumerate(cfg.methods))
+    except ValidationError as e:
+        problems += schema_problems(e)
+        entries = entries_of(doc, entry)
+        valid = {
+            f: doc[k]
+            for k, f, kind in (("name", "name", str), ("base", "base", dict), ("set", "set_", dict))
+            if isinstance(doc.get(k), kind)
+        }
+        cfg = model.model_construct(methods=[m for _, m in entries], **valid, **fallback)
+    problems += label_problems(entries, where)
+    problems += [(f"base.{k}", why) for k, why in BASE_REFUSED.items() if k in cfg.base]
+    problems += set_problems(doc.get("set", {}), refused)
+    seeds = doc.get("seeds")
+    seed = seeds[0] if isinstance(seeds, list) and seeds and isinstance(seeds[0], int) else 0
+    cfg = cfg.model_copy(update={"base": {k: v for k, v in cfg.base.items() if k not in BASE_REFUSED}})
+    return cfg, entries, problems, seed
+
+
+def problems_of(check: Any) -> list[tuple[str, str]]:
+    """The ``(key, message)`` problems ``check()`` raises as a :class:`ConfigError` ([] when none)."""
+    try:
+        check()
+    except ConfigError as e:
+        return e.problems or [("", str(e))]
+    return []
+
+
+def join_set(doc: Any, overrides: dict[str, Any] | None, source: str, what: str) -> Any:
+    """A comparison or sweep mapping with ``overrides`` (the command line's ``--set``) added to
+    its ``set``.
+
+    Raises:
+        ConfigError: a key both in the config's ``set`` and in ``overrides``.
+    """
+    if not overrides or not isinstance(doc, dict):
+        return doc
+    given = doc.get("set") if isinstance(doc.get("set"), dict) else {}
+    both = sorted(set(given) & set(overrides))
+    if both:
+        raise ConfigError(f"invalid {what} {source}: {both} given twice (in the config's `set:` and on the command line)")
+    return {**doc, "set": {**given, **overrides}}

@@ -47,9 +47,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fedselect.config import ConfigError, ExperimentConfig, apply_overrides, config_kind, read_yaml_file, schema_problems
+from fedselect.config import ConfigError, ExperimentConfig, apply_overrides, config_kind, read_yaml_file
 from fedselect.contenders import (
     BASE_REFUSED,
     SET_REFUSED,
@@ -58,10 +58,10 @@ from fedselect.contenders import (
     clash_message,
     clashes,
     contender_problems,
-    entries_of,
     file_name,
-    label_problems,
-    set_problems,
+    join_set,
+    problems_of,
+    validate_contenders,
 )
 from fedselect.experiment import check_saved_runs
 from fedselect.fl.metrics import atomic_write, read_json, write_json_atomic
@@ -168,40 +168,23 @@ def parse_sweep(doc: Any, source: str = "<dict>") -> SweepConfig:
     Raises:
         ConfigError: naming every key that is wrong and what is allowed.
     """
-    if not isinstance(doc, dict):
-        raise ConfigError(f"invalid sweep {source}: the top level must be a mapping, got {type(doc).__name__}")
-    problems: list[tuple[str, str]] = []
-    try:
-        sc = SweepConfig.model_validate(doc)
-        entries = list(enumerate(sc.methods))
-    except ValidationError as e:
-        problems += schema_problems(e)
-        entries = entries_of(doc, SweepMethod)
-        grid = doc.get("grid")
-        sc = SweepConfig.model_construct(
-            name=doc.get("name") if isinstance(doc.get("name"), str) else "sweep",
-            base=doc.get("base") if isinstance(doc.get("base"), dict) else {},
-            methods=[m for _, m in entries],
-            grid={k: v for k, v in grid.items() if isinstance(v, list) and v} if isinstance(grid, dict) else {},
-            set_=doc.get("set") if isinstance(doc.get("set"), dict) else {},
-        )
-    problems += label_problems(entries, "in the run directories runs/LABEL-<point>-s<seed>")
-    problems += [(f"base.{k}", why) for k, why in BASE_REFUSED.items() if k in sc.base]
-    refused = {**SET_REFUSED, **{k: f"a grid key of this sweep (grid.{k}); change its values in `grid:`" for k in sc.grid}}
-    problems += set_problems(doc.get("set", {}), refused)
-    seeds = doc.get("seeds")
-    seed = seeds[0] if isinstance(seeds, list) and seeds and isinstance(seeds[0], int) else 0
-    base = {k: v for k, v in sc.base.items() if k not in BASE_REFUSED}
-    sc_ = sc.model_copy(update={"base": base})
+    grid = doc.get("grid") if isinstance(doc, dict) and isinstance(doc.get("grid"), dict) else {}
+    grid_keys = {k: f"a grid key of this sweep (grid.{k}); change its values in `grid:`" for k in grid}
+    sc, entries, problems, seed = validate_contenders(
+        SweepConfig,
+        SweepMethod,
+        doc,
+        source,
+        "sweep",
+        {**SET_REFUSED, **grid_keys},
+        "in the run directories runs/LABEL-<point>-s<seed>",
+        grid={k: v for k, v in grid.items() if isinstance(v, list) and v},
+    )
     runs, dirs = [], []
     for i, m in entries:
         for rp in _distinct(_restrict(p, m) for p in sc.points()):
-            layers = [Layer.of("set", sc.set_), Layer.of("grid", rp), *m.layers(i), Layer.of("base", base)]
-            try:
-                sc_.experiment(m, rp, seed)
-                found = []
-            except ConfigError as e:
-                found = e.problems or [("", str(e))]
+            layers = [Layer.of("set", sc.set_), Layer.of("grid", rp), *m.layers(i), Layer.of("base", sc.base)]
+            found = problems_of(lambda m=m, rp=rp: sc.experiment(m, rp, seed))
             runs.append((f"methods.{i} ({m.label!r}) at {rp or 'the base'}", layers, found))
             dirs.append((f"methods.{i} ({m.label!r}) at {rp}", run_dir_for(Path(), m.label, rp, seed).name))
     problems += contender_problems(runs)
@@ -246,13 +229,7 @@ def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> Swe
             "a sweep config has `base:` (an experiment), `methods:`, `grid:` (dotted keys -> lists of values) and `seeds:` "
             "(e.g. configs/budgeted-sweep-small.yaml)"
         )
-    if overrides and isinstance(doc, dict):
-        given = doc.get("set") if isinstance(doc.get("set"), dict) else {}
-        both = sorted(set(given) & set(overrides))
-        if both:
-            raise ConfigError(f"invalid sweep {path}: {both} given twice (in the config's `set:` and on the command line)")
-        doc = {**doc, "set": {**given, **overrides}}
-    return parse_sweep(doc, str(path))
+    return parse_sweep(join_set(doc, overrides, str(path), "sweep"), str(path))
 
 
 def saved_sweep(directory: str | Path) -> SweepConfig:
