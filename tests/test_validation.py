@@ -332,6 +332,13 @@ def test_mistakes_of_an_experiment_are_reported_in_one_run(tmp_path):
     with pytest.raises(ConfigError) as e:
         parse_config(with_(data__num_clients="6", clients_per_round=9), "cfg.yaml")
     assert "data.num_clients: Input should be a valid integer" in str(e.value) and "clients_per_round (U" not in str(e.value)
+    # nor are options judged against a default standing in for their component or data set
+    with pytest.raises(ConfigError) as e:
+        parse_config(with_(selector="oort", method_options={"exploration_factor": 0.5}, data__dataset=5, data__options={"x": 1}))
+    assert sorted(str(e.value).splitlines()[1:]) == [
+        "  data.dataset: Input should be a valid string",
+        "  selector: Input should be a valid dictionary or instance of ComponentConfig",
+    ]
 
 
 def test_a_sweep_names_each_problem_by_where_it_was_given():

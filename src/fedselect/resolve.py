@@ -392,8 +392,30 @@ def _names_past(doc: dict[str, Any], locs: list[tuple]) -> list[Problem]:
             continue
         found: list[Problem] = []
         _components(cfg, found)
-        return [(k, m) for k, m in found if not any(c and (k == c or k.startswith(c + ".")) for c in cut)]
+        return [(k, m) for k, m in found if not _follows(k, cut)]
     return []
+
+
+#: problems of these keys are judged against those keys: when one of the latter is in error, a
+#: default stands in for it, and the former are not judged (options of another data set, say)
+_JUDGED_AGAINST = {
+    "data.options": ("data", "data.dataset"),
+    "data.partition": ("data", "data.partition", "data.partition.scheme"),
+    "model.options": ("model", "model.name"),
+    **{
+        k: ("method", "selector", "selector.name", "algorithm", "algorithm.name", "method_options")
+        for k in ("selector", "algorithm", "method_options", "")
+    },
+}
+
+
+def _follows(key: str, cut: set[str]) -> bool:
+    """Whether a problem of ``key`` ("" for one naming its keys) comes from a key taken out:
+    under it, or judged against it (:data:`_JUDGED_AGAINST`)."""
+    if any(c and (key == c or key.startswith(c + ".")) for c in cut):
+        return True
+    group = next((g for g in _JUDGED_AGAINST if g and (key == g or key.startswith(g + "."))), "" if not key else None)
+    return group is not None and bool(cut & set(_JUDGED_AGAINST[group]))
 
 
 def _cut(doc: dict[str, Any], loc: tuple) -> str:
