@@ -16,6 +16,7 @@ LAYERS = {
     "fedselect.seeding": 0,
     "fedselect.config": 0,
     "fedselect.config_fleet": 0,  # the fleet sections of the schema (config re-exports them)
+    "fedselect.contenders": 0,  # the methods of a comparison or sweep: labels, file names, where a problem was given
     "fedselect.presets": 0,
     "fedselect.registry": 0,
     "fedselect.system": 1,

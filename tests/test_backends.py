@@ -185,7 +185,7 @@ def test_ray_compare_matches_local(tmp_path, tiny_cfg_doc, ray_instance):
 
     doc = {
         "name": "c",
-        "base": {**tiny_cfg_doc, "rounds": 2},
+        "base": {**{k: v for k, v in tiny_cfg_doc.items() if k not in ("name", "seed")}, "rounds": 2},
         "methods": [{"method": "fedavg"}, {"method": "full"}],
         "seeds": [0],
     }

@@ -419,7 +419,7 @@ def test_cefl_table_leaves_per_round_figures_blank_and_says_why(tmp_path):
     from fedselect.report import build_report
 
     base = _cfg("individual", rounds=3).model_dump(mode="json")
-    for k in ("method", "selector", "algorithm", "method_options"):
+    for k in ("name", "seed", "method", "selector", "algorithm", "method_options"):  # the comparison gives these
         base.pop(k, None)
     base["metrics"]["target"] = 0.5
     cc = parse_compare(

@@ -19,7 +19,7 @@ def _doc(tiny_cfg_doc, seeds=(0,)):
     return {
         "name": "t",
         "seeds": list(seeds),
-        "base": tiny_cfg_doc,
+        "base": {k: v for k, v in tiny_cfg_doc.items() if k not in ("name", "seed")},  # a run's are the comparison's
         "baseline": "FedAvg",
         "methods": [{"label": "FedAvg", "method": "fedavg"}, {"label": "Full", "method": "full"}],
     }
@@ -180,7 +180,7 @@ def test_compare_config_errors(tiny_cfg_doc, tmp_path):
         parse_compare(bad)
     bad = _doc(tiny_cfg_doc)
     bad["methods"][1]["label"] = "FedAvg"
-    with pytest.raises(ConfigError, match="duplicate labels"):
+    with pytest.raises(ConfigError, match=r"methods\.1\.label: duplicate label 'FedAvg' \(the label of methods\.0 too\)"):
         parse_compare(bad)
     bad = _doc(tiny_cfg_doc)
     bad["methods"][1]["method"] = "magic"
@@ -193,7 +193,7 @@ def test_compare_config_errors(tiny_cfg_doc, tmp_path):
 def test_compare_checks_method_options_before_running(tiny_cfg_doc):
     bad = _doc(tiny_cfg_doc)
     bad["methods"][0]["method_options"] = {"warp": 9}
-    with pytest.raises(ConfigError, match="method 'FedAvg', seed 0:\n  method_options.warp: unknown key"):
+    with pytest.raises(ConfigError, match="invalid comparison <dict>:\n  methods.0.method_options.warp: unknown key"):
         parse_compare(bad)
 
 
@@ -212,13 +212,16 @@ def test_optional_columns_appear_only_when_reported(tmp_path):
     assert "competitive_ratio_vs_baseline" in (c / "table.csv").read_text()
 
 
-def test_default_comparison_matches_its_config_file():
+def test_default_comparison_is_its_config_file():
+    """`fedselect compare` with no argument reads the packaged file, which configs/ shows."""
     from pathlib import Path
 
     from fedselect.compare import DEFAULT_COMPARE
 
-    shipped = load_compare(Path(__file__).parent.parent / "configs" / "compare-default.yaml")
-    assert shipped == parse_compare(DEFAULT_COMPARE)
+    shown = Path(__file__).parent.parent / "configs" / "compare-default.yaml"
+    assert shown.resolve() == DEFAULT_COMPARE.resolve() and DEFAULT_COMPARE.is_file()
+    assert load_compare(None) == load_compare(shown)
+    assert [m.label for m in load_compare(None).methods] == ["FedAvg", "FLASH-RL", "FAVOR"]
 
 
 def test_interrupted_comparison_is_finished_by_resume(tmp_path, tiny_cfg_doc):
@@ -332,11 +335,12 @@ def test_method_rounds_are_validated_and_compare_rounds_sets_every_method(tiny_c
     assert cc.with_rounds(1).rounds_of() == {"FedAvg": 1, "Full": 1}
     with pytest.raises(ConfigError, match="rounds"):
         cc.with_rounds(0)
-    # --set rounds=N (load_compare's overrides) is the base's only; --rounds N every method's (with_rounds)
+    # --set rounds=N (load_compare's overrides, the comparison's `set`) is every method's, as --rounds N is
     import yaml
 
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(entry(rounds=7)))
-    assert load_compare(tmp_path / "c.yaml", {"rounds": 3}).rounds_of() == {"FedAvg": 3, "Full": 7}
+    assert load_compare(tmp_path / "c.yaml", {"rounds": 3}).rounds_of() == {"FedAvg": 3, "Full": 3}
+    assert load_compare(tmp_path / "c.yaml").rounds_of() == {"FedAvg": 2, "Full": 7}
     from typer.testing import CliRunner
 
     from fedselect.cli import app
@@ -344,3 +348,83 @@ def test_method_rounds_are_validated_and_compare_rounds_sets_every_method(tiny_c
     res = CliRunner().invoke(app, ["compare", str(tmp_path / "c.yaml"), "--rounds", "1", "--out", str(tmp_path / "o"), "-q"])
     assert res.exit_code == 0, res.output
     assert [len((tmp_path / f"o/runs/{lab}-s0/metrics.csv").read_text().splitlines()) for lab in ("FedAvg", "Full")] == [3, 3]
+
+
+# -- --set in a comparison; labels that would share a directory ------------------------------
+
+
+def test_set_lands_in_every_method_over_its_own_and_is_kept_for_resume(tiny_cfg_doc, tmp_path):
+    """`fedselect compare --set KEY=VALUE`: the comparison's `set`, applied to every run last
+    (before: to the base only, so a method's own value silently won)."""
+    import yaml
+
+    doc = _doc(tiny_cfg_doc)
+    doc["methods"][1]["overrides"] = {"train.lr": 0.2}
+    doc["methods"].append({"label": "Prox", "method": "fedprox", "method_options": {"mu": 0.5}})
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc))
+    cc = load_compare(tmp_path / "c.yaml", {"train.lr": 0.1, "rounds": 1})
+    assert cc.set_ == {"train.lr": 0.1, "rounds": 1}
+    assert {m.label: (cc.experiment(m, 0).train.lr, cc.experiment(m, 0).rounds) for m in cc.methods} == {
+        "FedAvg": (0.1, 1),
+        "Full": (0.1, 1),
+        "Prox": (0.1, 1),
+    }
+    assert cc.experiment(cc.methods[2], 0).algorithm.options["mu"] == 0.5  # the entry's own option is kept
+    assert "set" in cc.model_dump(mode="json")  # compare.json records it; --resume finishes the same comparison
+    assert parse_compare(cc.model_dump(mode="json")) == cc
+    with pytest.raises(ConfigError) as e:
+        load_compare(tmp_path / "c.yaml", {"seed": 1, "selector.name": "oort", "method": "full", "algorithm.options.mu": 1})
+    text = str(e.value)
+    assert "set.seed: not used: every run takes its seed from `seeds:` (or --seeds)" in text
+    assert "set.selector.name: the methods say what runs" in text and "set.method: the methods say what runs" in text
+    assert "set.algorithm.options.mu" in text and "unknown key" in text  # allowed as a key, refused by FedAvg's options
+    doc["set"] = {"train.lr": 0.3}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=r"\['train.lr'\] given twice \(in the config's `set:` and on the command line\)"):
+        load_compare(tmp_path / "c.yaml", {"train.lr": 0.1})
+    doc["base"]["seed"] = 4
+    with pytest.raises(ConfigError, match="base.seed: not used: every run takes its seed from `seeds:`"):
+        parse_compare(doc)
+
+
+@pytest.mark.parametrize(
+    "a,b,said",
+    [
+        ("FLASH RL", "FLASH_RL", "'FLASH_RL' and the label 'FLASH RL' of methods.0 both become 'FLASH_RL'"),
+        ("FedAvg", "fedavg", "'fedavg' and the label 'FedAvg' of methods.0 become 'FedAvg' and 'fedavg'"),
+    ],
+)
+def test_labels_that_become_one_directory_are_refused_before_anything_runs(tmp_path, tiny_cfg_doc, a, b, said):
+    import yaml
+    from typer.testing import CliRunner
+
+    from fedselect.cli import app
+
+    doc = _doc(tiny_cfg_doc)
+    doc["methods"] = [{"label": a, "method": "fedavg"}, {"label": b, "method": "full"}]
+    doc["baseline"] = a
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc))
+    res = CliRunner().invoke(app, ["compare", str(tmp_path / "c.yaml"), "-o", str(tmp_path / "o"), "-q"])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2 and f"methods.1.label: {said}" in text, text
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_method_entry_refines_the_base_part_it_names_and_replaces_another(tiny_cfg_doc):
+    from fedselect.contenders import MethodSpec
+
+    base = {"selector": {"name": "oort", "options": {"exploration_factor": 0.5}}, "method_options": {"a": 1}}
+    same = MethodSpec(selector={"name": "oort", "options": {"pacer_step": 5}}).apply(base)
+    assert same["selector"] == {"name": "oort", "options": {"exploration_factor": 0.5, "pacer_step": 5}}
+    assert MethodSpec(selector={"name": "fastest"}).apply(base)["selector"] == {"name": "fastest"}
+    assert "selector" in MethodSpec(method="oort").apply(base)  # the preset's selector is oort: its options stay
+    assert "selector" not in MethodSpec(method="fedavg").apply(base)
+    assert MethodSpec(method="fedavg", method_options={"b": 2}).apply(base)["method_options"] == {"a": 1, "b": 2}
+    # a base preset keeps naming the part an entry does not replace
+    doc = _doc(tiny_cfg_doc)
+    doc["base"]["method"] = "fedprox"
+    doc["methods"] = [{"label": "FedProx", "method": "fedprox"}, {"label": "Oort+FedProx", "selector": {"name": "oort"}}]
+    doc["baseline"] = "FedProx"
+    cc = parse_compare(doc)
+    cfg = cc.experiment(cc.methods[1], 0)
+    assert (cfg.selector.name, cfg.algorithm.name, cfg.algorithm.options["mu"]) == ("oort", "fedprox", 0.01)

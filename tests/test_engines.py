@@ -159,7 +159,7 @@ def test_a_comparison_on_flower_starts_the_engine_once(tmp_path):
         "name": "cmp",
         "seeds": [0],
         "baseline": "FedAvg",
-        "base": {**base, "name": "cmp", "faults": {"dropout": 0.2}},
+        "base": {**base, "faults": {"dropout": 0.2}},
         "methods": [{"label": "FedAvg", "method": "fedavg"}, {"label": "CEFL", **CASES["cefl"]}],
     }
     for m in doc["methods"][1:]:

@@ -91,7 +91,7 @@ def test_compare_resume_on_changed_data_is_refused(tmp_path):
     doc = {
         "name": "cmp",
         "seeds": [0],
-        "base": _base(d),
+        "base": {k: v for k, v in _base(d).items() if k != "name"},  # the runs are named cmp/<label>
         "methods": [{"label": "A", "method": "fedavg"}, {"label": "B", "method": "full"}],
     }
     cc = parse_compare(doc)
@@ -111,7 +111,12 @@ def test_compare_resume_on_changed_data_is_refused(tmp_path):
 def test_sweep_rerun_on_changed_data_is_refused(tmp_path):
     d = _data(tmp_path)
     sc = parse_sweep(
-        {"name": "sw", "base": _base(d), "methods": [{"label": "A", "method": "fedavg"}], "grid": {"train.lr": [0.05]}}
+        {
+            "name": "sw",
+            "base": {k: v for k, v in _base(d).items() if k != "name"},
+            "methods": [{"label": "A", "method": "fedavg"}],
+            "grid": {"train.lr": [0.05]},
+        }
     )
     run_sweep(sc, tmp_path / "sw")
     run_sweep(sc, tmp_path / "sw")  # unchanged: the finished run is kept

@@ -44,6 +44,11 @@ def doc(**kv) -> dict:
     return with_keys(BASE, **kv)
 
 
+def base_of(d: dict) -> dict:
+    """``d`` as the base of a comparison or sweep (whose runs take their name and seed from it)."""
+    return {k: v for k, v in d.items() if k not in ("name", "seed")}
+
+
 def test_json_safe_replaces_every_non_finite_float():
     obj = {
         "a": math.nan,
@@ -96,7 +101,7 @@ def test_every_json_output_is_strict(tmp_path):
             {
                 "name": "c",
                 "seeds": [0],
-                "base": doc(rounds=1),
+                "base": base_of(doc(rounds=1)),
                 "baseline": "FedAvg",
                 "methods": [
                     {"label": "FedAvg", "method": "fedavg"},
@@ -110,7 +115,7 @@ def test_every_json_output_is_strict(tmp_path):
         parse_sweep(
             {
                 "name": "s",
-                "base": doc(rounds=1),
+                "base": base_of(doc(rounds=1)),
                 "seeds": [0],
                 "methods": [{"label": "avg", "method": "fedavg"}],
                 "grid": {"train.lr": [0.05, 0.1]},
@@ -159,7 +164,7 @@ def test_outputs_of_a_run_and_a_comparison_are_0644_under_umask_022(tmp_path, um
             {
                 "name": "c",
                 "seeds": [0],
-                "base": doc(rounds=1),
+                "base": base_of(doc(rounds=1)),
                 "baseline": "FedAvg",
                 "methods": [{"label": "FedAvg", "method": "fedavg"}, {"label": "Full", "method": "full"}],
             }

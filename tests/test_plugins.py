@@ -459,7 +459,8 @@ def test_compare_api_refuses_before_running(tmp_path):
     from fedselect.backends import LocalBackend
     from fedselect.config import ConfigError
 
-    cc = {"name": "c", "base": doc(), "methods": [{"label": "FedAvg", "method": "fedavg"}]}
+    base = {k: v for k, v in doc().items() if k not in ("name", "seed")}  # a comparison names and seeds its runs
+    cc = {"name": "c", "base": base, "methods": [{"label": "FedAvg", "method": "fedavg"}]}
     with pytest.raises(
         ValueError,
         match="resume='x' finishes the comparison saved there with its own config; it cannot be combined with config, seeds",

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from fedselect.cli import app
 from fedselect.compare import parse_compare, run_comparison
-from fedselect.config import ConfigError, MethodSpec
+from fedselect.config import ConfigError
+from fedselect.contenders import MethodSpec
 from fedselect.report import build_report
 from fedselect.stats import format_interval, paired_interval
 from test_compare import _fake_run

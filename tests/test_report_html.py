@@ -71,7 +71,6 @@ def small_comparison(tmp_path_factory):
         "seeds": [0, 1],
         "baseline": "FedAvg",
         "base": {
-            "name": "tiny",
             "rounds": 3,
             "clients_per_round": 2,
             "data": {

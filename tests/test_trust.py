@@ -42,6 +42,11 @@ def small(**over):
     return d
 
 
+def base(**over):
+    """small() as the base of a comparison or sweep (whose runs take their name and seed from it)."""
+    return {k: v for k, v in small(**over).items() if k not in ("name", "seed")}
+
+
 # ---------------------------------------------------------------- 1. a changed config is never mixed with old results
 def test_resume_refuses_a_partition_default_changed_in_config_yaml(tmp_path):
     """The example: alpha left to its default, then alpha 0.05 written into config.yaml."""
@@ -82,7 +87,7 @@ def test_resume_sees_a_key_present_on_one_side_only(tmp_path):
 def test_compare_resume_and_report_refuse_runs_of_another_config(tmp_path):
     doc = {
         "name": "cmp",
-        "base": small(rounds=2),
+        "base": base(rounds=2),
         "methods": [{"label": "A", "method": "fedavg"}, {"label": "B", "method": "fastest"}],
     }
     out = run_comparison(parse_compare(doc), tmp_path / "c")
@@ -100,7 +105,7 @@ def test_compare_resume_and_report_refuse_runs_of_another_config(tmp_path):
 
 
 def test_sweep_refuses_finished_runs_of_another_config(tmp_path):
-    doc = {"name": "sw", "base": small(), "methods": [{"label": "A", "method": "fedavg"}], "grid": {"train.lr": [0.05]}}
+    doc = {"name": "sw", "base": base(), "methods": [{"label": "A", "method": "fedavg"}], "grid": {"train.lr": [0.05]}}
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(doc))
     assert invoke("sweep", path, "-o", tmp_path / "s")[0] == 0

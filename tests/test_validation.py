@@ -288,3 +288,76 @@ def test_participation_is_a_fraction_of_n():
     assert parse_config(cfg.model_dump(mode="json")).clients_per_round == 2  # the written config resolves to itself
     d["participation"] = 0.01
     assert parse_config(d).clients_per_round == 1  # at least one client
+
+
+# -- every problem in one pass, each by its dotted path ----------------------------------------
+
+
+def test_three_mistakes_of_a_comparison_are_reported_in_one_run(tmp_path):
+    """A top-level key, a method name and a key misspelt inside `base:`: before, the first stopped
+    the run and `base.trian` was reported as `trian` of "method 'FedAvg', seed 0"."""
+    doc = {
+        "name": "three",
+        "roundz": 3,
+        "base": {k: v for k, v in BASE.items() if k not in ("name", "seed")} | {"trian": {"lr": 0.1}},
+        "methods": [{"label": "FedAvg", "method": "fedavg"}, {"label": "X", "method": "fedsgd"}],
+    }
+    out = tmp_path / "cmp"
+    code, text = invoke("compare", write(tmp_path, doc), "-o", out, "-q")
+    assert code == 2 and f"invalid comparison {tmp_path / 'cfg.yaml'}:" in text
+    for line in (
+        "roundz: unknown key (not allowed here)",
+        "base.trian: unknown key (not allowed here)",
+        "methods.1.method: unknown method 'fedsgd'; allowed: [",
+    ):
+        assert line in text, text
+    assert text.count("base.trian") == 1  # once, though both methods' runs have it
+    assert not out.exists()
+
+
+def test_mistakes_of_an_experiment_are_reported_in_one_run(tmp_path):
+    """Schema and registry problems together: an unknown key no longer hides an unknown name."""
+    doc = with_(trian={"lr": 0.1}, method="fedsgd", model__name="resnet", train__lr="fast")
+    code, text = invoke("run", write(tmp_path, doc), "-o", tmp_path / "run", "-q")
+    assert code == 2
+    for line in (
+        "trian: unknown key (not allowed here)",
+        "train.lr: Input should be a valid number",
+        "method: unknown method 'fedsgd'",
+        "model.name: unknown model 'resnet'",
+    ):
+        assert line in text, text
+    assert not (tmp_path / "run").exists()
+    # a cross-key check waits for its keys: N is in error, so U <= N is not judged on the default N
+    with pytest.raises(ConfigError) as e:
+        parse_config(with_(data__num_clients="6", clients_per_round=9), "cfg.yaml")
+    assert "data.num_clients: Input should be a valid integer" in str(e.value) and "clients_per_round (U" not in str(e.value)
+    # nor are options judged against a default standing in for their component or data set
+    with pytest.raises(ConfigError) as e:
+        parse_config(with_(selector="oort", method_options={"exploration_factor": 0.5}, data__dataset=5, data__options={"x": 1}))
+    assert sorted(str(e.value).splitlines()[1:]) == [
+        "  data.dataset: Input should be a valid string",
+        "  selector: Input should be a valid dictionary or instance of ComponentConfig",
+    ]
+
+
+def test_a_sweep_names_each_problem_by_where_it_was_given():
+    from fedselect.sweep import parse_sweep
+
+    doc = {
+        "name": "sw",
+        "base": {k: v for k, v in BASE.items() if k not in ("name", "seed")},
+        "methods": [
+            {"label": "A", "method": "fedavg"},
+            {"label": "B", "method": "fedprox", "overrides": {"train.momentm": 0.5}},
+        ],
+        "grid": {"clients_per_round": [2, 9], "method_options.mu": [0.1]},
+        "set": {"train.lr": 0},
+    }
+    with pytest.raises(ConfigError) as e:
+        parse_sweep(doc, "sw.yaml")
+    text = str(e.value)
+    assert text.startswith("invalid sweep sw.yaml:")
+    assert "  methods.1.overrides.train.momentm: unknown key (not allowed here)" in text
+    assert "  set.train.lr: Input should be greater than 0" in text
+    assert "  grid.method_options.mu: unknown key (not allowed here); method 'fedavg'" in text  # FedAvg has no mu

@@ -35,11 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from fedselect.config import ExperimentConfig, apply_overrides, load_config, parse_config
+from fedselect.config import ConfigError, ExperimentConfig, apply_overrides, load_config, read_experiment
+from fedselect.contenders import switch_components
 from fedselect.experiment import RoundEvent, check_output_dir, check_run_dir, resume_experiment, run_experiment
 from fedselect.federation import Federation
 from fedselect.fl.metrics import read_csv_rows, read_json
-from fedselect.resolve import Resolved, resolve
+from fedselect.resolve import Resolved, resolve_doc
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -61,8 +62,11 @@ __all__ = [
     "run_plan",
 ]
 
-#: the embedded default experiment (``fedselect run`` without CONFIG)
-DEFAULT_EXPERIMENT: dict[str, Any] = {"name": "default", "metrics": {"target": 0.9}}
+#: the embedded default experiment (``fedselect run`` without CONFIG, ``fedselect.run()``): a
+#: config file like any other (``configs/default.yaml`` in the repository is this file)
+DEFAULT_EXPERIMENT = Path(__file__).parent / "defaults" / "default.yaml"
+#: how errors name it
+DEFAULT_SOURCE = "the embedded default (configs/default.yaml)"
 
 
 @dataclass(frozen=True)
@@ -115,24 +119,40 @@ def default_run_dir(name: str, method: str, seed: int) -> Path:
 
 
 def _resolve(config: ExperimentConfig | dict | str | Path | None, over: dict[str, Any]) -> Resolved:
+    """The config resolved with the overrides ``over`` on top (a ``method``, ``selector.name``
+    or ``algorithm.name`` among them switches that part: :func:`fedselect.contenders.switch_components`),
+    every problem in one pass."""
     if isinstance(config, ExperimentConfig):
         doc, source = config.model_dump(mode="json"), config.name
-        cfg = parse_config(apply_overrides(doc, over), source)
     elif isinstance(config, (str, Path)):
-        source, cfg = str(config), load_config(config, over)
+        doc, source = read_experiment(config), str(config)
+    elif config is None:
+        doc, source = read_experiment(DEFAULT_EXPERIMENT), DEFAULT_SOURCE
     else:
-        source = "<dict>" if config is not None else "<embedded default>"
-        cfg = parse_config(apply_overrides(dict(config or DEFAULT_EXPERIMENT), over), source)
-    return resolve(cfg, source)
+        doc, source = dict(config), "<dict>"
+    return resolve_doc(apply_overrides(switch_components(doc, over), over, f"overrides of {source}"), source)
 
 
 def _dotted(sets: Mapping[str, Any] | None, overrides: dict[str, Any]) -> dict[str, Any]:
-    return {**(sets or {}), **{k.replace("__", "."): v for k, v in overrides.items()}}
+    """``sets`` and the keyword ``overrides`` (``__`` for ``.``) as one mapping of dotted keys.
+
+    Raises:
+        ConfigError: a key given in both."""
+    named = {k.replace("__", "."): v for k, v in overrides.items()}
+    both = sorted(set(sets or {}) & set(named))
+    if both:
+        raise ConfigError(f"invalid overrides: {', '.join(both)} given twice (in sets and as a keyword); give each once")
+    return {**(sets or {}), **named}
 
 
 def experiment_config(config: ExperimentConfig | dict | str | Path | None = None, **overrides: Any) -> ExperimentConfig:
     """A resolved experiment config from a config object, a mapping, a YAML path, or None (the
-    embedded default); ``overrides`` are dotted keys with ``__`` or ``.`` (``train__lr=0.1``).
+    embedded default, :data:`DEFAULT_EXPERIMENT`; ``{}`` is the schema's defaults alone, as a
+    YAML file with no other key would be); ``overrides`` are dotted keys with ``__`` or ``.``
+    (``train__lr=0.1``), set over the config's values: ``method=`` replaces the config's
+    method and the parts it names differently, ``selector__name=`` / ``algorithm__name=`` that
+    part (a section naming the same component keeps its options), and keys inside a section
+    refine it (``algorithm__options__mu=0.5``).
 
     Raises:
         ConfigError: invalid config (every problem named). FileNotFoundError: no such YAML file.
@@ -154,7 +174,8 @@ def plan_run(
 
     Args:
         config, overrides: see :func:`experiment_config`. sets: dotted overrides taken as they
-            are (the command line's ``--set``), applied before ``overrides``.
+            are (the command line's flags and ``--set``), together with ``overrides`` (a key
+            in both is an error).
 
     Raises:
         ConfigError, FileNotFoundError: see :func:`experiment_config`. FileExistsError: ``out``

@@ -9,6 +9,7 @@ overrides and print; where runs go and which directories are refused is
 from __future__ import annotations
 
 import logging
+import shlex
 import sys
 from pathlib import Path
 from typing import Optional
@@ -35,18 +36,26 @@ def _root() -> None:
 
 
 def _parse_sets(sets: list[str] | None) -> dict:
-    """``["train.lr=0.1", "data.options.path=/data/x"]`` -> dotted overrides (values parsed as YAML)."""
+    """``["train.lr=0.1", "data.options.path=/data/x"]`` -> dotted overrides (values parsed as YAML).
+
+    Raises:
+        ValueError: an item that is not KEY=VALUE, a value that is not YAML, or a key given twice.
+    """
     import yaml
 
     out = {}
     for item in sets or []:
         key, sep, value = item.partition("=")
-        if not sep or not key.strip():
+        key = key.strip()
+        if not sep or not key:
             raise ValueError(f"--set {item!r}: expected KEY=VALUE with a dotted key, e.g. --set train.lr=0.1")
         try:
-            out[key.strip()] = yaml.safe_load(value)
+            parsed = yaml.safe_load(value)
         except yaml.YAMLError as e:
             raise ValueError(f"--set {item!r}: the value is not valid YAML ({e})") from None
+        if key in out:
+            raise ValueError(f"--set {key}: given twice ({key}={out[key]!r} and {item!r}); give it once")
+        out[key] = parsed
     return out
 
 
@@ -100,27 +109,43 @@ def _refuse_with_resume(what: str, options: dict, tail: str = "") -> None:
         raise ValueError(f"--resume {what}; it cannot be combined with {', '.join(given)}{tail}")
 
 
+#: the named options and the config key each one sets (--log tensorboard: log.tensorboard)
+FLAG_KEYS = {
+    "--rounds": "rounds",
+    "--seed": "seed",
+    "--method": "method",
+    "--selector": "selector.name",
+    "--algorithm": "algorithm.name",
+    "--device": "train.device",
+    "--engine": "engine",
+}
+
+
 def _overrides(rounds, seed, method, sets=None, selector=None, algorithm=None, device=None, engine=None, log=None) -> dict:
-    """Dotted overrides from the command line. ``--method`` replaces the config's method,
-    selector and algorithm; ``--selector`` / ``--algorithm`` replace those parts (and, without
-    ``--method``, the config's method preset); ``--engine X`` is ``--set engine=X``."""
-    out = _parse_sets(sets)
-    out.update({k: v for k, v in (("rounds", rounds), ("seed", seed)) if v is not None})
-    if method is not None:
-        out.update(method=method, selector=None, algorithm=None)
-    elif selector is not None or algorithm is not None:
-        out["method"] = None
-    named = {"selector": selector, "algorithm": algorithm}
-    out.update({k: {"name": v} for k, v in named.items() if v is not None})
-    out.update({k: v for k, v in (("train.device", device), ("engine", engine)) if v is not None})
+    """Dotted overrides from the command line: each named option is the key it stands for
+    (:data:`FLAG_KEYS`; ``--log tensorboard`` is ``log.tensorboard: true``), with the ``--set``
+    keys beside them; a key given by an option and by ``--set`` is refused. How ``method``,
+    ``selector.name`` and ``algorithm.name`` switch components is :func:`fedselect.api.plan_run`'s.
+
+    Raises:
+        ValueError: a bad --set or --log, or a key given twice.
+    """
+    given = dict(zip(FLAG_KEYS, (rounds, seed, method, selector, algorithm, device, engine)))
+    flags = {FLAG_KEYS[f]: v for f, v in given.items() if v is not None}
     for what in log or []:  # --log tensorboard is --set log.tensorboard=true
         if what != "tensorboard":
             raise ValueError(f"--log {what!r}: allowed: 'tensorboard'")
-        out["log.tensorboard"] = True
-    return out
+        flags["log.tensorboard"] = True
+    out = _parse_sets(sets)
+    for key in flags:
+        if key in out:
+            flag = next((f for f, k in FLAG_KEYS.items() if k == key), "--log")
+            raise ValueError(f"{flag} and --set {key}={out[key]!r} both set {key}; give it once")
+    return {**flags, **out}
 
 
-SET_HELP = "override a config key, e.g. --set train.lr=0.1 --set data.options.path=/data/MobiAct (repeatable; values are YAML)"
+SET_HELP = "override a config key, e.g. --set train.lr=0.1 --set data.options.path=/data/MobiAct (repeatable; values are YAML; a key an option or another --set also gives is refused)"
+SET_EVERY_RUN_HELP = "; sets the key in every run, over the methods' own values (not seed, name, method, selector, algorithm or their names: the methods say what runs; options are fine)"
 WORKERS_HELP = "worker processes training the clients of a round side by side, one torch thread each (default: train.workers, else FEDSELECT_WORKERS, else the usable cores; 0 = in this process; more than the usable cores start only those); results are identical for any value"
 DEVICE_HELP = "where clients train: auto (a GPU when one is available; default), cpu, cuda or cuda:N (sets train.device)"
 LOG_HELP = "live logs: --log tensorboard writes TensorBoard event files into <run dir>/tb every round (sets log.tensorboard; needs the extra fedselect[tensorboard])"
@@ -132,7 +157,7 @@ RAY_CPUS_HELP = "with --backend ray and no --address: CPUs of the local Ray inst
 RUN_RESUME_HELP = "continue the run in this directory from its last checkpoint (with its saved config and engine; only --rounds may extend the budget)"
 COMPARE_RESUME_HELP = "finish an interrupted comparison in this directory: finished runs are kept, interrupted ones continue from their checkpoints, missing ones run"
 COMPARE_CONFIG_HELP = "comparison YAML (base experiment + methods + seeds), or a plain experiment YAML; omitted: FedAvg vs FLASH-RL vs FAVOR on embedded MNIST"
-METHOD_HELP = "override the method preset (fedavg, full, flashrl, favor, cefl, oort, ...; see `fedselect list`)"
+METHOD_HELP = "override the method preset (fedavg, full, flashrl, favor, cefl, oort, ...; see `fedselect list`): it names the selector and the algorithm (the config's sections stay where they name the same ones); refine with --set selector.options.KEY=V or algorithm.options.KEY=V"
 THREADS_HELP = "ignored (results no longer depend on threads)"
 ENGINES = click.Choice(["simulator", "flower"])
 
@@ -146,10 +171,14 @@ def run(
     seed: Optional[int] = typer.Option(None, "--seed", "-s", help="override the experiment seed"),
     method: Optional[str] = typer.Option(None, "--method", "-m", help=METHOD_HELP),
     selector: Optional[str] = typer.Option(
-        None, "--selector", help="override the selector (random, flashrl, oort, power_of_choice, ... or package.module:Class)"
+        None,
+        "--selector",
+        help="set selector.name (random, flashrl, oort, power_of_choice, ... or package.module:Class); another selector than the config's drops its options, the config's method still names the algorithm",
     ),
     algorithm: Optional[str] = typer.Option(
-        None, "--algorithm", help="override the algorithm (fedavg, fedper, cefl, individual, or package.module:Class)"
+        None,
+        "--algorithm",
+        help="set algorithm.name (fedavg, fedper, cefl, fedprox, ... or package.module:Class); another algorithm than the config's drops its options, the config's method still names the selector",
     ),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="run directory (default runs/<name>-<method>-s<seed>-<time>)"),
     resume: Optional[Path] = typer.Option(None, "--resume", help=RUN_RESUME_HELP),
@@ -211,13 +240,11 @@ def compare(
         None,
         "--rounds",
         "-r",
-        help="override the rounds of every run, methods' own `rounds` included (--set rounds=N sets the base's only)",
+        help="override the rounds of every run, methods' own `rounds` included (the same as --set rounds=N)",
     ),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="comma-separated seeds, e.g. 0,1,2 (overrides the config)"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="comparison directory (default runs/<name>-<time>)"),
-    sets: Optional[list[str]] = typer.Option(
-        None, "--set", metavar="KEY=VALUE", help=SET_HELP + "; applies to the base experiment"
-    ),
+    sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP + SET_EVERY_RUN_HELP),
     resume: Optional[Path] = typer.Option(None, "--resume", help=COMPARE_RESUME_HELP),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", help=WORKERS_HELP),
     device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
@@ -249,16 +276,14 @@ def compare(
     try:
         _threads(threads)
         runner_backend = _backend(backend, address, cpus_per_run, ray_cpus, workers)
-        over = _overrides(None, None, None, sets, device=device, engine=engine, log=log) or None
+        over = _overrides(rounds, None, None, sets, device=device, engine=engine, log=log) or None
         if resume is not None:
             given = {"CONFIG": config, "--rounds": rounds, "--seeds": seeds, "--out": out, "--set": sets}
             given.update({"--device": device, "--engine": engine, "--log": log})
             _refuse_with_resume(f"finishes the comparison saved in {resume}", given)
             cc = saved_compare(resume)
         else:
-            cc = load_compare(config, over)
-            if rounds is not None:  # every method, its own `rounds` included
-                cc = cc.with_rounds(rounds)
+            cc = load_compare(config, over)  # in every run, methods' own values included
         if seeds is not None:
             cc.seeds = _parse_seeds(seeds)
         out_dir = api.output_dir("comparison", cc.name, out, resume)
@@ -383,8 +408,21 @@ def sweep(
         help="sweep directory (default runs/<name>-<time>); an existing one is continued, finished runs are kept",
     ),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="comma-separated seeds, e.g. 0,1,2 (overrides the config)"),
+    rounds: Optional[int] = typer.Option(
+        None,
+        "--rounds",
+        "-r",
+        help="override the rounds of every run (the same as --set rounds=N; not when rounds is a grid key)",
+    ),
+    sets: Optional[list[str]] = typer.Option(
+        None, "--set", metavar="KEY=VALUE", help=SET_HELP + SET_EVERY_RUN_HELP + "; not a grid key"
+    ),
     table_only: bool = typer.Option(False, "--table-only", help="only rebuild table.md / table.csv from the runs in --out"),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", help=WORKERS_HELP),
+    device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
+    engine: Optional[str] = typer.Option(None, "--engine", click_type=ENGINES, help=ENGINE_HELP),
+    log: Optional[list[str]] = typer.Option(None, "--log", help=LOG_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress lines (one per run)"),
     threads: Optional[int] = typer.Option(None, "--threads", hidden=True, help=THREADS_HELP),
     backend: str = typer.Option("local", "--backend", help=BACKEND_HELP),
     address: Optional[str] = typer.Option(None, "--address", help=ADDRESS_HELP),
@@ -398,8 +436,9 @@ def sweep(
     `baseline:` in the config, paired differences vs that method over seeds with 95%
     intervals), report.html (one offline page) and runs/<label>-<point>-s<seed>/ per run. Runs sharing data, model and seed share one federation.
     Finished runs are kept and interrupted ones continue from their checkpoints when the same
-    --out is given again. With --backend ray every run is a Ray task (the same results, byte
-    for byte, as the local backend).
+    --out is given again (with the same --rounds / --set / --device: a run made with other
+    values is refused, naming them). With --backend ray every run is a Ray task (the same
+    results, byte for byte, as the local backend).
     """
     from fedselect import api
     from fedselect.sweep import build_sweep_table, load_sweep, run_sweep
@@ -408,7 +447,7 @@ def sweep(
     try:
         _threads(threads)
         runner_backend = _backend(backend, address, cpus_per_run, ray_cpus, workers)
-        sc = load_sweep(config)
+        sc = load_sweep(config, _overrides(rounds, None, None, sets, device=device, engine=engine, log=log) or None)
         if seeds is not None:
             sc.seeds = _parse_seeds(seeds)
         if table_only:
@@ -426,11 +465,14 @@ def sweep(
                 f"[bold]{sc.name}[/bold]: {', '.join(m.label for m in sc.methods)}; grid {grid}; seeds {sc.seeds}; output {out_dir}"
             )
             _ray_note(runner_backend, address)
-            on_run = lambda i, n, d: console.print(f"[{i}/{n}] {d}", highlight=False, markup=False)  # noqa: E731
+            on_run = None if quiet else lambda i, n, d: console.print(f"[{i}/{n}] {d}", highlight=False, markup=False)
             rep = run_sweep(sc, out_dir, on_run=on_run, backend=runner_backend)
     except KeyboardInterrupt:
-        ray = " --backend ray" if backend == "ray" else ""
-        ui.interrupted(out_dir, f"continue with: fedselect sweep {config} --out {out_dir}{ray}")
+        again = [f"--seeds {seeds}"] * (seeds is not None) + [f"--rounds {rounds}"] * (rounds is not None)
+        again += [f"--set {shlex.quote(x)}" for x in sets or []] + [f"--device {device}"] * (device is not None)
+        again += [f"--engine {engine}"] * (engine is not None) + [f"--log {x}" for x in log or []]
+        again += ["--backend ray"] * (backend == "ray")
+        ui.interrupted(out_dir, f"continue with: fedselect sweep {config} --out {out_dir}" + "".join(" " + a for a in again))
     except (OSError, ValueError, RuntimeError) as e:
         ui.fail(e)
     console.print(rep["markdown"], highlight=False, markup=False)

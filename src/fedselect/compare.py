@@ -19,15 +19,29 @@ from typing import Any, Callable
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from fedselect.config import ConfigError, ExperimentConfig, MethodSpec, apply_overrides, validate_model
+from fedselect.config import ConfigError, ExperimentConfig, apply_overrides
+from fedselect.contenders import (
+    BASE_REFUSED,
+    SET_REFUSED,
+    Layer,
+    MethodSpec,
+    contender_problems,
+    file_name,
+    join_set,
+    problems_of,
+    validate_contenders,
+)
 from fedselect.experiment import RoundEvent, check_saved_runs
 from fedselect.federation import Federation
 from fedselect.fl.metrics import read_json, write_json_atomic
-from fedselect.resolve import parse_experiment
+from fedselect.resolve import resolve_doc
 from fedselect.system import BYTES_PER_FLOAT
 
 #: keys a method entry may not change: they define the shared federation
 FEDERATION_KEYS = ("data", "system", "model", "seed")
+#: the embedded default comparison: `fedselect compare` with no argument (`make demo`), a config
+#: file like any other (``configs/compare-default.yaml`` in the repository is this file)
+DEFAULT_COMPARE = Path(__file__).parent / "defaults" / "compare-default.yaml"
 
 
 class MethodEntry(MethodSpec):
@@ -77,12 +91,22 @@ class MethodEntry(MethodSpec):
             raise ValueError(f"overrides {bad} would change the shared federation; allowed: any key but {list(FEDERATION_KEYS)}")
         return self
 
+    def layers(self, i: int) -> list[Layer]:
+        """Where this entry (``methods.<i>``) gives keys of its experiments, highest first."""
+        own = {"rounds": "rounds"} if self.rounds is not None else {}
+        return [
+            Layer(f"methods.{i}", own),
+            Layer.of(f"methods.{i}", self.overrides, "overrides."),
+            Layer(f"methods.{i}", self.given()),
+        ]
+
 
 class CompareConfig(BaseModel):
     """A comparison: ``base`` experiment, ``methods`` to run on it, ``seeds``, the ``baseline``
-    label for relative changes, and optional ``paper`` figures to print beside ours."""
+    label for relative changes, optional ``paper`` figures to print beside ours, and ``set``:
+    dotted keys set in every run, over the methods' own values (what ``--set`` adds)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
     name: str = "comparison"
     base: dict[str, Any] = Field(default_factory=dict)
     methods: list[MethodEntry]
@@ -91,15 +115,15 @@ class CompareConfig(BaseModel):
     paper: dict[str, dict[str, Any]] | None = Field(None, description="label -> reported figures (same keys as the table)")
     paper_source: str | None = None
     comment: str | None = None
+    set_: dict[str, Any] = Field(
+        default_factory=dict, alias="set", description="dotted keys set in every run, over the methods' own (--set)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> "CompareConfig":
         labels = [m.label for m in self.methods]
         if not labels:
             raise ValueError("methods: at least one method is needed")
-        dup = sorted({x for x in labels if labels.count(x) > 1})
-        if dup:
-            raise ValueError(f"methods: duplicate labels {dup}; give each entry a distinct `label`")
         if self.baseline is None:
             self.baseline = labels[0]
         if self.baseline not in labels:
@@ -108,92 +132,93 @@ class CompareConfig(BaseModel):
             raise ValueError(f"seeds must be distinct and >= 0, got {self.seeds}")
         return self
 
-    def experiment(self, entry: MethodEntry, seed: int) -> ExperimentConfig:
-        """The resolved experiment of ``entry`` with ``seed``.
-
-        Raises:
-            ConfigError: the entry's experiment is invalid (names the entry)."""
+    def experiment_doc(self, entry: MethodEntry, seed: int) -> dict[str, Any]:
+        """The experiment mapping of ``entry`` with ``seed``, in layers: the base, the entry
+        (what runs, its overrides, its rounds), then ``set``."""
         doc = entry.apply(copy.deepcopy(self.base))
         doc.update(seed=seed, name=f"{self.name}/{entry.label}")
         doc = apply_overrides(doc, entry.overrides)
         if entry.rounds is not None:
             doc["rounds"] = entry.rounds
-        return parse_experiment(doc, f"{self.name}: method {entry.label!r}, seed {seed}")
+        return apply_overrides(doc, self.set_)
+
+    def experiment(self, entry: MethodEntry, seed: int) -> ExperimentConfig:
+        """The resolved experiment of ``entry`` with ``seed``.
+
+        Raises:
+            ConfigError: the entry's experiment is invalid (names the entry)."""
+        return resolve_doc(self.experiment_doc(entry, seed), f"{self.name}: method {entry.label!r}, seed {seed}").config
 
     def rounds_of(self) -> dict[str, int]:
         """label -> the rounds T that method runs (its own ``rounds``, else the base's)."""
         return {e.label: self.experiment(e, self.seeds[0]).rounds for e in self.methods}
 
     def with_rounds(self, rounds: int) -> "CompareConfig":
-        """This comparison with every method at ``rounds`` (the base's and each method's own
-        ``rounds`` replaced): ``fedselect compare --rounds N`` and the quick variants of
-        ``fedselect reproduce``.
+        """This comparison with every method at ``rounds`` (``set: {rounds: N}``, over the base's
+        and each method's own ``rounds``): ``fedselect compare --rounds N`` and the quick variants
+        of ``fedselect reproduce``.
 
         Raises:
             ConfigError: ``rounds`` is not an integer >= 1 (names the key)."""
         doc = self.model_dump(mode="json")
-        doc["base"] = {**doc["base"], "rounds": rounds}
-        for m in doc["methods"]:
-            m["rounds"] = None
+        doc["set"] = {**doc["set"], "rounds": rounds}
         return parse_compare(doc, f"{self.name} (with rounds={rounds!r} for every method)")
 
 
-#: agent settings of the default comparison: 30 rounds are short for a DDQN, so learning starts
-#: after 10 transitions, takes 10 Adam steps (lr 1e-3) per round, and epsilon falls 0.9 -> 0.2 by
-#: round 15 (the exploration bound of docs/flash-rl.md; the paper's schedule is in configs/paper/)
-_DEFAULT_AGENT = {"eps_end": 0.2, "eps_decay_rounds": 15, "rl_batch_size": 10, "rl_lr": 0.001, "rl_learn_steps": 10}
-
-#: the embedded default comparison (`fedselect compare` with no argument; configs/compare-default.yaml)
-DEFAULT_COMPARE: dict[str, Any] = {
-    "name": "default-compare",
-    "seeds": [0],
-    "baseline": "FedAvg",
-    "base": {"name": "default", "rounds": 30, "clients_per_round": 5, "metrics": {"target": 0.9}},
-    "methods": [
-        {"label": "FedAvg", "method": "fedavg"},
-        {"label": "FLASH-RL", "method": "flashrl", "method_options": dict(_DEFAULT_AGENT)},
-        {"label": "FAVOR", "method": "favor", "method_options": dict(_DEFAULT_AGENT)},
-    ],
-}
-
-
 def parse_compare(doc: dict[str, Any], source: str = "<dict>") -> CompareConfig:
-    """Validate a comparison mapping; each method's experiment is validated too.
+    """Validate a comparison mapping and every method's experiment, all problems in one pass:
+    each named by where it was given (``base.trian``, ``methods.1.method``, ``set.train.lr``),
+    once however many methods share it.
 
     Raises:
-        ConfigError: naming the key and what is allowed.
+        ConfigError: naming every key that is wrong and what is allowed.
     """
-    cc = validate_model(CompareConfig, doc, source, "comparison")
-    for entry in cc.methods:  # fail before anything runs
-        cc.experiment(entry, cc.seeds[0])
+    cc, entries, problems, seed = validate_contenders(
+        CompareConfig, MethodEntry, doc, source, "comparison", SET_REFUSED, "in the run directories runs/LABEL-s<seed>"
+    )
+    problems += _experiment_problems(cc, entries, seed)
+    if problems:
+        raise ConfigError.listing(source, problems, "comparison")
     return cc
+
+
+def _experiment_problems(cc: CompareConfig, entries: list[tuple[int, MethodEntry]], seed: int) -> list[tuple[str, str]]:
+    base = Layer.of("base", cc.base)
+    return contender_problems(
+        [
+            (
+                f"methods.{i} ({e.label!r})",
+                [Layer.of("set", cc.set_), *e.layers(i), base],
+                problems_of(lambda e=e: cc.experiment(e, seed)),
+            )
+            for i, e in entries
+        ]
+    )
 
 
 def load_compare(path: str | Path | None, overrides: dict[str, Any] | None = None) -> CompareConfig:
     """Read a comparison YAML (None: the embedded default, :data:`DEFAULT_COMPARE`). A plain
-    experiment YAML (no ``methods:``) is accepted too: it becomes a one-method comparison.
-    ``overrides`` (dotted keys) apply to ``base``.
+    experiment YAML (no ``methods:``) is accepted too: it becomes a one-method comparison (its
+    ``name`` the comparison's, its ``seed`` the seeds). ``overrides`` (dotted keys, the command
+    line's ``--set``) join the comparison's ``set``: they apply to every run, over the methods'
+    own values.
 
     Raises:
         FileNotFoundError, ConfigError.
     """
     from fedselect.config import config_kind, read_yaml_file
 
-    if path is None:
-        doc = {**DEFAULT_COMPARE, "base": apply_overrides(DEFAULT_COMPARE["base"], overrides or {})}
-        return parse_compare(doc, "<embedded default comparison>")
-    p = Path(path)
+    p = Path(path) if path is not None else DEFAULT_COMPARE
+    source = str(p) if path is not None else "the embedded default comparison (configs/compare-default.yaml)"
     doc = read_yaml_file(p, "comparison") or {}
 
     if config_kind(doc) == "sweep":
         raise ConfigError(f"{p} is a sweep config (it has a grid): run it with `fedselect sweep {p}`")
     if isinstance(doc, dict) and "methods" not in doc:
         entry = {k: doc[k] for k in ("method", "selector", "algorithm") if doc.get(k) is not None} or {"method": "fedavg"}
-        doc = {"name": doc.get("name", p.stem), "base": doc, "methods": [entry], "seeds": [doc.get("seed", 0)]}
-    if overrides:
-        doc = dict(doc)
-        doc["base"] = apply_overrides(doc.get("base", {}), overrides)
-    return parse_compare(doc, str(p))
+        base = {k: v for k, v in doc.items() if k not in ("name", "seed")}
+        doc = {"name": doc.get("name", p.stem), "base": base, "methods": [entry], "seeds": [doc.get("seed", 0)]}
+    return parse_compare(join_set(doc, overrides, source, "comparison"), source)
 
 
 def partition_params(fed: Federation) -> dict[str, Any]:
@@ -265,12 +290,16 @@ def saved_compare(directory: str | Path) -> CompareConfig:
     if not (d / "compare.json").is_file():
         raise FileNotFoundError(f"--resume {d}: no compare.json there (not a comparison directory)")
     spec = read_json(d / "compare.json")
-    return parse_compare({k: v for k, v in spec.items() if k != "runs"}, str(d / "compare.json"))
+    spec.pop("runs", None)
+    if isinstance(spec.get("base"), dict):  # saved before they were refused: they were not used then either
+        spec["base"] = {k: v for k, v in spec["base"].items() if k not in BASE_REFUSED}
+    return parse_compare(spec, str(d / "compare.json"))
 
 
 def run_dir_name(label: str, seed: int) -> str:
-    """A run's directory inside a comparison directory."""
-    return f"runs/{label.replace(' ', '_')}-s{seed}"
+    """A run's directory inside a comparison directory (labels whose names would clash are
+    refused by :func:`parse_compare`)."""
+    return f"runs/{file_name(label)}-s{seed}"
 
 
 def run_comparison(

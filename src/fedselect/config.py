@@ -15,16 +15,40 @@ import math
 import re
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from fedselect.config_fleet import AsyncConfig, AvailabilityConfig, CapacityConfig, DeadlineConfig, StalenessConfig  # noqa: F401
 
+#: validation context key: skip the checks across keys (what ``fedselect.resolve`` asks for when
+#: it looks, past the keys in error, for the other problems of a config)
+NAMES_ONLY = "names_only"
+
 
 class ConfigError(ValueError):
-    """A config file or value is invalid; the message names the key and what is allowed."""
+    """A config file or value is invalid; the message names the key and what is allowed.
+
+    Attributes:
+        problems: ``(dotted key, what is wrong)`` pairs, one per problem (key ``""`` when the
+            problem concerns several keys and its text names them); empty when the error was
+            raised with a message only.
+    """
+
+    def __init__(self, message: str, problems: Sequence[tuple[str, str]] = ()):
+        super().__init__(message)
+        self.problems = list(problems)
+
+    @classmethod
+    def listing(cls, source: str, problems: Sequence[tuple[str, str]], what: str = "config") -> "ConfigError":
+        """``invalid WHAT SOURCE:`` and one line per problem, ``key: what is wrong``."""
+        return cls("\n".join([f"invalid {what} {source}:"] + [f"  {problem_line(k, m)}" for k, m in problems]), problems)
+
+
+def problem_line(key: str, message: str) -> str:
+    """One problem as printed: ``key: message`` (the message alone when it names its keys)."""
+    return f"{key}: {message}" if key else message
 
 
 def _accepts_bool(annotation: Any) -> bool:
@@ -84,9 +108,11 @@ class ModelConfig(_Strict):
 
 class ComponentConfig(_Strict):
     """A pluggable component: a registered ``name`` (or ``"package.module:ClassName"``) and its
-    ``options`` (checked by the component's own pydantic model)."""
+    ``options`` (checked by the component's own pydantic model). Without a ``name`` the section
+    gives options to the component the ``method`` preset names (``method: fedprox`` with
+    ``algorithm: {options: {mu: 0.5}}``; no method: ``random`` / ``fedavg``)."""
 
-    name: str
+    name: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -357,7 +383,9 @@ class ExperimentConfig(_Strict):
         return {n: True for n in names}
 
     @model_validator(mode="after")
-    def _check(self) -> "ExperimentConfig":
+    def _check(self, info: ValidationInfo) -> "ExperimentConfig":
+        if (info.context or {}).get(NAMES_ONLY):  # resolve.py's second look at a config with errors
+            return self
         if self.participation is not None:
             u = max(1, math.ceil(self.participation * self.data.num_clients - 1e-9))
             if "clients_per_round" in self.model_fields_set and self.clients_per_round != u:
@@ -428,99 +456,20 @@ class ExperimentConfig(_Strict):
         object.__setattr__(self, "checkpoint_every", 0)
 
 
-#: characters a method label may hold besides letters and digits (of any script: Ø, β, é)
-LABEL_PUNCTUATION = " _.+-()"
-
-
-def check_label(label: str) -> None:
-    """Refuse a method label that tables, plots and run directory names cannot carry.
-
-    Allowed: letters and digits of any script (``Ø``, ``β``, combining accents), space and
-    ``_ . + - ( )``. Refused: any other character (named, with its code point: ``/`` would
-    make a sub-directory of ``runs/``, ``:`` ``|`` ``*`` break tables and file names), an empty
-    label, and a label starting with ``_``, which matplotlib leaves out of every plot legend.
-
-    Raises:
-        ValueError: naming the label and every refused character.
-    """
-    import unicodedata
-
-    if not label.strip():
-        raise ValueError(f"label {label!r}: empty; give the method a name (letters, digits, space and _ . + - ( ))")
-    bad = []
-    for ch in label:
-        cat = unicodedata.category(ch)
-        ok = ch in LABEL_PUNCTUATION or cat[0] in "LM" or cat == "Nd"  # letters, accents, decimal digits
-        if not ok and ch not in bad:
-            bad.append(ch)
-    if bad:
-        names = ", ".join(f"{ch!r} (U+{ord(ch):04X} {unicodedata.name(ch, '') or 'a control character'})" for ch in bad)
-        raise ValueError(
-            f"label {label!r}: character{'s' if len(bad) > 1 else ''} {names} not allowed; a label holds letters and "
-            f"digits (any script, e.g. Ø or β), space and _ . + - ( ) only"
-        )
-    if label.startswith("_"):
-        raise ValueError(
-            f"label {label!r} starts with '_': matplotlib leaves such labels out of every plot legend, so this method "
-            f"would vanish from the plots; start it with a letter or digit (e.g. {label.lstrip('_') or 'method'!r})"
-        )
-
-
-class MethodSpec(BaseModel):
-    """One contender of a comparison or sweep: a ``label`` for tables and plots, and what runs:
-    a ``method`` preset and/or an explicit ``selector`` / ``algorithm`` ({name, options}), with
-    ``method_options`` as in an experiment."""
-
-    model_config = ConfigDict(extra="forbid")
-    label: str | None = None
-    method: str | None = None
-    selector: ComponentConfig | None = None
-    algorithm: ComponentConfig | None = None
-    method_options: dict[str, Any] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _label(self) -> "MethodSpec":
-        if self.method is None and self.selector is None and self.algorithm is None:
-            raise ValueError("give a method, or a selector and/or an algorithm")
-        if self.label is None:
-            parts = [c.name.rsplit(":", 1)[-1] for c in (self.selector, self.algorithm) if c is not None]
-            self.label = self.method if not parts else "+".join(([self.method] if self.method else []) + parts)
-        check_label(self.label)
-        return self
-
-    def apply(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """``doc`` (the base experiment mapping) with this contender in it: a ``method`` replaces
-        the base's method, selector and algorithm; a ``selector`` / ``algorithm`` replaces the
-        base's (and, without a ``method`` here, the base's method); ``method_options`` are merged
-        over the base's."""
-        doc = dict(doc)
-        if self.method is not None:
-            doc.pop("selector", None)
-            doc.pop("algorithm", None)
-            doc["method"] = self.method
-        elif self.selector is not None or self.algorithm is not None:
-            doc.pop("method", None)
-        if self.selector is not None:
-            doc["selector"] = self.selector.model_dump()
-        if self.algorithm is not None:
-            doc["algorithm"] = self.algorithm.model_dump()
-        if self.method_options:
-            doc["method_options"] = {**doc.get("method_options", {}), **self.method_options}
-        return doc
-
-
-def _format_errors(e: ValidationError, source: str) -> str:
-    lines = [f"invalid config {source}:"]
+def schema_problems(e: ValidationError) -> list[tuple[str, str]]:
+    """The ``(dotted key, what is wrong)`` pairs of a pydantic error (key ``""`` for a
+    message about several keys, which names them itself)."""
+    out = []
     for err in e.errors():
         loc = ".".join(str(p) for p in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key (not allowed here)"
         if not loc or msg.startswith((f"{loc}.", f"{loc}:", f"{loc}[")):
-            lines.append(f"  {msg}")  # model-level messages name their keys themselves
+            out.append(("", msg))  # model-level messages name their keys themselves
         else:
-            lines.append(f"  {loc}: {msg}")
-    return "\n".join(lines)
+            out.append((loc, msg))
+    return out
 
 
 def parse_config(doc: dict[str, Any] | None, source: str = "<dict>") -> ExperimentConfig:
@@ -535,8 +484,9 @@ def parse_config(doc: dict[str, Any] | None, source: str = "<dict>") -> Experime
     return validate_model(ExperimentConfig, doc, source, "config")
 
 
-def validate_model(model: type[BaseModel], doc: Any, source: str, what: str = "config") -> Any:
-    """``model.model_validate(doc)`` with errors as one :class:`ConfigError` naming each key.
+def validate_model(model: type[BaseModel], doc: Any, source: str, what: str = "config", context: dict | None = None) -> Any:
+    """``model.model_validate(doc, context=context)`` with errors as one :class:`ConfigError`
+    naming each key.
 
     Raises:
         ConfigError: ``doc`` is not a mapping, or a key is unknown / has a bad value.
@@ -544,9 +494,9 @@ def validate_model(model: type[BaseModel], doc: Any, source: str, what: str = "c
     if not isinstance(doc, dict):
         raise ConfigError(f"invalid {what} {source}: the top level must be a mapping, got {type(doc).__name__}")
     try:
-        return model.model_validate(doc)
+        return model.model_validate(doc, context=context)
     except ValidationError as e:
-        raise ConfigError(_format_errors(e, source)) from None
+        raise ConfigError.listing(source, schema_problems(e), what) from None
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -601,11 +551,14 @@ def read_yaml_file(path: str | Path, what: str = "config") -> Any:
         raise ConfigError(f"{what} {p} is not a UTF-8 text file ({e.reason} at byte {e.start}); give a YAML file") from None
 
 
-def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> ExperimentConfig:
-    """Read and validate a YAML config; ``overrides`` (dotted keys) are applied first.
+def read_experiment(path: str | Path, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The mapping of an experiment YAML with ``overrides`` (dotted keys) applied, before any
+    validation (:func:`load_config` validates it; :func:`fedselect.resolve.resolve_doc` also
+    resolves it, every problem in one pass).
 
     Raises:
-        FileNotFoundError: no such file. ConfigError: bad YAML or invalid values.
+        FileNotFoundError: no such file. ConfigError: bad YAML, an empty file, not a mapping, a
+            comparison or sweep config, or overrides that cannot be set.
     """
     p = Path(path)
     doc = read_yaml_file(p)
@@ -621,32 +574,77 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ex
     kind = config_kind(doc)
     if kind != "experiment":
         raise ConfigError(f"{p} is a {kind} config, not a single experiment: run it with `fedselect {kind} {p}`")
-    return parse_config(doc, str(p))
+    return doc
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> ExperimentConfig:
+    """Read and validate a YAML config; ``overrides`` (dotted keys) are applied first.
+
+    Raises:
+        FileNotFoundError: no such file. ConfigError: bad YAML or invalid values.
+    """
+    return parse_config(read_experiment(path, overrides), str(path))
 
 
 def config_kind(doc: Any) -> str:
     """``"compare"`` (base + methods), ``"sweep"`` (grid) or ``"experiment"``: lets each command
     point a user who passed the wrong kind of file to the right command."""
     if isinstance(doc, dict):
-        if "grid" in doc or "grid_keys" in doc:
+        if "grid" in doc or "grid_keys" in doc or "columns" in doc:  # columns: a sweep's table, even without a grid
             return "sweep"
         if "methods" in doc and "base" in doc:
             return "compare"
     return "experiment"
 
 
-def apply_overrides(doc: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """Set dotted keys (``"train.lr": 0.1``) in a copy of ``doc``."""
+def apply_overrides(doc: dict[str, Any] | None, overrides: dict[str, Any], source: str = "overrides") -> dict[str, Any]:
+    """Set dotted keys (``"train.lr": 0.1``) in a copy of ``doc`` (``source`` names them in errors).
+
+    Shallower keys are set first, so a section given whole (``"selector": {"name": "oort"}``)
+    and keys inside it (``"selector.options.exploration_factor": 0.5``) combine whatever their
+    order; a section missing or null on the way is created.
+
+    Raises:
+        ConfigError: naming every key that cannot be set: a key inside a value that is not a
+            section (``rounds.x``), or a key given twice (a section given whole already sets it).
+    """
     import copy
 
     out = copy.deepcopy(doc) if doc else {}
-    for key, value in overrides.items():
-        node = out
+    problems = []
+    for key in sorted(overrides, key=lambda k: k.count(".")):
         parts = key.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
+        if not all(parts):
+            problems.append((key, "not a dotted key (an empty part between dots)"))
+            continue
+        twice = next(
+            (".".join(parts[:i]) for i in range(1, len(parts)) if _holds(overrides.get(".".join(parts[:i])), parts[i:])), None
+        )
+        if twice is not None:
+            problems.append((key, f"given twice: {twice} = {overrides[twice]!r} sets it too; give it once"))
+            continue
+        node = out
+        for i, part in enumerate(parts[:-1]):
+            if node.get(part) is None:
+                node[part] = {}
+            elif not isinstance(node[part], dict):
+                problems.append((key, f"{'.'.join(parts[: i + 1])} is {node[part]!r}, a value, not a section with keys"))
+                break
+            node = node[part]
+        else:
+            node[parts[-1]] = copy.deepcopy(overrides[key])
+    if problems:
+        raise ConfigError.listing(source, problems)
     return out
+
+
+def _holds(section: Any, parts: list[str]) -> bool:
+    """Whether the mapping ``section`` (a value given whole) has a value at ``parts``."""
+    for part in parts:
+        if not isinstance(section, dict) or part not in section:
+            return False
+        section = section[part]
+    return True
 
 
 def dump_config(cfg: ExperimentConfig) -> str:

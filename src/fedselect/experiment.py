@@ -30,7 +30,7 @@ from fedselect.fl.metrics import LATER_CORE_COLUMNS
 from fedselect.fl.round import run_rounds
 from fedselect.fl.types import Evaluation
 from fedselect.inputs import check_resume, saved_inputs_changed, write_inputs
-from fedselect.resolve import Resolved, resolve
+from fedselect.resolve import Resolved, resolve, resolve_doc
 from fedselect.runfiles import RUN_FILES, RoundEvent, RunFiles
 from fedselect.simulation import Simulation
 
@@ -533,5 +533,5 @@ def resume_experiment(
     if isinstance(doc, dict) and rounds is not None:
         doc["rounds"] = rounds
     source = str(cfg_path) + (f" (with rounds={rounds})" if rounds is not None else "")
-    cfg = resolve(parse_config(doc, source), source).config
+    cfg = resolve_doc(doc, source).config
     return run_experiment(cfg, run_dir, on_round=on_round, resume=True, workers=workers)

@@ -231,7 +231,9 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
         ax.set_xlabel("client id (grouped by cluster; * = leader)")
         ax.set_ylabel("client id")
         ax.set_title(f"CEFL similarity and {len(clusters)} clusters ({r.label}, seed {r.seed})")
-        save(fig, f"cefl_similarity_{r.label.replace(' ', '_')}_s{r.seed}.png")
+        from fedselect.contenders import file_name
+
+        save(fig, f"cefl_similarity_{file_name(r.label)}_s{r.seed}.png")
         break
     return written
 

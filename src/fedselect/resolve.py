@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from fedselect.algorithms import ALGORITHMS
 from fedselect.algorithms.base import Algorithm
-from fedselect.config import ComponentConfig, ConfigError, ExperimentConfig, load_config, parse_config
+from fedselect.config import NAMES_ONLY, ConfigError, ExperimentConfig, parse_config, read_experiment, schema_problems
 from fedselect.data.catalog import DATASETS, PARTITIONERS, make_partitioner
 from fedselect.fl.train import TrainConfig
 from fedselect.fl.types import RunSettings
@@ -30,6 +30,9 @@ from fedselect.models import MODELS
 from fedselect.presets import PRESETS, Preset
 from fedselect.selectors import SELECTORS
 from fedselect.selectors.base import Selector
+
+#: a problem of a config: (dotted key, what is wrong); key "" when the message names its keys
+Problem = tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -92,14 +95,14 @@ def _int_only(hint: Any) -> bool | None:
     return None
 
 
-def _check_signature(label: str, what: str, fn: Any, options: dict[str, Any], skip: tuple[str, ...]) -> list[str]:
+def _check_signature(label: str, what: str, fn: Any, options: dict[str, Any], skip: tuple[str, ...]) -> list[Problem]:
     named, forwards = option_names(fn, skip)
     reserved = sorted(set(options) & set(skip))
     if reserved:
-        return [f"{label}: {reserved} cannot be set here (the runner passes them)"]
+        return [(label, f"{reserved} cannot be set here (the runner passes them)")]
     unknown = sorted(set(options) - set(named))
     if unknown and not forwards:
-        return [f"{label}: unknown option(s) {unknown} for {what}; allowed: {sorted(named)}"]
+        return [(label, f"unknown option(s) {unknown} for {what}; allowed: {sorted(named)}")]
     try:
         hints = typing.get_type_hints(fn)
     except Exception:  # unresolvable annotations: the loader checks its own values
@@ -107,12 +110,12 @@ def _check_signature(label: str, what: str, fn: Any, options: dict[str, Any], sk
     errors = []
     for key, value in options.items():
         if _int_only(hints.get(key)) and value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            errors.append(f"{label}.{key}: Input should be a valid integer, got {value!r}")
+            errors.append((f"{label}.{key}", f"Input should be a valid integer, got {value!r}"))
     return errors
 
 
 # ------------------------------------------------------------------------ component options
-def _options(label: str, model: type[BaseModel], options: dict[str, Any], errors: list[str]) -> BaseModel | None:
+def _options(label: str, model: type[BaseModel], options: dict[str, Any], errors: list[Problem]) -> BaseModel | None:
     try:
         return model.model_validate(options, strict=True)
     except ValidationError as e:
@@ -123,7 +126,7 @@ def _options(label: str, model: type[BaseModel], options: dict[str, Any], errors
                 if err["type"] == "extra_forbidden"
                 else err["msg"].removeprefix("Value error, ")
             )
-            errors.append(f"{label}.{loc}: {msg}" if loc else f"{label}: {msg}")
+            errors.append((f"{label}.{loc}" if loc else label, msg))
         return None
 
 
@@ -167,7 +170,7 @@ def option_defaults(obj: Any, passed: tuple[str, ...]) -> tuple[dict[str, Any], 
 
 
 def _callable_options(
-    key: str, name: str, obj: Any, options: dict[str, Any], passed: tuple[str, ...], errors: list[str]
+    key: str, name: str, obj: Any, options: dict[str, Any], passed: tuple[str, ...], errors: list[Problem]
 ) -> dict[str, Any] | None:
     """The options of the data-set loader or model factory ``obj``, called ``name`` at ``key``
     (``data.dataset``, ``model.name``), checked (its ``Options`` model, else its signature) with
@@ -200,7 +203,7 @@ def _callable_options(
             sig.bind(*args, **out)
     except TypeError as e:
         call = ", ".join(f"{a}=..." if by_keyword else a for a in passed)
-        errors.append(f"{key}: cannot be called as ({call}, **options) with options {out}: {e}")
+        errors.append((key, f"cannot be called as ({call}, **options) with options {out}: {e}"))
         return None
     return out
 
@@ -210,11 +213,11 @@ def _fields(cls: type) -> set[str]:
     return set(opts.model_fields) if opts is not None else set()
 
 
-def _lookup(registry, name: str, label: str, errors: list[str]):
+def _lookup(registry, name: str, label: str, errors: list[Problem]):
     try:
         return registry.get(name)
     except ValueError as e:
-        errors.append(f"{label}: {e}")
+        errors.append((label, str(e)))
         return None
 
 
@@ -225,7 +228,64 @@ def resolve(cfg: ExperimentConfig, source: str = "<config>") -> Resolved:
         ConfigError: ``invalid config SOURCE:`` then one line per problem (unknown names with the
             allowed ones, bad options, a selector and an algorithm that do not fit together).
     """
-    errors: list[str] = []
+    errors: list[Problem] = []
+    found = _components(cfg, errors)
+    doc = found.pop("doc")
+    settings = RunSettings(
+        seed=cfg.seed,
+        rounds=cfg.rounds,
+        num_clients=cfg.data.num_clients,
+        clients_per_round=cfg.clients_per_round,
+        local_epochs=cfg.train.local_epochs,
+        eval_every=cfg.eval_every,
+        metric=cfg.metrics.metric,
+        target=cfg.metrics.target,
+        dataset=cfg.data.dataset,
+        count_download=cfg.system.count_download,
+        cycles_per_bit=cfg.system.cycles_per_bit,
+        optimizer=cfg.train.optimizer,
+    )
+    sel_cls, sel_name, sel_opts = found["selector"]
+    alg_cls, alg_name, alg_opts = found["algorithm"]
+    if sel_opts is not None and alg_opts is not None:
+        errors += [("", m) for m in _compatibility(sel_cls, sel_name, alg_cls, alg_name, settings)]
+        if cfg.mode == "async":
+            errors += [("", m) for m in _async_compatibility(sel_cls, sel_name, alg_cls, alg_name)]
+        errors += [("", f"selector {sel_name!r}: {m}") for m in sel_cls.check(sel_opts, settings)]
+        errors += [("", f"algorithm {alg_name!r}: {m}") for m in alg_cls.check(alg_opts, settings)]
+    if errors:
+        raise ConfigError.listing(source, errors)
+
+    preset = found["preset"]
+    if preset is not None:
+        doc["method"] = preset.name  # the default preset is written out too
+    doc["selector"] = {"name": sel_name, "options": sel_opts.model_dump(mode="json")}
+    doc["algorithm"] = {"name": alg_name, "options": alg_opts.model_dump(mode="json")}
+    doc["method_options"] = {}
+    resolved_cfg = ExperimentConfig.model_validate(doc)
+    if preset is not None and sel_name == preset.selector and alg_name == preset.algorithm:
+        method = preset.name
+    else:
+        method = f"{sel_name}+{alg_name}"
+    tr = cfg.train
+    return Resolved(
+        resolved_cfg,
+        method,
+        sel_cls,
+        sel_opts,
+        alg_cls,
+        alg_opts,
+        settings,
+        TrainConfig(tr.local_epochs, tr.batch_size, tr.lr, tr.momentum, tr.optimizer, tr.weight_decay),
+    )
+
+
+def _components(cfg: ExperimentConfig, errors: list[Problem]) -> dict[str, Any]:
+    """Every registry looked up once and every component's options validated, problems added to
+    ``errors``: ``doc`` (the config's mapping with the data set, partition and model defaults
+    written out), ``preset``, and per ``selector`` / ``algorithm`` (class, name, options), None
+    where a problem stands in the way. Reads each key on its own (no check across keys), so it
+    also runs on a config whose other keys are in error (:func:`resolve_doc`)."""
     doc = cfg.model_dump(mode="json")
 
     # ---- data set and partition scheme
@@ -237,19 +297,19 @@ def resolve(cfg: ExperimentConfig, source: str = "<config>") -> Resolved:
             doc["data"]["options"] = opts
     scheme, params = d.partition.scheme, d.partition.params()
     if scheme not in PARTITIONERS:
-        errors.append(f"data.partition.scheme: unknown scheme {scheme!r}; allowed: {sorted(PARTITIONERS)}")
+        errors.append(("data.partition.scheme", f"unknown scheme {scheme!r}; allowed: {sorted(PARTITIONERS)}"))
     else:
         init = PARTITIONERS[scheme].__init__
         bad = _check_signature("data.partition", f"scheme {scheme!r}", init, params, ("self",))
         if "alpha" in params and not (
             isinstance(params["alpha"], (int, float)) and not isinstance(params["alpha"], bool) and params["alpha"] > 0
         ):
-            bad.append(f"data.partition.alpha must be a number > 0, got {params['alpha']!r}")
+            bad.append(("", f"data.partition.alpha must be a number > 0, got {params['alpha']!r}"))
         if not bad:  # the scheme's own range checks, before any data is loaded
             try:
                 make_partitioner(scheme, **params)
             except ValueError as e:
-                bad.append(f"data.partition: {e}")
+                bad.append(("data.partition", str(e)))
         errors += bad
         if not bad:
             doc["data"]["partition"] = {"scheme": scheme, **_defaults(init, ("self",)), **params}
@@ -262,34 +322,44 @@ def resolve(cfg: ExperimentConfig, source: str = "<config>") -> Resolved:
         if opts is not None:
             doc["model"]["options"] = opts
 
-    # ---- method preset, selector, algorithm
+    # ---- method preset, selector, algorithm: a section without a name is the preset's part
+    named = {part: getattr(cfg, part).name if getattr(cfg, part) is not None else None for part in ("selector", "algorithm")}
     preset: Preset | None = None
     if cfg.method is not None:
         preset = PRESETS.get(cfg.method)
         if preset is None:
-            errors.append(f"method: unknown method {cfg.method!r}; allowed: {sorted(PRESETS)}")
-    elif cfg.selector is None and cfg.algorithm is None:
+            errors.append(("method", f"unknown method {cfg.method!r}; allowed: {sorted(PRESETS)}"))
+        elif all(named[part] not in (None, getattr(preset, part)) for part in named):
+            errors.append(
+                (
+                    "method",
+                    f"{cfg.method!r} has no effect: selector {named['selector']!r} and algorithm {named['algorithm']!r} "
+                    f"replace both of its parts ({preset.selector!r} + {preset.algorithm!r}); remove `method`, or the "
+                    f"selector or the algorithm",
+                )
+            )
+    elif named["selector"] is None and named["algorithm"] is None:
         preset = PRESETS["fedavg"]
-    sel_spec = cfg.selector or (ComponentConfig(name=preset.selector) if preset else None)
-    alg_spec = cfg.algorithm or (ComponentConfig(name=preset.algorithm) if preset else None)
-    if sel_spec is None and cfg.method is None:
-        sel_spec = ComponentConfig(name="random")
-    if alg_spec is None and cfg.method is None:
-        alg_spec = ComponentConfig(name="fedavg")
-    sel_cls = _lookup(SELECTORS, sel_spec.name, "selector.name", errors) if sel_spec else None
-    alg_cls = _lookup(ALGORITHMS, alg_spec.name, "algorithm.name", errors) if alg_spec else None
+    parts = preset if preset is not None else PRESETS["fedavg"] if cfg.method is None else None
+    sel_name = named["selector"] or (parts.selector if parts else None)
+    alg_name = named["algorithm"] or (parts.algorithm if parts else None)
+    sel_cls = _lookup(SELECTORS, sel_name, "selector.name", errors) if sel_name else None
+    alg_cls = _lookup(ALGORITHMS, alg_name, "algorithm.name", errors) if alg_name else None
 
     sel_opts = alg_opts = None
     if sel_cls is not None and alg_cls is not None:
-        s_raw = dict(preset.selector_options) if preset and sel_spec.name == preset.selector else {}
-        a_raw = dict(preset.algorithm_options) if preset and alg_spec.name == preset.algorithm else {}
+        s_raw = dict(preset.selector_options) if preset and sel_name == preset.selector else {}
+        a_raw = dict(preset.algorithm_options) if preset and alg_name == preset.algorithm else {}
         s_fields, a_fields = _fields(sel_cls), _fields(alg_cls)
-        label = preset.name if preset is not None else f"{sel_spec.name}+{alg_spec.name}"
+        label = preset.name if preset is not None else f"{sel_name}+{alg_name}"
         for key, value in cfg.method_options.items():
             if key not in s_fields and key not in a_fields:
                 errors.append(
-                    f"method_options.{key}: unknown key (not allowed here); method {label!r} = selector {sel_spec.name!r} "
-                    f"(options {sorted(s_fields) or 'none'}) + algorithm {alg_spec.name!r} (options {sorted(a_fields) or 'none'})"
+                    (
+                        f"method_options.{key}",
+                        f"unknown key (not allowed here); method {label!r} = selector {sel_name!r} "
+                        f"(options {sorted(s_fields) or 'none'}) + algorithm {alg_name!r} (options {sorted(a_fields) or 'none'})",
+                    )
                 )
                 continue
             if key in s_fields:
@@ -301,55 +371,16 @@ def resolve(cfg: ExperimentConfig, source: str = "<config>") -> Resolved:
                 continue
             both = sorted(set(spec.options) & set(cfg.method_options))
             if both:
-                errors.append(f"{which}.options and method_options both set {both}; set each option once")
+                errors.append(("", f"{which}.options and method_options both set {both}; set each option once"))
             raw.update(spec.options)
         sel_opts = _options("selector.options" if cfg.selector else "method_options", sel_cls.Options, s_raw, errors)
         alg_opts = _options("algorithm.options" if cfg.algorithm else "method_options", alg_cls.Options, a_raw, errors)
-
-    settings = RunSettings(
-        seed=cfg.seed,
-        rounds=cfg.rounds,
-        num_clients=d.num_clients,
-        clients_per_round=cfg.clients_per_round,
-        local_epochs=cfg.train.local_epochs,
-        eval_every=cfg.eval_every,
-        metric=cfg.metrics.metric,
-        target=cfg.metrics.target,
-        dataset=d.dataset,
-        count_download=cfg.system.count_download,
-        cycles_per_bit=cfg.system.cycles_per_bit,
-        optimizer=cfg.train.optimizer,
-    )
-    if sel_opts is not None and alg_opts is not None:
-        errors += _compatibility(sel_cls, sel_spec.name, alg_cls, alg_spec.name, settings)
-        if cfg.mode == "async":
-            errors += _async_compatibility(sel_cls, sel_spec.name, alg_cls, alg_spec.name)
-        errors += [f"selector {sel_spec.name!r}: {m}" for m in sel_cls.check(sel_opts, settings)]
-        errors += [f"algorithm {alg_spec.name!r}: {m}" for m in alg_cls.check(alg_opts, settings)]
-    if errors:
-        raise ConfigError("\n".join([f"invalid config {source}:"] + [f"  {e}" for e in errors]))
-
-    if preset is not None:
-        doc["method"] = preset.name  # the default preset is written out too
-    doc["selector"] = {"name": sel_spec.name, "options": sel_opts.model_dump(mode="json")}
-    doc["algorithm"] = {"name": alg_spec.name, "options": alg_opts.model_dump(mode="json")}
-    doc["method_options"] = {}
-    resolved_cfg = ExperimentConfig.model_validate(doc)
-    if preset is not None and sel_spec.name == preset.selector and alg_spec.name == preset.algorithm:
-        method = preset.name
-    else:
-        method = f"{sel_spec.name}+{alg_spec.name}"
-    tr = cfg.train
-    return Resolved(
-        resolved_cfg,
-        method,
-        sel_cls,
-        sel_opts,
-        alg_cls,
-        alg_opts,
-        settings,
-        TrainConfig(tr.local_epochs, tr.batch_size, tr.lr, tr.momentum, tr.optimizer, tr.weight_decay),
-    )
+    return {
+        "doc": doc,
+        "preset": preset,
+        "selector": (sel_cls, sel_name, sel_opts),
+        "algorithm": (alg_cls, alg_name, alg_opts),
+    }
 
 
 def _compatibility(sel: type[Selector], sname: str, alg: type[Algorithm], aname: str, settings: RunSettings) -> list[str]:
@@ -399,13 +430,90 @@ def _async_compatibility(sel: type[Selector], sname: str, alg: type[Algorithm], 
     return out
 
 
-def parse_experiment(doc: dict[str, Any] | None, source: str = "<dict>") -> ExperimentConfig:
-    """Schema validation and :func:`resolve`: the resolved config.
+def resolve_doc(doc: dict[str, Any] | None, source: str = "<dict>") -> Resolved:
+    """Schema validation and :func:`resolve` of a config mapping, every problem in one pass.
+
+    When keys are in error (an unknown key, a bad value), the rest of the config is still
+    looked up: without those keys (their defaults stand in) and without the checks across keys,
+    so an unknown top-level key and an unknown method name are reported together.
 
     Raises:
-        ConfigError: one line per problem (schema first, then registries and options).
+        ConfigError: ``invalid config SOURCE:`` then one line per problem.
     """
-    return resolve(parse_config(doc, source), source).config
+    if isinstance(doc, dict):
+        try:
+            cfg = ExperimentConfig.model_validate(doc)
+        except ValidationError as e:
+            locs = [err["loc"] for err in e.errors()]
+            raise ConfigError.listing(source, schema_problems(e) + _names_past(doc, locs)) from None
+    else:
+        cfg = parse_config(doc, source)  # None is the defaults; anything else is refused there
+    return resolve(cfg, source)
+
+
+def _names_past(doc: dict[str, Any], locs: list[tuple]) -> list[Problem]:
+    """The registry and option problems of ``doc`` once the keys at the error locations
+    ``locs`` are taken out (:func:`_components` on what remains; what was taken out is not
+    reported twice). [] when what remains does not validate in three tries."""
+    import copy
+
+    doc, cut = copy.deepcopy(doc), set()
+    for _ in range(3):
+        cut |= {_cut(doc, loc) for loc in locs}
+        try:
+            cfg = ExperimentConfig.model_validate(doc, context={NAMES_ONLY: True})
+        except ValidationError as e:
+            locs = [err["loc"] for err in e.errors()]
+            continue
+        found: list[Problem] = []
+        _components(cfg, found)
+        return [(k, m) for k, m in found if not _follows(k, cut)]
+    return []
+
+
+#: problems of these keys are judged against those keys: when one of the latter is in error, a
+#: default stands in for it, and the former are not judged (options of another data set, say)
+_JUDGED_AGAINST = {
+    "data.options": ("data", "data.dataset"),
+    "data.partition": ("data", "data.partition", "data.partition.scheme"),
+    "model.options": ("model", "model.name"),
+    **{
+        k: ("method", "selector", "selector.name", "algorithm", "algorithm.name", "method_options")
+        for k in ("selector", "algorithm", "method_options", "")
+    },
+}
+
+
+def _follows(key: str, cut: set[str]) -> bool:
+    """Whether a problem of ``key`` ("" for one naming its keys) comes from a key taken out:
+    under it, or judged against it (:data:`_JUDGED_AGAINST`)."""
+    if any(c and (key == c or key.startswith(c + ".")) for c in cut):
+        return True
+    group = next((g for g in _JUDGED_AGAINST if g and (key == g or key.startswith(g + "."))), "" if not key else None)
+    return group is not None and bool(cut & set(_JUDGED_AGAINST[group]))
+
+
+def _cut(doc: dict[str, Any], loc: tuple) -> str:
+    """Delete the deepest key of ``doc`` on the error location ``loc`` (the key holding the
+    list when the location runs through one); returns the dotted key deleted ("" when none)."""
+    node, done = doc, []
+    for part in loc:
+        if not (isinstance(part, str) and isinstance(node, dict) and part in node):
+            break
+        parent, node = node, node[part]
+        done.append(part)
+    if done:
+        del parent[done[-1]]
+    return ".".join(done)
+
+
+def parse_experiment(doc: dict[str, Any] | None, source: str = "<dict>") -> ExperimentConfig:
+    """Schema validation and :func:`resolve`: the resolved config (:func:`resolve_doc`).
+
+    Raises:
+        ConfigError: one line per problem, all of them in one pass.
+    """
+    return resolve_doc(doc, source).config
 
 
 def load_experiment(path: str | Path, overrides: dict[str, Any] | None = None) -> ExperimentConfig:
@@ -414,4 +522,4 @@ def load_experiment(path: str | Path, overrides: dict[str, Any] | None = None) -
     Raises:
         FileNotFoundError: no such file. ConfigError: bad YAML, wrong kind of config, invalid values.
     """
-    return resolve(load_config(path, overrides), str(path)).config
+    return resolve_doc(read_experiment(path, overrides), str(path)).config

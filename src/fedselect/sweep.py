@@ -49,18 +49,23 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from fedselect.config import (
-    ConfigError,
-    ExperimentConfig,
+from fedselect.config import ConfigError, ExperimentConfig, apply_overrides, config_kind, read_yaml_file
+from fedselect.contenders import (
+    BASE_REFUSED,
+    SET_REFUSED,
+    Layer,
     MethodSpec,
-    apply_overrides,
-    config_kind,
-    read_yaml_file,
-    validate_model,
+    clash_message,
+    clashes,
+    contender_problems,
+    file_name,
+    join_set,
+    problems_of,
+    validate_contenders,
 )
 from fedselect.experiment import check_saved_runs
 from fedselect.fl.metrics import atomic_write, read_json, write_json_atomic
-from fedselect.resolve import parse_experiment
+from fedselect.resolve import resolve_doc
 from fedselect.stats import mean_std
 
 DEFAULT_COLUMNS = ["final_accuracy", "candidates_evaluated", "competitive_ratio", "wall_s"]
@@ -73,6 +78,10 @@ class SweepMethod(MethodSpec):
 
     overrides: dict[str, Any] = Field(default_factory=dict)
     grid_keys: list[str] | None = None
+
+    def layers(self, i: int) -> list[Layer]:
+        """Where this entry (``methods.<i>``) gives keys of its experiments, highest first."""
+        return [Layer.of(f"methods.{i}", self.overrides, "overrides."), Layer(f"methods.{i}", self.given())]
 
 
 class SweepPaperFigure(BaseModel):
@@ -87,7 +96,7 @@ class SweepPaperFigure(BaseModel):
 
 
 class SweepConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
     name: str = "sweep"
     base: dict[str, Any] = Field(default_factory=dict)
     methods: list[SweepMethod] = Field(min_length=1)
@@ -100,13 +109,13 @@ class SweepConfig(BaseModel):
     baseline: str | None = Field(
         None, description="method label: paired differences of every other method against it, per grid point"
     )
+    set_: dict[str, Any] = Field(
+        default_factory=dict, alias="set", description="dotted keys set in every run, over the methods' own (--set)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> "SweepConfig":
         labels = [m.label for m in self.methods]
-        dup = sorted({x for x in labels if labels.count(x) > 1})
-        if dup:
-            raise ValueError(f"methods: duplicate labels {dup}; give each a distinct `label`")
         if self.baseline is not None and self.baseline not in labels:
             raise ValueError(f"baseline {self.baseline!r} is not one of the method labels {labels}")
         for k, vals in self.grid.items():
@@ -134,29 +143,83 @@ class SweepConfig(BaseModel):
         keys = list(self.grid)
         return [dict(zip(keys, vals)) for vals in itertools.product(*(self.grid[k] for k in keys))]
 
-    def experiment(self, m: SweepMethod, point: dict[str, Any], seed: int) -> ExperimentConfig:
+    def experiment_doc(self, m: SweepMethod, point: dict[str, Any], seed: int) -> dict[str, Any]:
+        """The experiment mapping of ``m`` at ``point`` with ``seed``, in layers: the base, the
+        method (what runs, its overrides), the grid point, then ``set``."""
         doc = m.apply(copy.deepcopy(self.base))
         doc.update(seed=seed, name=f"{self.name}/{m.label}")
         doc = apply_overrides(doc, m.overrides)
         doc = apply_overrides(doc, point)
-        return parse_experiment(doc, f"{self.name}: {m.label} at {point or 'base'}, seed {seed}")
+        return apply_overrides(doc, self.set_)
+
+    def experiment(self, m: SweepMethod, point: dict[str, Any], seed: int) -> ExperimentConfig:
+        return resolve_doc(
+            self.experiment_doc(m, point, seed), f"{self.name}: {m.label} at {point or 'base'}, seed {seed}"
+        ).config
 
 
 def parse_sweep(doc: Any, source: str = "<dict>") -> SweepConfig:
-    """Validate a sweep mapping and every experiment in it (before anything runs).
+    """Validate a sweep mapping and every experiment in it (before anything runs), all
+    problems in one pass: each named by where it was given (``base.trian``,
+    ``methods.1.method``, ``grid.clients_per_round``, ``set.train.lr``), once however many runs
+    share it. Two runs whose directories would be one (labels, or grid points, that differ
+    only in spaces, case or characters a file name cannot hold) are refused, naming both.
 
     Raises:
-        ConfigError: naming the key and what is allowed.
+        ConfigError: naming every key that is wrong and what is allowed.
     """
-    sc = validate_model(SweepConfig, doc, source, "sweep")
-    for m in sc.methods:
-        for p in sc.points():
-            sc.experiment(m, _restrict(p, m), sc.seeds[0])
+    grid = doc.get("grid") if isinstance(doc, dict) and isinstance(doc.get("grid"), dict) else {}
+    grid_keys = {k: f"a grid key of this sweep (grid.{k}); change its values in `grid:`" for k in grid}
+    sc, entries, problems, seed = validate_contenders(
+        SweepConfig,
+        SweepMethod,
+        doc,
+        source,
+        "sweep",
+        {**SET_REFUSED, **grid_keys},
+        "in the run directories runs/LABEL-<point>-s<seed>",
+        grid={k: v for k, v in grid.items() if isinstance(v, list) and v},
+    )
+    runs, dirs = [], []
+    for i, m in entries:
+        for rp in _distinct(_restrict(p, m) for p in sc.points()):
+            layers = [Layer.of("set", sc.set_), Layer.of("grid", rp), *m.layers(i), Layer.of("base", sc.base)]
+            found = problems_of(lambda m=m, rp=rp: sc.experiment(m, rp, seed))
+            runs.append((f"methods.{i} ({m.label!r}) at {rp or 'the base'}", layers, found))
+            dirs.append((f"methods.{i} ({m.label!r}) at {rp}", run_dir_for(Path(), m.label, rp, seed).name))
+    problems += contender_problems(runs)
+    if not any(k.endswith(".label") for k, _ in problems):  # clashing labels clash at every point
+        for a, b, na, nb in clashes(dirs):
+            problems.append(
+                (
+                    "grid",
+                    clash_message(
+                        a,
+                        b,
+                        na,
+                        nb,
+                        "as run directories in runs/ (in a point, characters other than ASCII letters, digits and _ . = + - become _)",
+                        "grid values",
+                    ),
+                )
+            )
+    if problems:
+        raise ConfigError.listing(source, problems, "sweep")
     return sc
 
 
-def load_sweep(path: str | Path) -> SweepConfig:
-    """Read and validate a sweep YAML. Raises FileNotFoundError, ConfigError."""
+def _distinct(points) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for p in points:
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> SweepConfig:
+    """Read and validate a sweep YAML; ``overrides`` (dotted keys, the command line's
+    ``--set``) join its ``set``: they apply to every run, over the methods' own values (a grid
+    key is refused). Raises FileNotFoundError, ConfigError."""
     doc = read_yaml_file(path, "sweep")
     if "grid" not in (doc if isinstance(doc, dict) else {}) and config_kind(doc) == "compare":
         raise ConfigError(f"{path} is a comparison config (no grid): run it with `fedselect compare {path}`")
@@ -166,7 +229,20 @@ def load_sweep(path: str | Path) -> SweepConfig:
             "a sweep config has `base:` (an experiment), `methods:`, `grid:` (dotted keys -> lists of values) and `seeds:` "
             "(e.g. configs/budgeted-sweep-small.yaml)"
         )
-    return parse_sweep(doc, str(path))
+    return parse_sweep(join_set(doc, overrides, str(path), "sweep"), str(path))
+
+
+def saved_sweep(directory: str | Path) -> SweepConfig:
+    """The sweep a directory's ``sweep.json`` records.
+
+    Raises:
+        FileNotFoundError: no sweep.json there. ConfigError: it is invalid.
+    """
+    spec = read_json(Path(directory) / "sweep.json")
+    spec.pop("runs", None)
+    if isinstance(spec.get("base"), dict):  # saved before they were refused: they were not used then either
+        spec["base"] = {k: v for k, v in spec["base"].items() if k not in BASE_REFUSED}
+    return parse_sweep(spec, str(Path(directory) / "sweep.json"))
 
 
 def _restrict(point: dict[str, Any], m: SweepMethod) -> dict[str, Any]:
@@ -182,7 +258,7 @@ def _slug(point: dict[str, Any]) -> str:
 
 def run_dir_for(out: Path, label: str, rp: dict[str, Any], seed: int) -> Path:
     """A run's directory inside a sweep directory."""
-    return Path(out) / "runs" / f"{label.replace(' ', '_')}-{_slug(rp)}-s{seed}"
+    return Path(out) / "runs" / f"{file_name(label)}-{_slug(rp)}-s{seed}"
 
 
 def _fed_key(cfg: ExperimentConfig) -> str:
@@ -201,8 +277,7 @@ def check_sweep_runs(directory: str | Path) -> None:
     d = Path(directory)
     if not (d / "sweep.json").is_file() or (d / "compare.json").exists():
         return
-    spec = read_json(d / "sweep.json")
-    sc = parse_sweep({k: v for k, v in spec.items() if k != "runs"}, str(d / "sweep.json"))
+    sc = saved_sweep(d)
     items = []
     for seed in sc.seeds:
         for p in sc.points():
@@ -280,9 +355,7 @@ def build_sweep_table(out_dir: str | Path, sc: SweepConfig | None = None) -> dic
     if sc is None:
         if not (out / "sweep.json").is_file():
             raise FileNotFoundError(f"{out}: no sweep.json (not a sweep directory)")
-        saved = read_json(out / "sweep.json")
-        saved.pop("runs", None)
-        sc = parse_sweep(saved, str(out / "sweep.json"))
+        sc = saved_sweep(out)
     keys = list(sc.grid)
     rows, seen = [], set()
     for p in sc.points():
