@@ -159,6 +159,7 @@ class RunFiles:
             "round": 0,
             "clock_s": 0.0,
             "available": self.sim.settings.num_clients if online is None else int(online.sum()),
+            "waited_s": 0.0,
             "selected": [],
             "accuracy": before.accuracy,
             "f1_macro": before.f1_macro,
@@ -181,7 +182,7 @@ class RunFiles:
     def round(self, result: RoundResult, state: ServerState) -> bool:
         """Append round ``result.round``'s row, checkpoint, report progress; True to stop."""
         t, ev = result.round, result.after
-        lat, up, down = result.latency_s, result.upload_bytes, result.download_bytes
+        lat, up, down = result.elapsed_s, result.upload_bytes, result.download_bytes  # the wait counts in the latencies
         self.cum["up"] += up
         self.cum["down"] += down
         self.cum["e2e"] += lat
@@ -190,6 +191,7 @@ class RunFiles:
             "round": t,
             "clock_s": result.clock_s,
             "available": result.available,
+            "waited_s": result.waited_s,
             "selected": list(result.selection.clients),
             "accuracy": ev.accuracy if result.evaluated else nan,
             "f1_macro": ev.f1_macro if result.evaluated else nan,

@@ -14,7 +14,8 @@ and the experiment around it::
         recorder.round(result, state)                   # the row, the CSVs, the checkpoint
     final = algorithm.finish(state, totals, last)       # e.g. CEFL's transfer to members
 
-Every rule of a round exists here once: the restart (budgeted online re-runs), the failure kinds
+Every rule of a round exists here once: the wait for a client to come online (simulated time
+never stands still: docs/fleets.md), the restart (budgeted online re-runs), the failure kinds
 and their latencies (docs/reliability.md), the deadline, the failed round, the commit of finite
 aggregates only, the evaluation cadence. ``run`` is a :class:`fedselect.simulation.Simulation`
 (selector, algorithm, fault model, context with the cost model, transport); an engine only
@@ -63,13 +64,16 @@ class RoundPlan:
         faults: chosen client -> the simulated fault drawn for it this round (``drop``,
             ``raise``, ``nan``, ``inf``, ``timeout``) or None.
         jobs: the training jobs to carry out (clients not dropped and not failing at once).
-        clock_s: the simulated time the round starts (s; the previous row's ``e2e_latency_s``).
+        clock_s: the simulated time the round starts (s): the previous row's ``e2e_latency_s``
+            plus ``waited_s``.
         available: clients online when the round started (N without an availability model).
         deadline_s: the round's deadline (s of simulated latency; fixed or adaptive) or None.
         offline_s: participant -> seconds after its work began at which its online period
             ended before it could report (it fails as ``dropout`` then; docs/fleets.md).
         partial_steps: participant -> the local steps it finishes by the deadline, for the
             stragglers that upload partial work (``straggler: partial``).
+        waited_s: how long the server waited, after the previous round, for a client it could
+            select to come online (s; :meth:`fedselect.fl.clock.FleetClock.wait_for`).
     """
 
     round: int
@@ -83,6 +87,7 @@ class RoundPlan:
     deadline_s: float | None = None
     offline_s: dict[int, float] = field(default_factory=dict)
     partial_steps: dict[int, int] = field(default_factory=dict)
+    waited_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,7 @@ class RoundResult:
         columns: the selector's extra per-round values (``Selector.extra_columns``).
         clock_s: the simulated time the round started (s). available: clients online then.
         aggregated_ids: the clients whose updates were averaged (selection order).
+        waited_s: the server's wait for a client to come online before the round (s).
     """
 
     round: int
@@ -123,11 +129,18 @@ class RoundResult:
     clock_s: float = 0.0
     available: int = 0
     aggregated_ids: tuple[int, ...] = ()
+    waited_s: float = 0.0
 
     @property
     def latency_s(self) -> float:
         """Round latency (s): the probing, then the slowest participant (SPEC 0.3)."""
         return CostModel.round_latency_s(self.selection.cost.latency_s, [o.latency_s for o in self.outcomes])
+
+    @property
+    def elapsed_s(self) -> float:
+        """Simulated time from the previous row's end to this one's (s; the row's
+        ``round_latency_s``, summed into ``e2e_latency_s``): the wait, then the round."""
+        return self.waited_s + self.latency_s
 
     @property
     def latency_sum_s(self) -> float:
@@ -158,19 +171,44 @@ class RoundResult:
 
 # ============================================================================ the phases
 def begin(run, t: int, state: ServerState) -> RoundPlan:
-    """The selector chooses (after the round's draws), a restart is applied, the simulated
-    faults are drawn, and the chosen clients' training jobs are planned."""
-    draws, clock = run.ctx.draw(t), run.clock.clock_s
+    """The server waits, if it must, for a client it could select to come online; the selector
+    chooses (after the round's draws), a restart is applied, the simulated faults are drawn, and
+    the chosen clients' training jobs are planned.
+
+    Raises:
+        FleetGone: nobody the selector could choose is online and nobody ever comes back.
+    """
+    draws = run.ctx.draw(t)
+    waited = wait_for_clients(run, t)
+    clock = run.clock.clock_s
     online = run.clock.online(t, clock)
     selection = run.selector.select(run.view(t, draws, state, online))
     run.check_selection(t, selection, online)
     if selection.restart:  # budgeted online re-runs start from a fresh model (BO Algorithm 1)
         state = run.algorithm.initial_state()
-    return _plan(run, t, draws, selection, state, clock, online)
+    return _plan(run, t, draws, selection, state, clock, online, waited)
+
+
+def wait_for_clients(run, t: int) -> float:
+    """Simulated time never stands still (docs/fleets.md): before round ``t`` the server waits
+    until a client it could select is online: any client, or for a selector with a fixed set
+    (:meth:`~fedselect.selectors.base.Selector.fixed_clients`: CEFL's leaders, budgeted
+    online's accepted clients) one of that set. Returns the wait (s; the clock has moved)."""
+    wanted = run.selector.fixed_clients(t)
+    if wanted is not None and not len(wanted):
+        return 0.0  # the method itself has nobody in this round: nothing to wait for
+    return run.clock.wait_for(t, wanted)
 
 
 def _plan(
-    run, t: int, draws: RoundDraws, selection: Selection, state: ServerState, clock_s: float = 0.0, online=None
+    run,
+    t: int,
+    draws: RoundDraws,
+    selection: Selection,
+    state: ServerState,
+    clock_s: float = 0.0,
+    online=None,
+    waited_s: float = 0.0,
 ) -> RoundPlan:
     faults = run.faults.round_faults(t, selection.clients)
     epochs, wants = run.settings.local_epochs, run.selector.wants_sample_losses
@@ -192,7 +230,7 @@ def _plan(
         if faults[k] not in ("drop", "raise") and k not in offline
     )
     available = run.settings.num_clients if online is None else int(online.sum())
-    return RoundPlan(t, draws, selection, state, faults, jobs, clock_s, available, deadline, offline, partial)
+    return RoundPlan(t, draws, selection, state, faults, jobs, clock_s, available, deadline, offline, partial, waited_s)
 
 
 def outcomes_of(run, plan: RoundPlan, results: Sequence[TrainResult]) -> tuple[ClientOutcome, ...]:
@@ -246,9 +284,43 @@ def close(run, plan: RoundPlan, settled: Settled, before: Evaluation) -> RoundRe
         plan.clock_s,
         plan.available,
         settled.aggregated_ids,
+        plan.waited_s,
     )
+    if result.latency_s <= 0.0 and not any(o.ok for o in settled.outcomes):
+        _instant_round(run, plan, settled)
     run.clock.advance(result.latency_s, [o.latency_s for o in settled.outcomes if o.ok])
     return result
+
+
+def _instant_round(run, plan: RoundPlan, settled: Settled) -> None:
+    """A round that took no simulated time and in which no client reported: the next round
+    starts at the same instant. The wait (:func:`wait_for_clients`) leaves only the causes that
+    no clock can change, each logged as a warning: per-round draws (``bernoulli`` availability,
+    fault dropouts without a round deadline) or the method's own choice of nobody.
+
+    Raises:
+        RuntimeError: any other cause (a broken invariant of the clock: a bug).
+    """
+    t, clock, a = plan.round, plan.clock_s, run.clock.availability
+    if not plan.selection.clients:
+        if a.clocked and plan.available == 0:
+            raise RuntimeError(
+                f"round {t} started at {clock:.9g} s with no client online although availability {a.model!r} can be waited on"
+            )
+        why = f"selector {run.selector.name!r} chose nobody of the {plan.available} client(s) online"
+        fixed = run.selector.fixed_clients(t)
+        if fixed is not None and not len(fixed):
+            why = f"selector {run.selector.name!r} has no client in this round"
+        elif not a.clocked and a.restricts:
+            why += f" in this round's {a.model} draw, which has no clock to wait on"
+    elif all(o.failed == "dropout" for o in settled.outcomes):
+        why = (
+            "every participant was unreachable in this round's fault draw and there is no round deadline "
+            "(system.round_deadline_s) to wait for"
+        )
+    else:
+        raise RuntimeError(f"round {t} took no simulated time and no client reported: {[o.failed for o in settled.outcomes]}")
+    log.warning("round %d took no simulated time: %s; the next round starts at the same instant, %.9g s", t, why, clock)
 
 
 def learn(run, t: int, state: ServerState, outcomes: Sequence[ClientOutcome], before: Evaluation):
