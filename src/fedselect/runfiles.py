@@ -182,9 +182,10 @@ class RunFiles:
     def round(self, result: RoundResult, state: ServerState) -> bool:
         """Append round ``result.round``'s row, checkpoint, report progress; True to stop."""
         t, ev = result.round, result.after
-        lat, up, down = result.elapsed_s, result.upload_bytes, result.download_bytes  # the wait counts in the latencies
+        lat, up, down = result.latency_s, result.upload_bytes, result.download_bytes
         self.cum["up"] += up
         self.cum["down"] += down
+        self.cum["e2e"] += result.waited_s  # the wait for a client to come online counts in the end-to-end latency
         self.cum["e2e"] += lat
         nan = math.nan
         row = {

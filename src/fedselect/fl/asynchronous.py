@@ -144,17 +144,14 @@ class AsyncResult(RoundResult):
     slowest participant. ``selection.clients`` are the clients aggregated in this version,
     ``selection.cost`` the probing cost of every selection made in the interval, ``outcomes``
     every piece of work that ended in it (failures included). ``waited_s`` is the part of the
-    interval the server spent idle, waiting for a client to come online."""
+    interval the server spent idle, waiting for a client to come online, and ``latency_s`` the
+    rest, so that, as for a round, the end-to-end latency grows by ``waited_s + latency_s``."""
 
     interval_s: float = 0.0
 
     @property
     def latency_s(self) -> float:
-        return self.interval_s
-
-    @property
-    def elapsed_s(self) -> float:
-        return self.interval_s  # the waits lie inside the interval
+        return self.interval_s - self.waited_s
 
 
 @contextmanager

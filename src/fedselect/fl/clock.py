@@ -44,6 +44,12 @@ log = logging.getLogger("fedselect")
 _NUDGES = 64
 
 
+def _listed(ids) -> str:
+    """``ids`` sorted, as a list in a message (the first 10 and how many more)."""
+    ids = sorted(int(k) for k in ids)
+    return str(ids) if len(ids) <= 10 else f"{str(ids[:10])[:-1]}, ... ({len(ids)} clients)]"
+
+
 class FleetClock:
     """Simulated time and the fleet's conditions of one run (module docstring).
 
@@ -107,7 +113,7 @@ class FleetClock:
                 "round %d: no client%s online at %.9g s; the server waits %.6g s, until %.9g s, when client %d comes "
                 "online (availability %s)",
                 t,
-                "" if clients is None else f" of {sorted(ids.tolist())}",
+                "" if clients is None else f" of {_listed(ids)}",
                 self.clock_s,
                 waited,
                 start,
@@ -128,7 +134,7 @@ class FleetClock:
         a, ids = self.availability, np.asarray(clients, dtype=np.int64)
         at = a.next_online(t, from_s, ids)
         if at is None:
-            who = "client" if len(ids) == self.settings.num_clients else f"client of {sorted(ids.tolist())}"
+            who = "client" if len(ids) == self.settings.num_clients else f"client of {_listed(ids)}"
             msg = (
                 f"{where}: no {who} is online at {from_s:.9g} s of simulated time and none comes online again "
                 f"({a.never_reason(from_s, ids)}); the run stops here, the rows and checkpoint written so far are kept"

@@ -115,7 +115,8 @@ class RoundResult:
         columns: the selector's extra per-round values (``Selector.extra_columns``).
         clock_s: the simulated time the round started (s). available: clients online then.
         aggregated_ids: the clients whose updates were averaged (selection order).
-        waited_s: the server's wait for a client to come online before the round (s).
+        waited_s: the server's wait for a client to come online before the round (s); the
+            end-to-end latency counts it, ``latency_s`` does not.
     """
 
     round: int
@@ -135,12 +136,6 @@ class RoundResult:
     def latency_s(self) -> float:
         """Round latency (s): the probing, then the slowest participant (SPEC 0.3)."""
         return CostModel.round_latency_s(self.selection.cost.latency_s, [o.latency_s for o in self.outcomes])
-
-    @property
-    def elapsed_s(self) -> float:
-        """Simulated time from the previous row's end to this one's (s; the row's
-        ``round_latency_s``, summed into ``e2e_latency_s``): the wait, then the round."""
-        return self.waited_s + self.latency_s
 
     @property
     def latency_sum_s(self) -> float:
