@@ -105,6 +105,47 @@ def test_availability_models_are_deterministic_and_consistent():
     assert t.online(1, 1.0).tolist() == [True, False, False] and t.online_until(1, 1.0, [0]).tolist() == [5.0]
 
 
+def test_next_online_is_the_first_moment_someone_is_online():
+    """The wait's target for every clocked model: online then, nobody online before it."""
+    m = Markov(5, 2, 1.0, 50.0)
+    d = Diurnal(3, 0, 24.0, 0.2, 0.0, 12.0)  # hour slots of 1 s
+    t = Trace(2, {0: np.array([[10.0, 20.0]]), 1: np.array([[2.0, 3.0], [40.0, 41.0]])}, {1: 50.0})
+    for av in (m, d, t):
+        for x in (0.0, 7.3, 21.0, 123.4):
+            y = av.next_online(1, x, range(av.n))
+            assert y >= x and av.online(1, y).any(), (av.model, x)
+            if y > x:
+                assert not av.online(1, (x + y) / 2).any() and not av.online(1, float(np.nextafter(y, 0))).any()
+    # trace: client 1 repeats every 50 s (2-3, 40-41, 52-53 ...); client 0 never after 20 s
+    assert [t.next_online(1, x, [0, 1]) for x in (0.0, 12.0, 21.0, 45.0)] == [2.0, 12.0, 40.0, 52.0]
+    assert t.next_online(1, 21.0, [0]) is None and t.online_until(1, 40.5, [1]).tolist() == [41.0]
+    # diurnal with no chance at any hour, and a trace without rows for the clients: never
+    assert Diurnal(3, 0, 24.0, 0.0, 0.0, 12.0).next_online(1, 0.0, range(3)) is None
+    assert Trace(3, {0: np.array([[0.0, 1.0]])}).next_online(1, 0.5, [1, 2]) is None
+
+
+def test_trace_periods_are_checked(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("client,start_s,end_s,period_s\n0,0,10,100\n0,50,60,100\n1,5,6,\n")
+    iv, per = read_trace(p)
+    assert iv[0].tolist() == [[0.0, 10.0], [50.0, 60.0]] and per == {0: 100.0} and 1 not in per
+    av = Trace(2, iv, per)
+    assert av.online(1, 255.0).tolist() == [True, False] and av.online_until(1, 255.0, [0]).tolist() == [260.0]
+    p.write_text("client,start_s,end_s,period_s\n0,0,10,100\n0,50,60,90\n")
+    with pytest.raises(ValueError, match="different period_s"):
+        read_trace(p)
+    p.write_text("client,start_s,end_s,period_s\n0,0,110,100\n")
+    with pytest.raises(ValueError, match="within its client's period_s"):
+        read_trace(p)
+    p.write_text("client,start_s,end_s,period_s\n0,0,10,0\n")
+    with pytest.raises(ValueError, match="period_s must be > 0"):
+        read_trace(p)
+    # a period that ends online and starts online again goes on through the wrap
+    wrap = Trace(1, {0: np.array([[0.0, 5.0], [90.0, 100.0]])}, {0: 100.0})
+    assert wrap.online_until(1, 95.0, [0]).tolist() == [105.0]
+    assert Trace(1, {0: np.array([[0.0, 100.0]])}, {0: 100.0}).online_until(1, 95.0, [0]).tolist() == [math.inf]
+
+
 def test_trace_file_errors(tmp_path):
     p = tmp_path / "t.csv"
     p.write_text("client,start_s,end_s\n0,5,3\n")

@@ -150,6 +150,37 @@ class FleetClock:
             f"{where}: availability {a.model!r} named {at:.17g} s as a client's next time online, but nobody is online then"
         )
 
+    def standstill(self, t: int, clock_s: float, available: int, selector: str, fixed, failures) -> None:
+        """Round ``t`` took no simulated time and no client reported, so the next round starts
+        at the same instant ``clock_s``. :meth:`wait_for` leaves only the causes no clock can
+        change, each logged as a warning: per-round draws (``bernoulli`` availability, fault
+        dropouts without a round deadline) or the method's own choice of nobody (``failures``:
+        the participants' failure codes, [] when nobody was chosen; ``fixed``: the selector's
+        fixed set this round, or None).
+
+        Raises:
+            RuntimeError: any other cause (a broken invariant of the clock: a bug).
+        """
+        a = self.availability
+        if not failures:
+            if a.clocked and available == 0:
+                raise RuntimeError(
+                    f"round {t} started at {clock_s:.9g} s with nobody online though availability {a.model!r} can be waited on"
+                )
+            why = f"selector {selector!r} chose nobody of the {available} client(s) online"
+            if fixed is not None and not len(fixed):
+                why = f"selector {selector!r} has no client in this round"
+            elif not a.clocked and a.restricts:
+                why += f" in this round's {a.model} draw, which has no clock to wait on"
+        elif all(f == "dropout" for f in failures):
+            why = (
+                "every participant was unreachable in this round's fault draw and there is no round deadline "
+                "(system.round_deadline_s) to wait for"
+            )
+        else:
+            raise RuntimeError(f"round {t} took no simulated time and no client reported: {failures}")
+        log.warning("round %d took no simulated time: %s; the next round starts at the same instant, %.9g s", t, why, clock_s)
+
     # ---------------------------------------------------------------- selection
     def online(self, t: int, clock_s: float) -> np.ndarray | None:
         """``(N,)`` bool of the clients online at ``clock_s``, or None when every client always is."""

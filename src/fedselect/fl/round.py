@@ -281,41 +281,13 @@ def close(run, plan: RoundPlan, settled: Settled, before: Evaluation) -> RoundRe
         settled.aggregated_ids,
         plan.waited_s,
     )
-    if result.latency_s <= 0.0 and not any(o.ok for o in settled.outcomes):
-        _instant_round(run, plan, settled)
+    if result.latency_s <= 0.0 and not any(o.ok for o in settled.outcomes):  # no time passed: say why, or fail
+        sel = run.selector
+        run.clock.standstill(
+            t, plan.clock_s, plan.available, sel.name, sel.fixed_clients(t), [o.failed for o in settled.outcomes]
+        )
     run.clock.advance(result.latency_s, [o.latency_s for o in settled.outcomes if o.ok])
     return result
-
-
-def _instant_round(run, plan: RoundPlan, settled: Settled) -> None:
-    """A round that took no simulated time and in which no client reported: the next round
-    starts at the same instant. The wait (:func:`wait_for_clients`) leaves only the causes that
-    no clock can change, each logged as a warning: per-round draws (``bernoulli`` availability,
-    fault dropouts without a round deadline) or the method's own choice of nobody.
-
-    Raises:
-        RuntimeError: any other cause (a broken invariant of the clock: a bug).
-    """
-    t, clock, a = plan.round, plan.clock_s, run.clock.availability
-    if not plan.selection.clients:
-        if a.clocked and plan.available == 0:
-            raise RuntimeError(
-                f"round {t} started at {clock:.9g} s with no client online although availability {a.model!r} can be waited on"
-            )
-        why = f"selector {run.selector.name!r} chose nobody of the {plan.available} client(s) online"
-        fixed = run.selector.fixed_clients(t)
-        if fixed is not None and not len(fixed):
-            why = f"selector {run.selector.name!r} has no client in this round"
-        elif not a.clocked and a.restricts:
-            why += f" in this round's {a.model} draw, which has no clock to wait on"
-    elif all(o.failed == "dropout" for o in settled.outcomes):
-        why = (
-            "every participant was unreachable in this round's fault draw and there is no round deadline "
-            "(system.round_deadline_s) to wait for"
-        )
-    else:
-        raise RuntimeError(f"round {t} took no simulated time and no client reported: {[o.failed for o in settled.outcomes]}")
-    log.warning("round %d took no simulated time: %s; the next round starts at the same instant, %.9g s", t, why, clock)
 
 
 def learn(run, t: int, state: ServerState, outcomes: Sequence[ClientOutcome], before: Evaluation):
