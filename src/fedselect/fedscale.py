@@ -216,6 +216,11 @@ def capacity_rows(path: str | Path, clients: int | None = None, augmentation: fl
         "different from FedScale: its upload and download size is the pickled model (sys.getsizeof(pickle.dumps(model))); "
         "fedselect's is the bytes of the entries the algorithm sends",
     ]
+    if any(not isinstance(key, int) for key in doc):
+        notes.append(
+            "different from FedScale: the file's keys are not integers; FedScale looks entries up by the integer c % P "
+            "and would give every client its default profile; here each key is read as the integer it spells"
+        )
     if defaulted:
         shown = ", ".join(str(k) for k in defaulted[:10]) + (" ..." if len(defaulted) > 10 else "")
         notes.append(
