@@ -231,3 +231,31 @@ def test_a_version_where_every_update_fails_ends_and_the_run_goes_on(tmp_path):
     rows = _rows(tmp_path / "r")
     assert [r["version"] for r in rows[1:]] == ["1", "2", "3", "4"]
     assert ":nan" in rows[2]["failed"]
+
+
+def test_an_idle_server_waits_for_the_fleet_and_a_gone_fleet_stops_the_run(tmp_path):
+    """Every client online in [0, 0.2 s) and again from 3 s: the version in which the fleet
+    empties waits, idle, until 3 s (the clock's rule, exact: no search); its row's waited_s is
+    that idle time and the end-to-end latency counts it with the rest of the interval. Without
+    the second period nobody ever comes back: the run stops naming the server version."""
+    from fedselect.fl.availability import FleetGone
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("client,start_s,end_s\n" + "".join(f"{k},0,0.2\n{k},3.0,inf\n" for k in range(8)))
+    doc = _doc(
+        rounds=6,
+        mode="async",
+        async_={"concurrency": 3, "buffer_size": 2},
+        availability={"model": "trace", "trace_file": str(trace)},
+    )
+    run_experiment(parse_experiment(doc), tmp_path / "r", workers=0)
+    rows = _rows(tmp_path / "r")[1:]
+    idle = [r for r in rows if float(r["waited_s"]) > 0]
+    assert len(idle) == 1 and float(idle[0]["e2e_latency_s"]) > 3.0
+    for r in rows:
+        whole = float(r["e2e_latency_s"]) - float(r["clock_s"])
+        assert float(r["waited_s"]) + float(r["round_latency_s"]) == pytest.approx(whole, abs=1e-9)
+    assert "waiting until 3 s" in (tmp_path / "r" / "run.log").read_text()
+    trace.write_text("client,start_s,end_s\n" + "".join(f"{k},0,0.2\n" for k in range(8)))
+    with pytest.raises(FleetGone, match=r"server version \d+: no client of .* comes online again"):
+        run_experiment(parse_experiment(doc), tmp_path / "gone", workers=0)

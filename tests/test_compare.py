@@ -91,6 +91,7 @@ def _fake_run(d, rows, rounds, complete=True, columns=CORE_COLUMNS):
             "failed": "",
             "clock_s": lat,
             "available": 2,
+            "waited_s": 0.0,
         }
         lines.append(",".join(str(vals[c]) for c in columns))
     (d / "metrics.csv").write_text("\n".join(lines) + "\n")

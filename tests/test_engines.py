@@ -228,6 +228,23 @@ def test_fleet_features_give_the_same_run_on_both_engines(case, fleet_fed, tmp_p
     assert [float(r["clock_s"]) for r in rows] == sorted(float(r["clock_s"]) for r in rows)
 
 
+@pytest.mark.parametrize("case", ["fedavg", "cefl"])
+def test_a_wait_for_the_fleet_is_the_same_on_both_engines(case, fed, tmp_path):
+    """Every client offline from 0.1 s to 1.5 s: the round that meets the empty fleet waits
+    until 1.5 s (fedselect.fl.round.begin, which both engines call) and both engines write the
+    same files."""
+    import csv
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("client,start_s,end_s\n" + "".join(f"{k},0,0.1\n{k},1.5,inf\n" for k in range(6)))
+    doc = {**CASES[case], "rounds": 4, "availability": {"model": "trace", "trace_file": str(trace)}}
+    sim = on_simulator(doc, tmp_path / "sim", fed)
+    assert_same_run(sim, on_flower(doc, tmp_path / "flower", fed))
+    rows = list(csv.DictReader(open(sim / "metrics.csv")))[1:]
+    waited = [r for r in rows if float(r["waited_s"]) > 0]
+    assert len(waited) == 1 and float(waited[0]["clock_s"]) == 1.5
+
+
 # ---------------------------------------------------------------------------- mode: async on both engines
 ASYNC = {
     "mode": "async",

@@ -72,7 +72,10 @@ class AvailabilityConfig(_Section):
     p_peak: float = Field(0.9, ge=0, le=1, description="diurnal: online probability at the local peak hour")
     p_trough: float = Field(0.1, ge=0, le=1, description="diurnal: online probability 12 hours from the peak")
     peak_hour: float = Field(20.0, ge=0, lt=24, description="diurnal: local hour of the peak (0-24)")
-    trace_file: str | None = Field(None, description="trace: CSV with columns client,start_s,end_s, one row per online interval")
+    trace_file: str | None = Field(
+        None,
+        description="trace: CSV with columns client,start_s,end_s[,period_s], one row per online interval (period_s: they repeat)",
+    )
 
     @model_validator(mode="after")
     def _trace_needs_file(self) -> "AvailabilityConfig":

@@ -159,6 +159,7 @@ class RunFiles:
             "round": 0,
             "clock_s": 0.0,
             "available": self.sim.settings.num_clients if online is None else int(online.sum()),
+            "waited_s": 0.0,
             "selected": [],
             "accuracy": before.accuracy,
             "f1_macro": before.f1_macro,
@@ -184,12 +185,14 @@ class RunFiles:
         lat, up, down = result.latency_s, result.upload_bytes, result.download_bytes
         self.cum["up"] += up
         self.cum["down"] += down
+        self.cum["e2e"] += result.waited_s  # the wait for a client to come online counts in the end-to-end latency
         self.cum["e2e"] += lat
         nan = math.nan
         row = {
             "round": t,
             "clock_s": result.clock_s,
             "available": result.available,
+            "waited_s": result.waited_s,
             "selected": list(result.selection.clients),
             "accuracy": ev.accuracy if result.evaluated else nan,
             "f1_macro": ev.f1_macro if result.evaluated else nan,

@@ -12,8 +12,8 @@ written to ``metrics.csv`` in that round (TensorBoard stores them as float32):
 
 * ``eval/accuracy``, ``eval/f1_macro``, ``eval/test_loss`` (rounds that were not evaluated are
   left out, not written as NaN), ``train/train_loss``;
-* ``latency/round_latency_s``, ``latency/latency_sum_s``, ``latency/e2e_latency_s`` (simulated
-  seconds);
+* ``latency/round_latency_s``, ``latency/latency_sum_s``, ``latency/e2e_latency_s``,
+  ``latency/waited_s`` (simulated seconds);
 * ``bytes/upload_bytes``, ``bytes/download_bytes``, ``bytes/cum_upload_bytes``,
   ``bytes/cum_download_bytes``;
 * ``train/aggregated`` (updates averaged), ``train/round_failed`` (0/1), ``train/failed_clients``
@@ -57,6 +57,7 @@ CORE_GROUPS = {
     "round_latency_s": "latency",
     "latency_sum_s": "latency",
     "e2e_latency_s": "latency",
+    "waited_s": "latency",
     "upload_bytes": "bytes",
     "download_bytes": "bytes",
     "cum_upload_bytes": "bytes",

@@ -67,8 +67,6 @@ __all__ = [
 STALENESS_FUNCTIONS = ("constant", "polynomial", "hinge")
 #: columns an async run adds to metrics.csv after the core and reliability ones
 ASYNC_COLUMNS = ["version", "staleness_mean", "staleness_max"]
-#: how far ahead (s of simulated time) an idle server looks for a client coming online
-WAIT_HORIZON_S = 1e6
 
 
 def staleness_weight(function: str, s: int, a: float = 0.5, b: float = 4.0) -> float:
@@ -145,13 +143,15 @@ class AsyncResult(RoundResult):
     simulated time since the previous aggregation (``interval_s``) instead of a round's
     slowest participant. ``selection.clients`` are the clients aggregated in this version,
     ``selection.cost`` the probing cost of every selection made in the interval, ``outcomes``
-    every piece of work that ended in it (failures included)."""
+    every piece of work that ended in it (failures included). ``waited_s`` is the part of the
+    interval the server spent idle, waiting for a client to come online, and ``latency_s`` the
+    rest, so that, as for a round, the end-to-end latency grows by ``waited_s + latency_s``."""
 
     interval_s: float = 0.0
 
     @property
     def latency_s(self) -> float:
-        return self.interval_s
+        return self.interval_s - self.waited_s
 
 
 @contextmanager
@@ -186,6 +186,7 @@ class _Loop:
     starts: dict = field(default_factory=dict)  # client id -> starts in this version (mini-batch streams)
     version_start: float = 0.0
     available: int = 0
+    waited: float = 0.0  # simulated time this version's server spent idle, waiting for a client to come online
 
     # ------------------------------------------------------------------ selection
     def _idle(self, t: int, at: float) -> tuple[np.ndarray, np.ndarray | None]:
@@ -251,34 +252,25 @@ class _Loop:
         return "started"
 
     def wait(self) -> bool:
-        """Nothing in flight and nobody available: move the clock to the next moment a client
-        is available (doubling steps, then bisection; at most :data:`WAIT_HORIZON_S` ahead).
-        False when none comes, when every client already failed in this version, or when
-        availability never changes with time."""
-        if not self.run.clock.availability.restricts:
+        """Nothing in flight and nobody available: move the clock to the next moment an idle
+        client comes online (the clock's rule, :meth:`fedselect.fl.clock.FleetClock.next_online`).
+        False when every client already failed in this version, or when availability has no
+        clock to wait on (``always``, ``bernoulli``).
+
+        Raises:
+            FleetGone: no idle client ever comes online again.
+        """
+        clock, n = self.run.clock, self.run.settings.num_clients
+        if not clock.availability.clocked:
             return False
-        if len(self.failed_now | set(self.flying)) >= self.run.settings.num_clients:
+        busy = self.failed_now | set(self.flying)
+        if len(busy) >= n:
             return False  # every client already failed in this version: nobody to wait for
-        t = self.version + 1
-        lo, step, hi = self.now, 1.0, None
-        while step <= WAIT_HORIZON_S:
-            x = self.now + step
-            if self._idle(t, x)[0].any():
-                hi = x
-                break
-            lo, step = x, step * 2
-        if hi is None:
-            return False
-        for _ in range(60):
-            if hi - lo <= 1e-6 * max(1.0, hi):
-                break
-            mid = (lo + hi) / 2
-            if self._idle(t, mid)[0].any():
-                hi = mid
-            else:
-                lo = mid
-        log.info("server version %d: no client available at %.6g s; waiting until %.6g s", self.version, self.now, hi)
-        self.now = hi
+        ids = [k for k in range(n) if k not in busy]
+        at = clock.next_online(self.version + 1, self.now, ids, f"server version {self.version + 1}")
+        log.info("server version %d: no client available at %.9g s; waiting until %.9g s", self.version, self.now, at)
+        self.waited += at - self.now
+        self.now = at
         return True
 
     # ------------------------------------------------------------------ events
@@ -353,12 +345,14 @@ class _Loop:
             self.version_start,
             self.available,
             ids if committed else (),
+            waited_s=self.waited,
             interval_s=self.now - self.version_start,
         )
         self.state, self.before, self.version = state, after, t
         run.clock.clock_s = self.now
         self.buffer, self.ended, self.costs, self.starts = [], [], [], {}
         self.failed_now = set()
+        self.waited = 0.0
         self.version_start = self.now
         online = run.clock.online(t + 1, self.now)
         self.available = run.settings.num_clients if online is None else int(online.sum())

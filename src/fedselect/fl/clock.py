@@ -8,6 +8,10 @@ One :class:`FleetClock` per run (``Simulation.clock``), read by the round
   every earlier round's (the previous row's ``e2e_latency_s``);
 * :meth:`online`: the clients online at a round's start (None: everybody, ``availability:
   always``); the selector sees only those;
+* :meth:`wait_for`: simulated time never stands still for want of clients: a round that finds
+  none of the clients it could select online waits until the next moment one comes online
+  (the row's ``waited_s``), and a fleet that never comes back stops the run
+  (:class:`~fedselect.fl.availability.FleetGone`);
 * :meth:`deadline_s`: the round's deadline: ``system.round_deadline_s``, or with
   ``system.adaptive_deadline`` the given percentile of the latencies of the participants that
   reported in the last ``window`` rounds;
@@ -22,15 +26,28 @@ continues exactly.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
 from typing import Any
 
 import numpy as np
 
-from fedselect.fl.availability import Availability
+from fedselect.fl.availability import Availability, FleetGone
 
-__all__ = ["FleetClock"]
+__all__ = ["FleetClock", "FleetGone"]
+
+log = logging.getLogger("fedselect")
+
+#: how many times a moment the availability model named is moved up by one ulp until the model
+#: agrees that a client is online then (the float rounding of ``x mod period``, slot starts)
+_NUDGES = 64
+
+
+def _listed(ids) -> str:
+    """``ids`` sorted, as a list in a message (the first 10 and how many more)."""
+    ids = sorted(int(k) for k in ids)
+    return str(ids) if len(ids) <= 10 else f"{str(ids[:10])[:-1]}, ... ({len(ids)} clients)]"
 
 
 class FleetClock:
@@ -73,6 +90,96 @@ class FleetClock:
         self.clock_s += float(round_latency_s)
         if self.adaptive is not None:
             self.history.append([float(x) for x in reported_latencies_s])
+
+    def wait_for(self, t: int, clients=None) -> float:
+        """Round ``t`` is about to start at ``clock_s``: when none of ``clients`` (None: any
+        client) is online, move the clock to the next moment one is, and return the wait (s;
+        0.0 when one is online now, and always with a model that has no clock: ``always``,
+        ``bernoulli``). The wait is logged in run.log.
+
+        Raises:
+            FleetGone: none of them is online and none ever comes online again; the message
+                names the round, the time and the reason (e.g. the trace has ended).
+        """
+        a = self.availability
+        if not a.clocked:
+            return 0.0
+        ids = np.arange(self.settings.num_clients) if clients is None else np.asarray(clients, dtype=np.int64)
+        start = self.next_online(t, self.clock_s, ids, f"round {t}")
+        waited = start - self.clock_s
+        if waited > 0:
+            first = int(ids[np.flatnonzero(a.online(t, start)[ids])[0]])
+            log.info(
+                "round %d: no client%s online at %.9g s; the server waits %.6g s, until %.9g s, when client %d comes "
+                "online (availability %s)",
+                t,
+                "" if clients is None else f" of {_listed(ids)}",
+                self.clock_s,
+                waited,
+                start,
+                first,
+                a.model,
+            )
+            self.clock_s = start
+        return waited
+
+    def next_online(self, t: int, from_s: float, clients, where: str) -> float:
+        """The earliest moment at or after ``from_s`` at which one of ``clients`` is online, as
+        the availability model's own :meth:`~fedselect.fl.availability.Availability.online`
+        sees it (``where`` names the round or server version in an error).
+
+        Raises:
+            FleetGone: none of them ever comes online again.
+        """
+        a, ids = self.availability, np.asarray(clients, dtype=np.int64)
+        at = a.next_online(t, from_s, ids)
+        if at is None:
+            who = "client" if len(ids) == self.settings.num_clients else f"client of {_listed(ids)}"
+            msg = (
+                f"{where}: no {who} is online at {from_s:.9g} s of simulated time and none comes online again "
+                f"({a.never_reason(from_s, ids)}); the run stops here, the rows and checkpoint written so far are kept"
+            )
+            log.error(msg)
+            raise FleetGone(msg)
+        at = max(float(at), float(from_s))
+        for _ in range(_NUDGES):
+            if a.online(t, at)[ids].any():
+                return at
+            at = float(np.nextafter(at, math.inf))
+        raise RuntimeError(
+            f"{where}: availability {a.model!r} named {at:.17g} s as a client's next time online, but nobody is online then"
+        )
+
+    def standstill(self, t: int, clock_s: float, available: int, selector: str, fixed, failures) -> None:
+        """Round ``t`` took no simulated time and no client reported, so the next round starts
+        at the same instant ``clock_s``. :meth:`wait_for` leaves only the causes no clock can
+        change, each logged as a warning: per-round draws (``bernoulli`` availability, fault
+        dropouts without a round deadline) or the method's own choice of nobody (``failures``:
+        the participants' failure codes, [] when nobody was chosen; ``fixed``: the selector's
+        fixed set this round, or None).
+
+        Raises:
+            RuntimeError: any other cause (a broken invariant of the clock: a bug).
+        """
+        a = self.availability
+        if not failures:
+            if a.clocked and available == 0:
+                raise RuntimeError(
+                    f"round {t} started at {clock_s:.9g} s with nobody online though availability {a.model!r} can be waited on"
+                )
+            why = f"selector {selector!r} chose nobody of the {available} client(s) online"
+            if fixed is not None and not len(fixed):
+                why = f"selector {selector!r} has no client in this round"
+            elif not a.clocked and a.restricts:
+                why += f" in this round's {a.model} draw, which has no clock to wait on"
+        elif all(f == "dropout" for f in failures):
+            why = (
+                "every participant was unreachable in this round's fault draw and there is no round deadline "
+                "(system.round_deadline_s) to wait for"
+            )
+        else:
+            raise RuntimeError(f"round {t} took no simulated time and no client reported: {failures}")
+        log.warning("round %d took no simulated time: %s; the next round starts at the same instant, %.9g s", t, why, clock_s)
 
     # ---------------------------------------------------------------- selection
     def online(self, t: int, clock_s: float) -> np.ndarray | None:

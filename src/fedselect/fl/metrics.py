@@ -32,10 +32,11 @@ CORE_COLUMNS = [
     "failed",
     "clock_s",
     "available",
+    "waited_s",
 ]
 #: core columns added after runs were already being saved: a run directory whose metrics.csv
 #: lacks them is still read (report, compare) and resumed with the columns it started with
-LATER_CORE_COLUMNS = ("latency_sum_s",)
+LATER_CORE_COLUMNS = ("latency_sum_s", "waited_s")
 TIMING_COLUMNS = ["round", "wall_s", "cum_wall_s"]
 
 

@@ -14,7 +14,8 @@ and the experiment around it::
         recorder.round(result, state)                   # the row, the CSVs, the checkpoint
     final = algorithm.finish(state, totals, last)       # e.g. CEFL's transfer to members
 
-Every rule of a round exists here once: the restart (budgeted online re-runs), the failure kinds
+Every rule of a round exists here once: the wait for a client to come online (simulated time
+never stands still: docs/fleets.md), the restart (budgeted online re-runs), the failure kinds
 and their latencies (docs/reliability.md), the deadline, the failed round, the commit of finite
 aggregates only, the evaluation cadence. ``run`` is a :class:`fedselect.simulation.Simulation`
 (selector, algorithm, fault model, context with the cost model, transport); an engine only
@@ -63,13 +64,16 @@ class RoundPlan:
         faults: chosen client -> the simulated fault drawn for it this round (``drop``,
             ``raise``, ``nan``, ``inf``, ``timeout``) or None.
         jobs: the training jobs to carry out (clients not dropped and not failing at once).
-        clock_s: the simulated time the round starts (s; the previous row's ``e2e_latency_s``).
+        clock_s: the simulated time the round starts (s): the previous row's ``e2e_latency_s``
+            plus ``waited_s``.
         available: clients online when the round started (N without an availability model).
         deadline_s: the round's deadline (s of simulated latency; fixed or adaptive) or None.
         offline_s: participant -> seconds after its work began at which its online period
             ended before it could report (it fails as ``dropout`` then; docs/fleets.md).
         partial_steps: participant -> the local steps it finishes by the deadline, for the
             stragglers that upload partial work (``straggler: partial``).
+        waited_s: how long the server waited, after the previous round, for a client it could
+            select to come online (s; :meth:`fedselect.fl.clock.FleetClock.wait_for`).
     """
 
     round: int
@@ -83,6 +87,7 @@ class RoundPlan:
     deadline_s: float | None = None
     offline_s: dict[int, float] = field(default_factory=dict)
     partial_steps: dict[int, int] = field(default_factory=dict)
+    waited_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,8 @@ class RoundResult:
         columns: the selector's extra per-round values (``Selector.extra_columns``).
         clock_s: the simulated time the round started (s). available: clients online then.
         aggregated_ids: the clients whose updates were averaged (selection order).
+        waited_s: the server's wait for a client to come online before the round (s); the
+            end-to-end latency counts it, ``latency_s`` does not.
     """
 
     round: int
@@ -123,6 +130,7 @@ class RoundResult:
     clock_s: float = 0.0
     available: int = 0
     aggregated_ids: tuple[int, ...] = ()
+    waited_s: float = 0.0
 
     @property
     def latency_s(self) -> float:
@@ -158,19 +166,44 @@ class RoundResult:
 
 # ============================================================================ the phases
 def begin(run, t: int, state: ServerState) -> RoundPlan:
-    """The selector chooses (after the round's draws), a restart is applied, the simulated
-    faults are drawn, and the chosen clients' training jobs are planned."""
-    draws, clock = run.ctx.draw(t), run.clock.clock_s
+    """The server waits, if it must, for a client it could select to come online; the selector
+    chooses (after the round's draws), a restart is applied, the simulated faults are drawn, and
+    the chosen clients' training jobs are planned.
+
+    Raises:
+        FleetGone: nobody the selector could choose is online and nobody ever comes back.
+    """
+    draws = run.ctx.draw(t)
+    waited = wait_for_clients(run, t)
+    clock = run.clock.clock_s
     online = run.clock.online(t, clock)
     selection = run.selector.select(run.view(t, draws, state, online))
     run.check_selection(t, selection, online)
     if selection.restart:  # budgeted online re-runs start from a fresh model (BO Algorithm 1)
         state = run.algorithm.initial_state()
-    return _plan(run, t, draws, selection, state, clock, online)
+    return _plan(run, t, draws, selection, state, clock, online, waited)
+
+
+def wait_for_clients(run, t: int) -> float:
+    """Simulated time never stands still (docs/fleets.md): before round ``t`` the server waits
+    until a client it could select is online: any client, or for a selector with a fixed set
+    (:meth:`~fedselect.selectors.base.Selector.fixed_clients`: CEFL's leaders, budgeted
+    online's accepted clients) one of that set. Returns the wait (s; the clock has moved)."""
+    wanted = run.selector.fixed_clients(t)
+    if wanted is not None and not len(wanted):
+        return 0.0  # the method itself has nobody in this round: nothing to wait for
+    return run.clock.wait_for(t, wanted)
 
 
 def _plan(
-    run, t: int, draws: RoundDraws, selection: Selection, state: ServerState, clock_s: float = 0.0, online=None
+    run,
+    t: int,
+    draws: RoundDraws,
+    selection: Selection,
+    state: ServerState,
+    clock_s: float = 0.0,
+    online=None,
+    waited_s: float = 0.0,
 ) -> RoundPlan:
     faults = run.faults.round_faults(t, selection.clients)
     epochs, wants = run.settings.local_epochs, run.selector.wants_sample_losses
@@ -192,7 +225,7 @@ def _plan(
         if faults[k] not in ("drop", "raise") and k not in offline
     )
     available = run.settings.num_clients if online is None else int(online.sum())
-    return RoundPlan(t, draws, selection, state, faults, jobs, clock_s, available, deadline, offline, partial)
+    return RoundPlan(t, draws, selection, state, faults, jobs, clock_s, available, deadline, offline, partial, waited_s)
 
 
 def outcomes_of(run, plan: RoundPlan, results: Sequence[TrainResult]) -> tuple[ClientOutcome, ...]:
@@ -246,7 +279,13 @@ def close(run, plan: RoundPlan, settled: Settled, before: Evaluation) -> RoundRe
         plan.clock_s,
         plan.available,
         settled.aggregated_ids,
+        plan.waited_s,
     )
+    if result.latency_s <= 0.0 and not any(o.ok for o in settled.outcomes):  # no time passed: say why, or fail
+        sel = run.selector
+        run.clock.standstill(
+            t, plan.clock_s, plan.available, sel.name, sel.fixed_clients(t), [o.failed for o in settled.outcomes]
+        )
     run.clock.advance(result.latency_s, [o.latency_s for o in settled.outcomes if o.ok])
     return result
 

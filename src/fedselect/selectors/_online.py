@@ -226,8 +226,13 @@ class OnlineSelection(Selector):
         if run is None:
             return Selection(())
         restart = t == run["start_round"] and run["run"] > 0 and not self.options.keep_global  # Algorithm 1 re-initialises
-        stayed = [k for k in sorted(run["accepted_clients"]) if self.leave[k] > t - 1]
-        return Selection(view.online(stayed), restart=restart)  # an accepted client offline this round sits it out
+        return Selection(view.online(self.fixed_clients(t)), restart=restart)  # an accepted client offline this round sits it out
+
+    def fixed_clients(self, t: int) -> list[int] | None:
+        """The current run's accepted clients still in the stream at round ``t`` ([] before the
+        first run holds anyone, or once they all left)."""
+        run = self._run_at(t)
+        return [] if run is None else [k for k in sorted(run["accepted_clients"]) if self.leave[k] > t - 1]
 
     def observe(self, t, outcomes, feedback):
         run = self._run_at(t)

@@ -256,6 +256,13 @@ class Selector:
         """Whom to train in round ``view.round``."""
         raise NotImplementedError
 
+    def fixed_clients(self, t: int) -> list[int] | None:
+        """The set a fixed-set selector trains in round ``t`` of whoever is online (CEFL's
+        leaders, budgeted online's accepted clients; [] when it has nobody this round), or None
+        (default) when it picks among any online clients. A round that finds none of these
+        online waits for one of them to come online (docs/fleets.md)."""
+        return None
+
     def observe(self, t: int, outcomes: Sequence[ClientOutcome], feedback: Feedback) -> dict[str, Any]:
         """Learn from round ``t``: ``outcomes`` holds every selected client in selection order,
         failed ones included (``failed`` set, ``state`` None): charge a failed client its

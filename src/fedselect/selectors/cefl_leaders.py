@@ -118,7 +118,11 @@ class CeflLeaders(Selector):
     def select(self, view: RoundView) -> Selection:
         if self.groups is None:
             raise RuntimeError("cefl_leaders: select() before prepare()")
-        return Selection(view.online(sorted(self.groups.leaders)))  # a leader offline this round sits it out
+        return Selection(view.online(self.fixed_clients(view.round)))  # a leader offline this round sits it out
+
+    def fixed_clients(self, t: int) -> list[int] | None:
+        """CEFL's leaders (FL runs among them only)."""
+        return None if self.groups is None else sorted(self.groups.leaders)
 
     def state_dict(self) -> dict[str, Any]:
         out = super().state_dict()
