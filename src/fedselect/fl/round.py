@@ -247,7 +247,7 @@ def close(run, plan: RoundPlan, settled: Settled, before: Evaluation) -> RoundRe
         plan.available,
         settled.aggregated_ids,
     )
-    run.clock.advance(result.latency_s, [o.latency_s for o in settled.outcomes if o.ok])
+    run.clock.advance(result.latency_s, settled.outcomes)
     return result
 
 
