@@ -8,7 +8,6 @@
 * :func:`update_reputations` — applies one of the three to the selected clients only.
 * :func:`normalise_latency` — min-max normalised latency (SPEC 0.3) used in FR-eq 10.
 * :func:`favor_reward` — FAVOR's scalar reward 64^(acc - target) - 1 (SPEC 1.5).
-* :func:`censored_latency` — what a timed-out client's latency is taken to be (Oort, FLASH-RL).
 
 Nothing here touches a random number generator or a model: inputs are arrays and floats.
 """
@@ -194,32 +193,3 @@ def favor_reward(accuracy: float, target: float, base: float = 64.0) -> float:
     Accuracy and target are fractions in [0, 1]; the reward is in (-1, base - 1], 0 at the target.
     """
     return float(base ** (float(accuracy) - float(target)) - 1.0)
-
-
-#: a timed-out client is charged at least this many deadlines (:func:`censored_latency`)
-TIMEOUT_LATENCY_FACTOR = 2.0
-
-
-def censored_latency(previous: float, deadline: float, factor: float = TIMEOUT_LATENCY_FACTOR) -> float:
-    """The latency a selector records for a client that timed out (``failed == "timeout"``).
-
-    A timeout is a *censored* observation: the client would have taken longer than the deadline,
-    by an unknown amount; the deadline it is reported with (``latency_s``) is a lower bound, not
-    its speed. Recording the deadline would make a client that never delivered look as fast as
-    the deadline, i.e. faster than every slow client that did deliver. The rule (Oort's duration
-    and FLASH-RL's latency term alike): ``max(previous, factor x deadline)``, ``factor`` = 2, where
-    ``previous`` is the selector's estimate before this round (Oort: the client's last duration,
-    or its expected latency from the cost model while unexplored; FLASH-RL: the expected latency).
-    It is always above the deadline and never below what was known before.
-
-    Example: deadline 2.5 s, previous estimate 1.0 s -> 5.0 s; previous 9.0 s -> 9.0 s.
-
-    Raises:
-        ValueError: a deadline that is not a positive finite number, or a factor <= 1.
-    """
-    if not (np.isfinite(deadline) and deadline > 0):
-        raise ValueError(f"censored_latency: the deadline must be a positive number of seconds, got {deadline}")
-    if not factor > 1:
-        raise ValueError(f"censored_latency: factor must be > 1 (above the deadline), got {factor}")
-    prev = float(previous) if np.isfinite(previous) else 0.0
-    return max(prev, float(factor) * float(deadline))
