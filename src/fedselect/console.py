@@ -214,6 +214,7 @@ def fleet_table() -> Table:
     from fedselect.config_fleet import (
         AVAILABILITY_KEYS,
         CAPACITY_KEYS,
+        RULE_KEYS,
         STALENESS_KEYS,
         AsyncConfig,
         AvailabilityConfig,
@@ -246,7 +247,8 @@ def fleet_table() -> Table:
     row("mode", ExperimentConfig.model_fields["mode"])  # docs/async.md
     for name, f in AsyncConfig.model_fields.items():
         if name != "staleness":
-            row(f"async.{name}", f, "mode: async")
+            rules = [r for r, ks in RULE_KEYS.items() if name in ks]
+            row(f"async.{name}", f, f"rule {', '.join(rules)}" if rules else "mode: async")
     for name, f in StalenessConfig.model_fields.items():
         applies = "" if name == "function" else ", ".join(fn for fn, ks in STALENESS_KEYS.items() if name in ks)
         row(f"async.staleness.{name}", f, applies or "mode: async")
