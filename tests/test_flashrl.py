@@ -69,8 +69,11 @@ def test_reputation_variants_and_errors():
 def test_normalised_latency_and_favor_reward():
     assert normalise_latency(15.0, 10.0, 30.0) == pytest.approx(0.25)
     assert np.allclose(normalise_latency(np.array([5.0, 40.0]), 10.0, 30.0), [0.0, 1.0])
-    with pytest.raises(ValueError, match="L_min"):
-        normalise_latency(1.0, 3.0, 3.0)
+    # an empty range (every client alike): 0 at the bounds (up to float rounding), 1 beyond; was a ValueError
+    assert normalise_latency(3.0, 3.0, 3.0) == 0.0 and normalise_latency(3.0 * (1 + 1e-12), 3.0, 3.0) == 0.0
+    assert normalise_latency(np.array([2.0, 3.0, 3.5]), 3.0, 3.0).tolist() == [0.0, 0.0, 1.0]
+    with pytest.raises(ValueError, match="L_min <= L_max"):
+        normalise_latency(1.0, 3.0, 2.0)
     assert favor_reward(0.99, 0.99) == 0.0
     assert favor_reward(0.49, 0.99) == pytest.approx(64**-0.5 - 1)  # -0.875
 

@@ -170,8 +170,19 @@ def update_reputations(
     return out
 
 
+#: relative tolerance under which a latency counts as equal to the bounds of an empty range
+EMPTY_RANGE_RTOL = 1e-9
+
+
 def normalise_latency(latency, l_min: float, l_max: float):
     """Min-max normalised latency for FR-eq 10 (SPEC 0.3): ``clip((l - L_min) / (L_max - L_min), 0, 1)``.
+
+    **Empty range** (``L_max == L_min``: every client alike, one device class and one network
+    without spread): the limit of the clipped formula as the range shrinks to 0, i.e. 0 for a
+    latency at or below the bounds (no client is slower than another: FR-eq 10's latency term
+    charges nobody) and 1 above them (a latency beyond the slowest the fleet allows, e.g. a
+    measured one). "At" allows float rounding (:data:`EMPTY_RANGE_RTOL`): the cost model and the
+    bounds compute the same latency along different float paths.
 
     Args:
         latency: seconds, float or array.
@@ -179,11 +190,15 @@ def normalise_latency(latency, l_min: float, l_max: float):
             (fixed once per federation).
 
     Raises:
-        ValueError: ``l_max <= l_min`` or a bound is not finite.
+        ValueError: ``l_max < l_min`` or a bound is not finite.
     """
-    if not (np.isfinite(l_min) and np.isfinite(l_max)) or l_max <= l_min:
-        raise ValueError(f"normalise_latency: need finite L_min < L_max, got L_min={l_min}, L_max={l_max}")
-    z = np.clip((np.asarray(latency, dtype=np.float64) - l_min) / (l_max - l_min), 0.0, 1.0)
+    if not (np.isfinite(l_min) and np.isfinite(l_max)) or l_max < l_min:
+        raise ValueError(f"normalise_latency: need finite L_min <= L_max, got L_min={l_min}, L_max={l_max}")
+    lat = np.asarray(latency, dtype=np.float64)
+    if l_max == l_min:
+        z = np.where(lat > l_max * (1.0 + EMPTY_RANGE_RTOL), 1.0, 0.0)
+    else:
+        z = np.clip((lat - l_min) / (l_max - l_min), 0.0, 1.0)
     return float(z) if z.ndim == 0 else z
 
 
