@@ -98,3 +98,74 @@ def test_adaptive_deadline_keeps_its_share_on_a_stationary_fleet(percentile):
     assert share[-25:].mean() >= share[1:26].mean() - 0.05
     truth = -2.0 * math.log(1.0 - p)
     assert np.median(deadlines[10:]) == pytest.approx(truth, rel=0.25)
+
+
+# ---------------------------------------------------------------- rounds / latency to target
+def test_to_target_worked_examples():
+    from fedselect.stats import to_target
+
+    # reached in rounds 20 and 40, the third never within its 50 rounds (fedselect.stats docstring)
+    tt = to_target([20, 40, None], [50, 50, 50])
+    assert (tt.value, tt.std, tt.reached, tt.runs, tt.censored) == (40.0, None, 2, 3, True)
+    tt = to_target([20, None, None], [50, 50, 50])  # fewer than half: the median lies beyond 50
+    assert (tt.value, tt.beyond, tt.reached) == (None, 50.0, 1)
+    tt = to_target([20, 40], [50, 50])  # every run reached it: the mean and sd as before
+    assert (tt.value, tt.std, tt.censored) == (30.0, pytest.approx(14.142135623730951), False)
+    assert to_target([None, 3], [None, 9]).runs == 1  # a run without a target (no end) is left out
+
+
+def _three_seeds(tmp_path):
+    """Target 0.8. A reaches it in rounds 2, 2, 3 (20, 20, 30 s); B in round 1 (5 s), round 3
+    (15 s) and never within its 3 rounds (15 s) in seed 2."""
+    import json
+
+    from test_compare import _fake_run
+
+    c = tmp_path / "cmp"
+    a = [(0.5, 0.8, 0.85), (0.6, 0.82, 0.9), (0.6, 0.7, 0.81)]
+    b = [(0.8, 0.85, 0.9), (0.5, 0.6, 0.8), (0.5, 0.6, 0.7)]
+    for lab, accs, step in (("A", a, 10), ("B", b, 5)):
+        for s, acc in enumerate(accs):
+            rows = [(0, 0.1, 0, 0)] + [(r, acc[r - 1], step * r, r) for r in (1, 2, 3)]
+            _fake_run(c / f"runs/{lab}-s{s}", rows, 3)
+    runs = [{"label": lab, "method": lab.lower(), "seed": s, "dir": f"runs/{lab}-s{s}"} for lab in "AB" for s in range(3)]
+    (c / "compare.json").write_text(
+        json.dumps({"name": "cut", "baseline": "A", "methods": [{"label": "A"}, {"label": "B"}], "runs": runs})
+    )
+    return c
+
+
+def test_a_method_that_missed_the_target_is_not_averaged_over_its_lucky_seeds(tmp_path):
+    """B's rounds to target: 1, 3 and censored at 3. Before: the mean over the two that reached it,
+    2.0 ± 1.41 (2/3 reached), -14.3% vs A's 2.33, and a paired mean over seeds 0 and 1. The
+    Kaplan-Meier median (S(1) = 2/3, S(3) = 1/3) is 3.0; A's median 2.0, so +50%; latency to
+    target 15 s against 20 s: -25%; the paired cell has no difference (seed 2 is censored)."""
+    from fedselect.report import build_report
+
+    rep = build_report(_three_seeds(tmp_path), plots=False)
+    a, b = rep["table"]
+    assert a["rounds_to_target"] == pytest.approx(7 / 3) and not a["rounds_to_target_to_target"].censored
+    assert b["rounds_to_target"] == 3.0 and b["rounds_to_target_std"] is None
+    assert b["rounds_to_target_vs"] == pytest.approx(50.0)
+    assert b["latency_to_target_s"] == 15.0 and b["latency_to_target_s_vs"] == pytest.approx(-25.0)
+    md = rep["markdown"]
+    row = next(line for line in md.splitlines() if line.startswith("| B | "))
+    assert "median 3.0 (2/3 reached)" in row and "median 15.0 (2/3 reached)" in row
+    assert "rounds to target (medians: not every run reached it) +50.0% vs A" in md
+    assert "Kaplan-Meier median" in md
+    cells = rep["paired"][0]["cells"]
+    assert cells["rounds_to_target"]["censored"] == [2] and cells["rounds_to_target"]["interval"].mean is None
+    assert "- (censored: in 1 of 3 seeds one side never reached the target)" in md
+    assert cells["final_accuracy"]["interval"].n == 3  # the other quantities are paired as before
+    paired_csv = (tmp_path / "cmp" / "paired.csv").read_text()
+    assert "censored: seeds 2 did not reach the target on one side" in paired_csv
+
+
+def test_one_run_that_never_reached_the_target_reads_beyond_its_rounds(tmp_path):
+    from fedselect.report import build_report
+    from test_compare import _fake_run
+
+    _fake_run(tmp_path / "r", [(0, 0.1, 0, 0), (1, 0.5, 5, 1), (2, 0.6, 10, 2)], 2)
+    (tmp_path / "r" / "config.yaml").write_text("rounds: 2\nmethod: fedavg\nmetrics: {target: 0.8, metric: accuracy}\n")
+    md = build_report(tmp_path / "r", plots=False)["markdown"]
+    assert "> 2.0 (0/1 reached)" in md and "> 10.0 (0/1 reached)" in md

@@ -155,9 +155,9 @@ def print_table(rep: dict) -> None:
         wide.print(pt)
         if nseeds <= 1:
             console.print(paired_intro(name, nseeds), markup=False, highlight=False)
-    from fedselect.tables import round_scores_notes, rounds_note
+    from fedselect.tables import censored_note, round_scores_notes, rounds_note
 
-    for line in [rounds_note(rep["table"]), *round_scores_notes(rep["table"], rep["columns"])]:
+    for line in [rounds_note(rep["table"]), censored_note(rep["table"]), *round_scores_notes(rep["table"], rep["columns"])]:
         if line:  # what the columns mean when methods ran different rounds, and why some cells are blank
             console.print(line, markup=False, highlight=False)
     for line in rep["markdown"].splitlines():
