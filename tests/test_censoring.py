@@ -169,3 +169,39 @@ def test_one_run_that_never_reached_the_target_reads_beyond_its_rounds(tmp_path)
     (tmp_path / "r" / "config.yaml").write_text("rounds: 2\nmethod: fedavg\nmetrics: {target: 0.8, metric: accuracy}\n")
     md = build_report(tmp_path / "r", plots=False)["markdown"]
     assert "> 2.0 (0/1 reached)" in md and "> 10.0 (0/1 reached)" in md
+
+
+def test_a_sweep_gives_censored_rounds_to_target_as_a_median(tmp_path):
+    """A sweep table cell over 3 seeds reaching the target in rounds 4 and 8 and never within 10:
+    the Kaplan-Meier median 8 (2/3 reached), not the mean 6 of the two that reached it; the
+    paired cell is blank."""
+    import json
+
+    from fedselect.report import build_report
+    from fedselect.sweep import _restrict, parse_sweep, run_dir_for
+
+    base = {"rounds": 10, "data": {"dataset": "mnist-embedded", "num_clients": 8}, "model": {"name": "mlp"}}
+    sc = parse_sweep(
+        {
+            "name": "sw",
+            "base": base,
+            "seeds": [0, 1, 2],
+            "baseline": "random",
+            "methods": [{"label": "smart", "method": "fedavg"}, {"label": "random", "method": "fedavg", "grid_keys": []}],
+            "grid": {"clients_per_round": [2]},
+            "columns": ["final_accuracy", "rounds_to_target"],
+        }
+    )
+    reached = {"smart": [4, 8, None], "random": [5, 6, 7]}
+    for m in sc.methods:
+        for s in sc.seeds:
+            d = run_dir_for(tmp_path, m.label, _restrict(sc.points()[0], m), s)
+            d.mkdir(parents=True, exist_ok=True)
+            summary = {"final_accuracy": 0.9, "rounds_to_target": reached[m.label][s], "rounds": 10, "target": 0.9}
+            (d / "summary.json").write_text(json.dumps(summary))
+    (tmp_path / "sweep.json").write_text(json.dumps({**sc.model_dump(mode="json"), "runs": 6}))
+    rep = build_report(tmp_path)
+    smart = next(r for r in rep["rows"] if r["method"] == "smart")
+    assert smart["rounds_to_target"] == 8.0 and smart["rounds_to_target_std"] is None
+    assert "| 2 | smart | 3 | 0.9000 ± 0.0000 | median 8.0 (2/3 reached) |" in rep["markdown"]
+    assert rep["paired"][0]["cells"]["rounds_to_target"]["censored"] == [2]
