@@ -4,6 +4,7 @@ target of runs that never reached it."""
 
 from __future__ import annotations
 
+import csv
 import math
 
 import numpy as np
@@ -205,3 +206,50 @@ def test_a_sweep_gives_censored_rounds_to_target_as_a_median(tmp_path):
     assert smart["rounds_to_target"] == 8.0 and smart["rounds_to_target_std"] is None
     assert "| 2 | smart | 3 | 0.9000 ± 0.0000 | median 8.0 (2/3 reached) |" in rep["markdown"]
     assert rep["paired"][0]["cells"]["rounds_to_target"]["censored"] == [2]
+
+
+@pytest.mark.slow
+def test_adaptive_deadline_on_a_real_run_holds_its_share(tmp_path):
+    """A real 50-round run on a stationary fleet known in closed form: 8 clients of 500 samples
+    (iid; 400 train, data.holdout_fraction 0.2), all selected, one device class f ~ N(1000, 200)
+    MHz drawn per client and round, one network of 10 Mb/s without spread, an MLP of 6,370
+    parameters. Latency (FR-eq 3-5) L = A / f + tx with A = 400 x 784 x 32 bits x 20 cycles /
+    1e6 = 200.704 MHz s and tx = 6,370 x 32 / 10e6 = 0.020384 s, so F(x) = 1 - Phi((A / (x - tx)
+    - 1000) / 200) and the 80th percentile is tx + A / (1000 + 200 z_0.2) = 0.2617 s. Before:
+    the share of participants in time fell from 0.68 (rounds 1-10) to 0.11 (rounds 31-40); now
+    it stays at 0.8 +- 0.1 throughout."""
+    from scipy.stats import norm
+
+    from fedselect.experiment import run_experiment
+    from fedselect.resolve import parse_experiment
+
+    doc = {
+        "name": "deadline",
+        "seed": 0,
+        "method": "fedavg",
+        "rounds": 50,
+        "clients_per_round": 8,
+        "checkpoint_every": 0,
+        "data": {"dataset": "mnist-embedded", "num_clients": 8, "partition": {"scheme": "iid"}},
+        "model": {"name": "mlp", "options": {"hidden": [8]}},
+        "train": {"local_epochs": 1, "batch_size": 50, "lr": 0.05, "workers": 0},
+        "system": {
+            "devices": [{"name": "d", "mean_mhz": 1000.0, "std_mhz": 200.0, "cores": 1}],
+            "networks": [{"name": "n", "mean_mbps": 10.0, "std_mbps": 0.0}],
+            "adaptive_deadline": {"percentile": 80.0, "window": 5},
+        },
+    }
+    run_experiment(parse_experiment(doc), tmp_path / "r")
+    with open(tmp_path / "r" / "metrics.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))[1:]
+    cut = [sum(1 for x in r["failed"].split(";") if x.endswith(":timeout")) for r in rows]
+    share = 1.0 - np.array(cut) / 8.0
+    assert cut[0] == 0  # round 1 has no deadline yet
+    assert abs(share[1:].mean() - 0.8) <= 0.1
+    for a in range(0, 50, 25):  # each half
+        assert abs(share[a : a + 25].mean() - 0.8) <= 0.1
+    a_mhz_s, tx = 400 * 784 * 32 * 20 / 1e6, 6370 * 32 / 10e6
+    q80 = tx + a_mhz_s / (1000.0 + 200.0 * norm.ppf(0.2))
+    assert q80 == pytest.approx(0.2617, abs=1e-4)
+    deadlines = [float(r["round_latency_s"]) for r, c in zip(rows, cut) if c]  # a round with a timeout lasts its deadline
+    assert np.median(deadlines) == pytest.approx(q80, rel=0.1)
