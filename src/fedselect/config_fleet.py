@@ -114,12 +114,14 @@ class CapacityConfig(_Section):
 
 
 class DeadlineConfig(BaseModel):
-    """An adaptive round deadline: the ``percentile`` of the latencies of the participants that
-    reported in the last ``window`` rounds (until the first report: ``system.round_deadline_s``
-    or no deadline)."""
+    """An adaptive round deadline: the ``percentile`` of the participants' latencies in the last
+    ``window`` rounds, those cut off censored at their cut (the Kaplan-Meier estimate;
+    docs/fleets.md), until the first observation ``system.round_deadline_s`` or no deadline."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
-    percentile: float = Field(..., gt=0, le=100, description="percentile (0-100] of recent participants' latencies")
+    percentile: float = Field(
+        ..., gt=0, le=100, description="percentile (0-100] of recent participants' latencies, the cut-off ones censored"
+    )
     window: int = Field(5, ge=1, description="rounds of history")
 
 
