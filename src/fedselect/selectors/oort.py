@@ -22,7 +22,7 @@ Each round t (Oort Algorithm 1), with U slots:
 
 Every step picks only among ``view.available`` (the clients online this round). **Blacklist**
 (the artifact's ``get_blacklist``; Oort Sec. 7.2.3, outliers): with ``blacklist_rounds`` = R >= 0,
-a client that has reported more than R training results is left out of exploitation (and of the
+a client involved more than R times (results and stragglers) is left out of exploitation (and of the
 utility normalisation), at most ``floor(blacklist_max_len x N)`` clients, the most-trained first;
 ``-1`` (the default, as in the artifact) turns it off.
 
@@ -117,7 +117,9 @@ class OortOptions(BaseModel):
         5.0, ge=1, description="exploration draws among the best sample_window x (exploration slots) unexplored clients"
     )
     blacklist_rounds: int = Field(
-        -1, ge=-1, description="a client that has trained more than this many times is not exploited any more; -1 = off"
+        -1,
+        ge=-1,
+        description="a client involved (trained or straggled) more than this many times is not exploited any more; -1 = off",
     )
     blacklist_max_len: float = Field(
         0.3, ge=0, le=1, description="the blacklist holds at most this share of all clients (the most-trained ones)"
