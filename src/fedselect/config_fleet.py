@@ -195,7 +195,9 @@ class AsyncConfig(BaseModel):
         None, ge=1, description="clients training at once (default: clients_per_round); at most data.num_clients"
     )
     buffer_size: int | None = Field(
-        None, ge=1, description="K: the server aggregates every K arrivals (default: concurrency // 2, at least 1)"
+        None,
+        ge=1,
+        description="K: the server aggregates every K arrivals (default: concurrency // 2, at least 1; 1 with rule fedasync)",
     )
     server_lr: float = Field(1.0, gt=0, le=100, description="fedbuff / normalised: eta_g, the server step on the buffer's deltas")
     staleness: StalenessConfig = Field(
