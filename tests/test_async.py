@@ -12,7 +12,7 @@ import torch
 from fedselect.config import ConfigError
 from fedselect.experiment import run_experiment
 from fedselect.fl.aggregate import buffered_update
-from fedselect.fl.asynchronous import staleness_weight
+from fedselect.fl.asynchronous import AsyncSettings, staleness_weight
 from fedselect.resolve import parse_experiment
 
 
@@ -87,6 +87,49 @@ def test_buffered_update_by_hand():
     torch.testing.assert_close(new["w"], torch.tensor([1.25, 1.75]))
 
 
+def _w(*v):
+    return {"w": torch.tensor(v, dtype=torch.float64)}
+
+
+def _settings(rule, weighting="uniform", server_lr=1.0):
+    return AsyncSettings(4, 3, server_lr, "polynomial", 0.5, 4.0, rule, weighting, 0.9)
+
+
+def test_staleness_rules_on_a_buffer_of_one_by_hand():
+    """One update of staleness 3, S = (1 + 3)^-0.5 = 0.5: x = (1, 1), the client downloaded
+    (0, 0) and returned y = (2, 4), Delta = (2, 4). FedBuff (Alg. 1, eta_g = 1): x + S Delta /
+    1 = (2, 3). FedAsync (alpha 0.9): x + 0.9 S (y - x) = (1, 1) + 0.45 (1, 3) = (1.45, 2.35).
+    Normalised by the buffer's own sum of S (the rule before, FedScale's), the weight S / S = 1
+    cancels: x + Delta = (3, 5), whatever the staleness."""
+    old, start, y = _w(1.0, 1.0), _w(0.0, 0.0), _w(2.0, 4.0)
+    got = {r: _settings(r).step(old, [y], [start], [10], [3])["w"].tolist() for r in ("fedbuff", "fedasync", "normalised")}
+    assert got["fedbuff"] == pytest.approx([2.0, 3.0])
+    assert got["fedasync"] == pytest.approx([1.45, 2.35])
+    assert got["normalised"] == pytest.approx([3.0, 5.0])
+    fresh = {r: _settings(r).step(old, [y], [old], [10], [0])["w"].tolist() for r in ("fedbuff", "normalised")}
+    assert fresh["fedbuff"] == fresh["normalised"] == [2.0, 4.0]  # staleness 0: the client's model itself
+
+
+def test_staleness_rules_on_a_buffer_of_three_by_hand():
+    """Staleness 0, 1, 3 (S = 1, 2^-0.5, 0.5), deltas (1, 0), (0, 2), (-2, 2), sizes 10, 30, 60,
+    eta_g = 0.5, x = (1, 1). FedBuff uniform: x + 0.5 (1/3) [(1, 0) + 2^-0.5 (0, 2) + 0.5 (-2, 2)]
+    = (1, 1 + (2^0.5 + 1) / 6); with data-size weights c = (0.1, 0.3, 0.6): x + 0.5 [0.1 (1, 0) +
+    0.3 2^-0.5 (0, 2) + 0.3 (-2, 2)] = (0.75, 1 + 0.5 (0.6 2^-0.5 + 0.6)); normalised with
+    weights n_i S_i = (10, 30 2^-0.5, 30): x + 0.5 (10 (1, 0) + 30 2^-0.5 (0, 2) + 30 (-2, 2)) / (40 + 30 2^-0.5)."""
+    r2 = 2**-0.5
+    old = _w(1.0, 1.0)
+    ys = [_w(2.0, 1.0), _w(0.0, 2.0), _w(-1.0, 4.0)]
+    starts = [old, _w(0.0, 0.0), _w(1.0, 2.0)]
+    args = (old, ys, starts, [10, 30, 60], [0, 1, 3])
+    uniform = _settings("fedbuff", server_lr=0.5).step(*args)["w"].tolist()
+    assert uniform == pytest.approx([1.0, 1.0 + (2**0.5 + 1) / 6])
+    samples = _settings("fedbuff", "samples", 0.5).step(*args)["w"].tolist()
+    assert samples == pytest.approx([0.75, 1.0 + 0.5 * (0.6 * r2 + 0.6)])
+    total = 40 + 30 * r2
+    norm = _settings("normalised", "samples", 0.5).step(*args)["w"].tolist()
+    assert norm == pytest.approx([1.0 + 0.5 * (10 - 60) / total, 1.0 + 0.5 * (60 * r2 + 60) / total])
+
+
 def test_same_seed_same_metrics_and_staleness(tmp_path):
     cfg = parse_experiment(_doc(rounds=4, mode="async", async_={"concurrency": 4, "buffer_size": 2}))
     run_experiment(cfg, tmp_path / "a", workers=0)
@@ -151,6 +194,10 @@ def test_dropout_fails_at_once_and_the_run_goes_on(tmp_path):
         ({"mode": "async", "async": {"staleness": {"function": "step"}}}, "async.staleness.function"),
         ({"mode": "async", "async": {"staleness": {"function": "constant", "a": 2.0}}}, "a applies only to function"),
         ({"mode": "async", "async": {"staleness": {"function": "polynomial", "b": 1.0}}}, "b applies only to function"),
+        ({"mode": "async", "async": {"rule": "fedasync", "buffer_size": 3}}, "rule 'fedasync' mixes each update"),
+        ({"mode": "async", "async": {"rule": "fedasync", "server_lr": 0.5}}, "server_lr applies only to rule"),
+        ({"mode": "async", "async": {"mixing": 0.5}}, "mixing applies only to rule ['fedasync']"),
+        ({"mode": "async", "async": {"rule": "fedavg"}}, "async.rule"),
         ({"mode": "async", "overselect": 1.5}, "overselect"),
         ({"mode": "async", "checkpoint_every": 2}, "checkpoint_every"),
         ({"mode": "async", "selector": {"name": "all"}}, "selector 'all' trains a fixed set"),
@@ -166,6 +213,9 @@ def test_config_errors_name_the_key(over, words):
 def test_async_defaults_and_no_checkpoints():
     cfg = parse_experiment(_doc(mode="async"))
     assert cfg.async_.concurrency == 3 and cfg.async_.buffer_size == 1 and cfg.checkpoint_every == 0
+    assert (cfg.async_.rule, cfg.async_.weighting) == ("fedbuff", "uniform")  # FedBuff Alg. 1: the buffer's mean
+    fa = parse_experiment(_doc(mode="async", async_={"concurrency": 6, "rule": "fedasync"}))
+    assert fa.async_.buffer_size == 1  # not concurrency // 2: FedAsync mixes every update as it arrives
     assert cfg.model_dump(mode="json")["async"]["concurrency"] == 3
 
 

@@ -69,8 +69,11 @@ def test_reputation_variants_and_errors():
 def test_normalised_latency_and_favor_reward():
     assert normalise_latency(15.0, 10.0, 30.0) == pytest.approx(0.25)
     assert np.allclose(normalise_latency(np.array([5.0, 40.0]), 10.0, 30.0), [0.0, 1.0])
-    with pytest.raises(ValueError, match="L_min"):
-        normalise_latency(1.0, 3.0, 3.0)
+    # an empty range (every client alike): 0 at the bounds (up to float rounding), 1 beyond; was a ValueError
+    assert normalise_latency(3.0, 3.0, 3.0) == 0.0 and normalise_latency(3.0 * (1 + 1e-12), 3.0, 3.0) == 0.0
+    assert normalise_latency(np.array([2.0, 3.0, 3.5]), 3.0, 3.0).tolist() == [0.0, 0.0, 1.0]
+    with pytest.raises(ValueError, match="L_min <= L_max"):
+        normalise_latency(1.0, 3.0, 2.0)
     assert favor_reward(0.99, 0.99) == 0.0
     assert favor_reward(0.49, 0.99) == pytest.approx(64**-0.5 - 1)  # -0.875
 
@@ -181,30 +184,41 @@ def test_flashrl_needs_every_round_evaluated(fed):
 
 
 def test_timeouts_and_dropouts_never_look_fast_by_hand(fed):
-    """FR-eq 10's latency term for a failed participant. A timeout reports the deadline (2.5 s):
-    before, it was charged 2.5 s and looked faster than a client that delivered in 4.0 s. Now a
-    timeout is charged max(expected latency, 2 x deadline) and a dropout its expected latency."""
+    """FR-eq 10's latency term l_t^k for a participant cut before its work was done: the latency
+    of its whole work (FR-eq 5, the cost model's, as the paper's environment computes it for
+    every selected client), where that is unknown (an injected hang) at least the cut; a dropout
+    its expected latency. Before: a timeout was charged max(expected, 2 x deadline) = 5.0 s
+    whatever its work took (7.0 s here), a cancelled one likewise."""
+    from dataclasses import replace
+
     from fedselect.fl.types import ClientOutcome, Evaluation
     from fedselect.selectors.base import Feedback
 
     m = make_simulation(_cfg("flashrl"), fed).selector
-    m.l_min, m.l_max = 0.5, 6.0
-    m._expected = np.array([1.0, 2.0, 3.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    m.l_min, m.l_max = 0.5, 8.0
+    m._expected = np.array([1.0, 2.0, 3.0, 1.0, 4.0, 1.0, 1.0, 1.0])
     g = {k: v.clone() for k, v in fed.new_model().state_dict().items()}
 
-    def out(k, latency, failed=None, state=None):
-        return ClientOutcome(k, 1, state, 60, 1.0, 1, latency, 0.0, 0.0, latency, 0, 0, failed, 0.0, 0)
+    def out(k, latency, failed=None, state=None, **kw):
+        return replace(ClientOutcome(k, 1, state, 60, 1.0, 1, latency, 0.0, 0.0, latency, 0, 0, failed, 0.0, 0), **kw)
 
-    outcomes = [out(0, 2.5, "timeout"), out(1, 4.0, None, g), out(2, 0.0, "dropout")]
-    assert [m.latency_for(o) for o in outcomes] == [5.0, 4.0, 3.0]  # max(1, 2 x 2.5); measured; expected
+    outcomes = [
+        out(0, 2.5, "timeout", planned_latency_s=7.0),  # cut at the 2.5 s deadline, its work takes 7 s
+        out(1, 2.4, None, g),  # delivered
+        out(2, 0.0, "dropout"),
+        out(3, 2.5, "timeout"),  # an injected hang: whole latency unknown, at least the cut
+        out(4, 2.5, "timeout"),  # unknown, expected 4.0 s > the cut
+        out(5, 1.8, "cancelled", planned_latency_s=3.3),  # over-selection ended the round at 1.8 s
+    ]
+    assert [m.latency_for(o) for o in outcomes] == [7.0, 2.4, 3.0, 2.5, 4.0, 3.3]
     fb = Feedback(Evaluation(0.5, 0.5, 1.0), Evaluation(0.6, 0.6, 1.0), True, g)
     psi = m.round_rewards(1, outcomes, fb)
-    # Psi = 0.6 (zeta - lnorm) + 0.4 / 8, lnorm = (l - 0.5) / 5.5; client 1 equals the global model:
+    # Psi = 0.6 (zeta - lnorm) + 0.4 / 8, lnorm = (l - 0.5) / 7.5; client 1 equals the global model:
     # divergence 0, the metric improved, zeta = exp(0) = 1; failed clients have zeta 0
-    lnorm = [(5.0 - 0.5) / 5.5, (4.0 - 0.5) / 5.5, (3.0 - 0.5) / 5.5]
-    assert psi.tolist() == pytest.approx([0.6 * -lnorm[0] + 0.05, 0.6 * (1 - lnorm[1]) + 0.05, 0.6 * -lnorm[2] + 0.05])
-    assert lnorm[0] > lnorm[1]  # the client that never delivered is charged more than the slow one that did
-    # (before: 2.5 s -> lnorm 0.364 < 0.636, and the 0 s dropout got lnorm 0, the best possible)
+    lnorm = [(x - 0.5) / 7.5 for x in (7.0, 2.4, 3.0, 2.5, 4.0, 3.3)]
+    zeta = [0, 1, 0, 0, 0, 0]
+    assert psi.tolist() == pytest.approx([0.6 * (z - ln) + 0.05 for z, ln in zip(zeta, lnorm)])
+    assert min(lnorm[i] for i in (0, 3, 4, 5)) >= lnorm[1]  # nobody cut is charged less than one that delivered
 
 
 # ---------------------------------------------------------------- named schedules (paper / tuned / code)

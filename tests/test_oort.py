@@ -5,6 +5,7 @@ end-to-end run on the embedded MNIST and exact kill-and-resume."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,7 +25,6 @@ from fedselect.fl.train import TrainConfig, iterate_minibatches, local_train, ma
 from fedselect.fl.types import ClientOutcome, RunSettings
 from fedselect.kernels.oort import (
     blacklist,
-    exploration_scores,
     normalise_utilities,
     pacer_update,
     preferred_duration,
@@ -32,7 +32,6 @@ from fedselect.kernels.oort import (
     staleness_bonus,
     statistical_utility,
 )
-from fedselect.kernels.rewards import censored_latency
 from fedselect.kernels.sampling import weighted_sample
 from fedselect.resolve import parse_experiment, resolve
 from fedselect.seeding import torch_rng
@@ -231,9 +230,10 @@ def test_epsilon_decays_to_its_floor_and_failures_get_zero_utility():
     # unexplored, so exploring them all takes 41 rounds, then every slot exploits
     assert eps[40] == pytest.approx(0.9 * 0.98**40) and eps[41] == 0.0 and sel.explored.all()
     assert sel.epsilon == 0.2  # the internal eps reached its floor (0.9 * 0.98^t < 0.2 from t = 75)
-    # a timeout is censored: max(previous duration 2.0, 2 x the 7.5 s deadline) = 15 s
-    sel.observe(90, [outcome(0, 90, 10, 0.0, 0, 7.5, "timeout")], None)
-    assert sel.utility[0] == 0.0 and sel.duration[0] == 15.0 and sel.explored[0]  # explored earlier, stays so
+    # a timeout is a straggler (FedScale): the round's mean utility (nobody succeeded: 0) and the
+    # latency of its whole work, 12 s, not the 7.5 s deadline it was cut at
+    sel.observe(90, [replace(outcome(0, 90, 10, 0.0, 0, 7.5, "timeout"), planned_latency_s=12.0)], None)
+    assert sel.utility[0] == 0.0 and sel.duration[0] == 12.0 and sel.explored[0]
 
 
 def test_options_are_validated():
@@ -300,7 +300,9 @@ def test_blacklist_excludes_a_client_after_it_trained_more_than_blacklist_rounds
     assert off.select(view(5)).clients == (0,) and off.pending["blacklisted"] == 0
 
 
-def test_blacklist_count_is_times_trained_cancelled_and_failed_do_not_count():
+def test_blacklist_count_is_times_involved_stragglers_count_dropouts_do_not():
+    """The artifact's count is "times of involved": FedScale's update_client_util adds one for a
+    result and for a straggler (given the round's mean utility); a lost client gets no feedback."""
     sel = explored_fleet([5.0, 4.0, 3.0], [1.0] * 3, 3, blacklist_rounds=1)
     sel.select(view(2))
     sel.observe(
@@ -308,8 +310,9 @@ def test_blacklist_count_is_times_trained_cancelled_and_failed_do_not_count():
         [trained(0, 2, 5.0), outcome(1, 2, 10, 0.0, 0, 3.0, "cancelled"), outcome(2, 2, 10, 0.0, 0, 0.0, "dropout")],
         None,
     )
-    assert sel.count.tolist() == [2, 1, 1]  # only client 0's result counts; over-selection is censored
-    assert sel.utility[1] == 4.0  # a cancelled client keeps its utility (no update)
+    assert sel.count.tolist() == [2, 2, 1]
+    assert sel.utility.tolist() == [5.0, 5.0, 3.0]  # the straggler gets the round's mean, the dropout keeps its own
+    assert sel.last_round.tolist() == [2, 2, 1]
 
 
 def test_blacklist_caps_at_its_share_and_the_round_still_gets_u_clients():
@@ -506,35 +509,61 @@ def test_explored_means_reported_a_training_result(tmp_path):
     assert all(int(r["exploited"]) == 0 for r in rows)
 
 
-def test_a_timeout_is_a_censored_latency_by_hand():
-    """A timeout reports the deadline (2.5 s) as its latency; it is recorded as
-    max(previous duration, 2 x deadline), never as the deadline: before, client 0 (expected 1 s)
-    got duration 2.5 s, below client 1's measured 3.0 s, and looked the faster of the two."""
+def test_stragglers_get_the_rounds_mean_utility_and_their_whole_duration_by_hand():
+    """FedScale's rule for clients that did not finish in time (aggregator.py,
+    round_completion_handler; the artifact's param_server.py): register_feedback(client,
+    last_round_avg_util, time_stamp=round, duration=computation + communication of its whole
+    task), which marks it explored and counts it; a client not active at the end of its work is
+    dropped from the round without feedback. Round 1: clients 1 and 2 deliver (U = 10 sqrt(40 /
+    10) = 20 and 10 sqrt(90 / 10) = 30), client 0 is cancelled at the round's end (3 s) although
+    its work takes 6.5 s, client 3 drops out. Before: client 0 stayed unexplored with utility 0
+    and duration max(1, 2 x 3) = 6 s, its own 6.5 s never seen."""
     ctx = fake_ctx([10, 10, 10, 10], [1.0, 1.0, 1.0, 8.0], 2)
     sel = Oort(ctx)
     sel.select(view(1))
-    sel.observe(1, [outcome(0, 1, 10, 0.0, 0, 2.5, "timeout"), outcome(1, 1, 10, 40.0, 10, 3.0)], None)
-    assert sel.duration.tolist() == [5.0, 3.0, 1.0, 8.0]  # max(1.0, 2 x 2.5) = 5.0 > 3.0
-    assert sel.explored.tolist() == [False, True, False, False]  # the timeout delivered nothing
-    # exploration ranks the unexplored by |B_k| (T / d_k)^2 with T = sorted([5, 3, 1, 8])[int(4 * 0.3)] = 3 s:
-    # client 0: 10 (3/5)^2 = 3.6, client 2: 10, client 3: 10 (3/8)^2 = 1.40625 (client 0 was 10 before)
-    T = preferred_duration(sel.duration, sel.threshold)
-    assert T == 3.0
-    prio = exploration_scores(sel.num_samples[[0, 2, 3]], sel.duration[[0, 2, 3]], T, 2.0)
-    assert prio.tolist() == pytest.approx([3.6, 10.0, 1.40625])
-    # a known slow client that times out keeps its larger estimate: max(9.0, 5.0) = 9.0
+    outs = [
+        replace(outcome(0, 1, 10, 0.0, 0, 3.0, "cancelled"), planned_latency_s=6.5),
+        outcome(1, 1, 10, 40.0, 10, 3.0),
+        outcome(2, 1, 10, 90.0, 10, 2.0),
+        outcome(3, 1, 10, 0.0, 0, 0.0, "dropout"),
+    ]
+    cols = sel.observe(1, outs, None)
+    assert sel.utility.tolist() == pytest.approx([25.0, 20.0, 30.0, 0.0])  # (20 + 30) / 2 for the straggler
+    assert sel.duration.tolist() == [6.5, 3.0, 2.0, 8.0]  # the dropout keeps its expected 8 s
+    assert sel.explored.tolist() == [True, True, True, False]
+    assert sel.count.tolist() == [1, 1, 1, 0] and sel.last_round.tolist() == [1, 1, 1, 0]
+    assert cols["mean_utility"] == pytest.approx(25.0)  # of the results only
+    # a timeout whose whole latency is unknown (a real transport's, an injected hang): at least the
+    # cut, never less than what was known: max(9.0, 2.5) = 9.0 and max(1.0, 2.5) = 2.5
     sel.duration[3] = 9.0
-    sel.observe(2, [outcome(3, 2, 10, 0.0, 0, 2.5, "timeout")], None)
-    assert sel.duration[3] == 9.0
-    # a dropout (with a deadline it reports the deadline) says nothing about speed: kept
-    sel.observe(3, [outcome(2, 3, 10, 0.0, 0, 2.5, "dropout")], None)
-    assert sel.duration[2] == 1.0 and not sel.explored[2]
-    # an error reports the time it really spent
-    sel.observe(4, [outcome(2, 4, 10, 0.0, 0, 0.7, "error")], None)
-    assert sel.duration[2] == 0.7 and not sel.explored[2]
-    assert censored_latency(1.0, 2.5) == 5.0 and censored_latency(9.0, 2.5) == 9.0
-    with pytest.raises(ValueError, match="deadline"):
-        censored_latency(1.0, 0.0)
+    sel.observe(2, [outcome(3, 2, 10, 0.0, 0, 2.5, "timeout"), outcome(2, 2, 10, 0.0, 0, 2.5, "timeout")], None)
+    assert sel.duration[3] == 9.0 and sel.duration[2] == 2.5
+    assert sel.utility[3] == 0.0 and sel.explored[3]  # nobody succeeded: mean utility 0
+    # a straggler's partial work is a result, but its duration is its whole work's (5.0 s), not 2.4 s
+    sel.observe(3, [replace(outcome(1, 3, 10, 40.0, 10, 2.4), local_steps=2, planned_latency_s=5.0)], None)
+    assert sel.duration[1] == 5.0 and sel.utility[1] == pytest.approx(20.0)
+    # an error reports the time it really spent, utility 0
+    sel.observe(4, [outcome(1, 4, 10, 0.0, 0, 0.7, "error")], None)
+    assert sel.duration[1] == 0.7 and sel.utility[1] == 0.0
+
+
+def test_the_round_gives_cut_participants_their_planned_latency(fed):
+    """A timeout and a cancelled participant keep the cost model's latency of their whole work
+    (FR-eq 3-5) in ``planned_latency_s`` while ``latency_s`` is the cut."""
+    from fedselect.fl.round import cancel_late
+
+    run = Simulation(resolve(tiny(system={"round_deadline_s": 1e-9})), fed)
+    outs = updates(run, 1, [0, 1, 2], run.algorithm.initial_state())
+    draws = run.ctx.draw(1)
+    for o in outs:
+        assert o.failed == "timeout" and o.latency_s == 1e-9
+        assert o.planned_latency_s == run.ctx.client_cost(o.client_id, 1, draws).latency_s
+    run = Simulation(resolve(tiny()), fed)
+    outs = updates(run, 1, [0, 1, 2], run.algorithm.initial_state())
+    late = [o for o in cancel_late(1, outs, 1) if o.failed == "cancelled"]
+    assert len(late) == 2
+    for o in late:
+        assert o.planned_latency_s == next(x.latency_s for x in outs if x.client_id == o.client_id) > o.latency_s
 
 
 def test_fedselect_list_shows_oorts_options_with_their_defaults():
@@ -551,7 +580,7 @@ def test_fedselect_list_shows_oorts_options_with_their_defaults():
 
 def test_blacklist_with_availability_and_over_selection_end_to_end(tmp_path, fed):
     """Clients 0-5 of 8 online (trace), U 3, overselect 1.5: ceil(4.5) = 5 selected among the 6
-    online, the first 3 to finish aggregated, the other 2 cancelled (censored: not counted).
+    online, the first 3 to finish aggregated, the other 2 cancelled (stragglers: counted as involved).
     blacklist_rounds 0: a client that trained once leaves exploitation, at most floor(0.25 x 8) = 2."""
     trace = tmp_path / "trace.csv"
     trace.write_text("client,start_s,end_s\n" + "".join(f"{k},0,inf\n" for k in range(6)))

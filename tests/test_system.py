@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from fedselect.kernels.rewards import normalise_latency
 from fedselect.system import (
     DEFAULT_DEVICES,
     DEFAULT_NETWORKS,
@@ -10,7 +11,6 @@ from fedselect.system import (
     client_latency,
     compute_time,
     latency_bounds,
-    normalise_latency,
     round_latency,
     transmit_time,
 )

@@ -176,8 +176,8 @@ class SystemConfig(_Strict):
     )
     adaptive_deadline: DeadlineConfig | None = Field(
         None,
-        description="{percentile, window}: each round's deadline is that percentile of the latencies of the participants "
-        "that reported in the last `window` rounds (round_deadline_s, if set, until there is a report)",
+        description="{percentile, window}: each round's deadline is that percentile of the participants' latencies in the "
+        "last `window` rounds, those cut off censored at their cut (Kaplan-Meier; round_deadline_s, if set, until then)",
     )
     capacity: CapacityConfig = Field(
         default_factory=CapacityConfig,

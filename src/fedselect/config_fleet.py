@@ -117,12 +117,14 @@ class CapacityConfig(_Section):
 
 
 class DeadlineConfig(BaseModel):
-    """An adaptive round deadline: the ``percentile`` of the latencies of the participants that
-    reported in the last ``window`` rounds (until the first report: ``system.round_deadline_s``
-    or no deadline)."""
+    """An adaptive round deadline: the ``percentile`` of the participants' latencies in the last
+    ``window`` rounds, those cut off censored at their cut (the Kaplan-Meier estimate;
+    docs/fleets.md), until the first observation ``system.round_deadline_s`` or no deadline."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
-    percentile: float = Field(..., gt=0, le=100, description="percentile (0-100] of recent participants' latencies")
+    percentile: float = Field(
+        ..., gt=0, le=100, description="percentile (0-100] of recent participants' latencies, the cut-off ones censored"
+    )
     window: int = Field(5, ge=1, description="rounds of history")
 
 
@@ -160,19 +162,71 @@ class StalenessConfig(BaseModel):
         return self
 
 
+#: keys of ``async`` that only some rules read (every other key applies to every rule)
+RULE_KEYS: dict[str, tuple[str, ...]] = {
+    "fedbuff": ("server_lr", "weighting"),
+    "normalised": ("server_lr", "weighting"),
+    "fedasync": ("mixing",),
+}
+
+
 class AsyncConfig(BaseModel):
     """Asynchronous buffered aggregation (``mode: async``; FedBuff, Nguyen et al. 2022;
     docs/async.md): ``concurrency`` clients train at once on the fleet clock, the server
-    aggregates every ``buffer_size`` arrivals; ``rounds`` counts aggregations (server versions)."""
+    aggregates every ``buffer_size`` arrivals; ``rounds`` counts aggregations (server versions).
+
+    ``rule`` is the server step (S the staleness function, Delta_i = y_i - x^{v_i} the update
+    of client i, m the updates aggregated): ``fedbuff`` (FedBuff Algorithm 1) x + eta_g
+    sum_i c_i S(s_i) Delta_i with c_i = 1 / m (``weighting: uniform``, the paper's) or n_i /
+    sum n (``samples``); ``fedasync`` (Xie et al. 2019, Algorithm 1; needs ``buffer_size: 1``)
+    x + alpha S(s) (y - x), alpha = ``mixing``; ``normalised`` x + eta_g sum_i c_i S(s_i)
+    Delta_i / sum_i c_i S(s_i) (the normalisation of FedScale's async aggregator, under which a
+    buffer of one update is applied in full whatever its staleness)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True)
+    rule: Literal["fedbuff", "fedasync", "normalised"] = Field(
+        "fedbuff",
+        description="server step: fedbuff (x + eta_g sum_i c_i S(s_i) Delta_i, FedBuff Alg. 1), fedasync "
+        "(x + mixing S(s) (y - x), FedAsync; buffer_size 1) or normalised (the weights divided by their sum, FedScale's)",
+    )
+    weighting: Literal["uniform", "samples"] = Field(
+        "uniform",
+        description="fedbuff / normalised: c_i = 1 / m (uniform, FedBuff's mean of the buffer) or n_i / sum n (samples)",
+    )
+    mixing: float = Field(0.9, gt=0, le=1, description="fedasync: alpha, the mixing weight of a fresh update")
     concurrency: int | None = Field(
         None, ge=1, description="clients training at once (default: clients_per_round); at most data.num_clients"
     )
     buffer_size: int | None = Field(
-        None, ge=1, description="K: the server aggregates every K arrivals (default: concurrency // 2, at least 1)"
+        None,
+        ge=1,
+        description="K: the server aggregates every K arrivals (default: concurrency // 2, at least 1; 1 with rule fedasync)",
     )
-    server_lr: float = Field(1.0, gt=0, le=100, description="eta_g: server step on the weighted mean of the buffered deltas")
+    server_lr: float = Field(1.0, gt=0, le=100, description="fedbuff / normalised: eta_g, the server step on the buffer's deltas")
     staleness: StalenessConfig = Field(
         default_factory=StalenessConfig, description="weight of an update of staleness s: {function, a, b}"
     )
+
+    @model_validator(mode="after")
+    def _rule_keys(self) -> "AsyncConfig":
+        used = {k for ks in RULE_KEYS.values() for k in ks}
+        stray = sorted(
+            k
+            for k in self.model_fields_set
+            if k in used and k not in RULE_KEYS[self.rule] and getattr(self, k) != type(self).model_fields[k].default
+        )
+        if stray:
+            users = {k: [r for r, ks in RULE_KEYS.items() if k in ks] for k in stray}
+            raise ValueError(
+                f"async: {', '.join(f'{k} applies only to rule {users[k]}' for k in stray)}; "
+                f"rule {self.rule!r} reads {list(RULE_KEYS[self.rule])}"
+            )
+        if self.rule == "fedasync":
+            if self.buffer_size is None:
+                object.__setattr__(self, "buffer_size", 1)  # FedAsync mixes every update as it arrives
+            elif self.buffer_size != 1:
+                raise ValueError(
+                    f"async.buffer_size ({self.buffer_size}): rule 'fedasync' mixes each update into the model as it "
+                    f"arrives (buffer_size 1); use rule 'fedbuff' to aggregate a buffer"
+                )
+        return self

@@ -155,9 +155,9 @@ def print_table(rep: dict) -> None:
         wide.print(pt)
         if nseeds <= 1:
             console.print(paired_intro(name, nseeds), markup=False, highlight=False)
-    from fedselect.tables import round_scores_notes, rounds_note
+    from fedselect.tables import censored_note, round_scores_notes, rounds_note
 
-    for line in [rounds_note(rep["table"]), *round_scores_notes(rep["table"], rep["columns"])]:
+    for line in [rounds_note(rep["table"]), censored_note(rep["table"]), *round_scores_notes(rep["table"], rep["columns"])]:
         if line:  # what the columns mean when methods ran different rounds, and why some cells are blank
             console.print(line, markup=False, highlight=False)
     for line in rep["markdown"].splitlines():
@@ -241,6 +241,7 @@ def fleet_table() -> Table:
     from fedselect.config_fleet import (
         AVAILABILITY_KEYS,
         CAPACITY_KEYS,
+        RULE_KEYS,
         STALENESS_KEYS,
         AsyncConfig,
         AvailabilityConfig,
@@ -273,7 +274,8 @@ def fleet_table() -> Table:
     row("mode", ExperimentConfig.model_fields["mode"])  # docs/async.md
     for name, f in AsyncConfig.model_fields.items():
         if name != "staleness":
-            row(f"async.{name}", f, "mode: async")
+            rules = [r for r, ks in RULE_KEYS.items() if name in ks]
+            row(f"async.{name}", f, f"rule {', '.join(rules)}" if rules else "mode: async")
     for name, f in StalenessConfig.model_fields.items():
         applies = "" if name == "function" else ", ".join(fn for fn, ks in STALENESS_KEYS.items() if name in ks)
         row(f"async.staleness.{name}", f, applies or "mode: async")

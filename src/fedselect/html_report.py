@@ -351,7 +351,7 @@ def wall_html(results: list[Any], labels: list[str]) -> str:
 
 def results_html(rep: dict[str, Any]) -> str:
     """The table of :func:`fedselect.report.aggregate_table` and the 'vs baseline' lines."""
-    from fedselect.tables import _cell, relative_phrases, round_scores_notes, rounds_note
+    from fedselect.tables import _cell, censored_note, relative_phrases, round_scores_notes, rounds_note
 
     cols = rep["columns"]
     heads = ["method", "seeds"] + [h for _, h, _, _ in cols]
@@ -368,7 +368,7 @@ def results_html(rep: dict[str, Any]) -> str:
     out.append(f'<p class="note">{note} Latency is simulated seconds; comm in MB (10<sup>6</sup> bytes).</p>')
     if rep.get("caveat"):
         out.append(f'<p class="warn">{esc(rep["caveat"])}</p>')
-    for line in [rounds_note(rep["table"]), *round_scores_notes(rep["table"], cols)]:
+    for line in [rounds_note(rep["table"]), censored_note(rep["table"]), *round_scores_notes(rep["table"], cols)]:
         if line:
             out.append(f'<p class="note">{esc(line)}</p>')
     if rep.get("missing_note"):

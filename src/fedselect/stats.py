@@ -18,6 +18,17 @@ sd 1.0, t_{0.975, 2} = 4.303, so the 95% interval is 2.0 ± 4.303 / sqrt(3) = [-
 which contains 0 (not significant); 2.0, 2.1, 1.9 give [1.75, 2.25] (significant). One pair
 gives no interval (there is no spread to estimate).
 
+**Runs that never reach the target.** Rounds (or latency) to target is a time to an event, and
+a run that ends before reaching the target is *censored*: it would have needed more than it
+ran. The mean over the runs that reached it leaves exactly the slow ones out and is biased
+low. :func:`to_target` therefore gives the mean ± sd only when every run reached the target;
+otherwise the Kaplan-Meier median (:func:`fedselect.kernels.censored.km_quantile`; each run
+that did not reach it censored at its last round, or its end-to-end latency), with the count
+reached of n, and when fewer than half reached it only that the median lies beyond the longest
+run (``> T``). Worked example: three seeds reach 0.9 in rounds 20 and 40, the third never
+within its 50 rounds: mean of the two 30 (biased), median 40 (``2/3 reached``); reached only
+in round 20 of three: median > 50.
+
 **Zero spread.** When every seed gives the same difference (two seeds whose rounds to target
 are 2 against 3, i.e. -33.3% twice; two accuracy differences of +5 points), the sample standard
 deviation is 0 and the formula would give a zero-width interval "[-33.3, -33.3] *", claiming
@@ -62,6 +73,60 @@ def mean_std(values: Iterable[Any]) -> tuple[float | None, float | None, int]:
         return None, None, 0
     with np.errstate(invalid="ignore"):  # inf - inf in the std of infinite values: NaN, said above
         return float(np.mean(xs)), (float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0), len(xs)
+
+
+@dataclass(frozen=True)
+class ToTarget:
+    """Rounds or latency to target over runs (:func:`to_target`).
+
+    Attributes:
+        value: the mean when every run reached the target; otherwise the Kaplan-Meier median;
+            None when there is no run, or when the median lies beyond the data (``beyond``).
+        std: the sample std when every run reached it (0.0 for one run); None otherwise.
+        reached, runs: runs that reached the target, runs with a value or an end.
+        beyond: when censored and fewer than half reached it: the longest run's end (the
+            median is larger); else None.
+        median: the Kaplan-Meier median in every case (without censoring the sample median,
+            the lower of the two middle values); None as ``value``. Two methods compare by it
+            when either has censored runs.
+    """
+
+    value: float | None
+    std: float | None
+    reached: int
+    runs: int
+    beyond: float | None = None
+    median: float | None = None
+
+    @property
+    def censored(self) -> bool:
+        """Some run ended before reaching the target."""
+        return self.reached < self.runs
+
+
+def to_target(values: Iterable[Any], ends: Iterable[Any]) -> ToTarget:
+    """Rounds or latency to target over runs (module docstring): ``values[i]`` run i's first
+    round (or latency) at the target, None when it never got there; ``ends[i]`` its last round
+    (or end-to-end latency), where it is censored then; None: the run has no target (left out).
+    """
+    from fedselect.kernels.censored import km_quantile
+
+    xs, cut = [], []
+    for v, end in zip(values, ends):
+        if _finite(v):
+            xs.append(float(v))
+            cut.append(False)
+        elif _finite(end):
+            xs.append(float(end))
+            cut.append(True)
+    reached = cut.count(False)
+    if not xs:
+        return ToTarget(None, None, 0, 0)
+    median = km_quantile(xs, cut, 0.5)
+    if reached == len(xs):
+        mean, std, _ = mean_std(xs)
+        return ToTarget(mean, std, reached, reached, None, median)
+    return ToTarget(median, None, reached, len(xs), None if median is not None else max(xs), median)
 
 
 @dataclass(frozen=True)

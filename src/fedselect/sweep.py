@@ -66,7 +66,10 @@ from fedselect.contenders import (
 from fedselect.experiment import check_saved_runs
 from fedselect.fl.metrics import atomic_write, read_json, write_json_atomic
 from fedselect.resolve import resolve_doc
-from fedselect.stats import mean_std
+from fedselect.stats import mean_std, to_target
+
+#: times to the target and the summary figure where a run that never reached it is censored
+_TO_TARGET = {"rounds_to_target": "rounds", "latency_to_target_s": "e2e_latency_s"}
 
 DEFAULT_COLUMNS = ["final_accuracy", "candidates_evaluated", "competitive_ratio", "wall_s"]
 
@@ -372,6 +375,11 @@ def build_sweep_table(out_dir: str | Path, sc: SweepConfig | None = None) -> dic
             for c in sc.columns:
                 mean, std, _ = mean_std(s.get(c) for s in summaries)
                 row[c], row[c + "_std"] = mean, std
+                if c in _TO_TARGET:  # a run that never reached the target is censored (fedselect.stats.to_target)
+                    ends = [s.get(_TO_TARGET[c]) if s.get("target") is not None else None for s in summaries]
+                    tt = row[c + "_to_target"] = to_target([s.get(c) for s in summaries], ends)
+                    if tt.censored:
+                        row[c], row[c + "_std"] = tt.value, None
             rows.append(row)
     header = keys + ["method", "seeds"] + [x for c in sc.columns for x in (c, c + "_std")]
     buf = io.StringIO()
@@ -383,6 +391,9 @@ def build_sweep_table(out_dir: str | Path, sc: SweepConfig | None = None) -> dic
 
     def cell(r, c):
         m, s = r[c], r[c + "_std"]
+        tt = r.get(c + "_to_target")
+        if tt is not None and tt.censored:  # the Kaplan-Meier median, or beyond the longest run
+            return (f"median {m:.1f}" if m is not None else f"> {tt.beyond:.1f}") + f" ({tt.reached}/{tt.runs} reached)"
         if m is None:
             return "-"
         d = 1 if c in ("candidates_evaluated", "wall_s", "alpha") else 4
@@ -486,6 +497,10 @@ def sweep_paired(out: str | Path, sc: SweepConfig, confidence: float = 0.95) -> 
             for c in sc.columns:
                 unit = _unit(c)
                 a, b = {s: ours[s].get(c) for s in seeds}, {s: base[s].get(c) for s in seeds}
+                cut = [s for s in seeds if c in _TO_TARGET and any(_censored(x[s], c) for x in (ours, base))]
+                if cut:  # a seed where one side never reached the target: only a bound (fedselect.tables.paired_cell)
+                    cells[c] = {"diffs": {}, "interval": paired_interval([], confidence), "unit": unit, "censored": cut}
+                    continue
                 diffs = paired_differences(a, b, unit)
                 exact = not failures and is_exact(c, [a[s] for s in diffs], [b[s] for s in diffs])
                 iv = paired_interval(diffs.values(), confidence, exact=exact)
@@ -494,6 +509,11 @@ def sweep_paired(out: str | Path, sc: SweepConfig, confidence: float = 0.95) -> 
             same = _fed_key(sc.experiment(m, rp, sc.seeds[0])) == _fed_key(sc.experiment(base_m, brp, sc.seeds[0]))
             result.append({"label": m.label, "point": point, "seeds": seeds, "cells": cells, "same_federation": same})
     return result
+
+
+def _censored(summary: dict[str, Any], key: str) -> bool:
+    """The run has a target and never reached it (its ``key``, a time to target, is censored)."""
+    return summary.get("target") is not None and summary.get(key) is None and summary.get(_TO_TARGET[key]) is not None
 
 
 def _paired_markdown(sc: SweepConfig, paired: list[dict[str, Any]]) -> list[str]:

@@ -448,12 +448,6 @@ def latency_bounds(
     return float(fast.min()), float(slow.max())
 
 
-def normalise_latency(latency: float | np.ndarray, l_min: float, l_max: float) -> float | np.ndarray:
-    """(l - L_min) / (L_max - L_min), clipped to [0, 1] (SPEC 0.3, used by FR-eq 10)."""
-    span = max(l_max - l_min, 1e-12)
-    return np.clip((np.asarray(latency, dtype=float) - l_min) / span, 0.0, 1.0)
-
-
 def to_mb(num_bytes: float) -> float:
     """Bytes to MB (10^6 bytes)."""
     return float(num_bytes) / 1e6

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fedselect.fl.metrics import PER_ROUND_KEYS, read_csv_rows, read_json, read_metrics, summarize
-from fedselect.stats import mean_std
+from fedselect.stats import ToTarget, mean_std, to_target
 
 #: table columns: key, header, digits, "higher is better"
 COLUMNS = [
@@ -39,6 +39,10 @@ OPTIONAL_COLUMNS = [
 LATER_KEYS = {"latency_sum_s"}
 #: keys whose change vs the baseline is reported in points (x100), not percent
 POINT_KEYS = {"final_accuracy", "best_accuracy", "final_f1_macro"}
+#: times to the target, and the summary figure a run that never reached it is censored at
+#: (:func:`fedselect.stats.to_target`: a mean only when every run reached it, else the
+#: Kaplan-Meier median)
+TO_TARGET = {"rounds_to_target": "rounds", "latency_to_target_s": "e2e_latency_s"}
 
 
 @dataclass
@@ -137,6 +141,13 @@ def _value(r: RunResult, key: str):
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+def _to_target(rs: list[RunResult], key: str) -> ToTarget:
+    """Rounds / latency to target of ``rs`` (:data:`TO_TARGET`): a run without a target, or whose
+    rounds do not score the clients' own models (``round_scores``), is left out."""
+    keep = [r for r in rs if r.summary.get("target") is not None and not r.round_scores]
+    return to_target([_value(r, key) for r in keep], [_value(r, TO_TARGET[key]) for r in keep])
+
+
 def summary_window(results: list[RunResult]) -> int | None:
     """The ``metrics.summary_window`` k of the runs (None when they differ or there are none)."""
     ks = {r.summary.get("summary_window") for r in results}
@@ -199,6 +210,10 @@ def aggregate_table(results: list[RunResult], labels: list[str], baseline: str |
         for key, *_ in columns:
             mean, std, n = mean_std(_value(r, key) for r in rs)
             entry[key], entry[key + "_std"], entry[key + "_n"] = mean, std, n
+            if key in TO_TARGET:  # runs that never reached the target are censored, not left out
+                tt = entry[key + "_to_target"] = _to_target(rs, key)
+                if tt.censored:
+                    entry[key], entry[key + "_std"] = tt.value, None
         table.append(entry)
     base = next((e for e in table if e["label"] == baseline), None)
     for e in table:
@@ -215,7 +230,10 @@ def aggregate_table(results: list[RunResult], labels: list[str], baseline: str |
                 continue
             if key in LATER_KEYS and (e[key + "_n"] < e["seeds"] or base[key + "_n"] < base["seeds"]):
                 continue  # some runs predate the figure: their means cover different seeds
-            if e["vs_partial"]:
+            e[key + "_vs_medians"] = key in TO_TARGET and (e[key + "_to_target"].censored or base[key + "_to_target"].censored)
+            if e[key + "_vs_medians"]:
+                mine, theirs = _to_target(ours_rs, key).median, _to_target(base_rs, key).median
+            elif e["vs_partial"]:
                 mine, theirs = mean_std(_value(r, key) for r in ours_rs)[0], mean_std(_value(r, key) for r in base_rs)[0]
             else:
                 mine, theirs = e[key], base[key]
@@ -272,6 +290,20 @@ def rounds_note(table: list[dict[str, Any]]) -> str | None:
     )
 
 
+def censored_note(table: list[dict[str, Any]]) -> str | None:
+    """The line under the table when some run never reached the target (None otherwise): how
+    the rounds / latency to target of such a method are given (:func:`fedselect.stats.to_target`)."""
+    if not any(e.get(k + "_to_target") is not None and e[k + "_to_target"].censored for e in table for k in TO_TARGET):
+        return None
+    return (
+        "Rounds / latency to target: where some runs never reached the target, the cell is the Kaplan-Meier median "
+        "with the count that reached it, each run that did not censored at its last round (its end-to-end latency); "
+        "`> T`: fewer than half reached it, so the median lies beyond the longest run T. A mean over the runs that "
+        "reached it would leave out exactly the slow ones; changes vs the baseline then compare medians, and the "
+        "paired differences leave such a quantity blank."
+    )
+
+
 def round_scores_notes(table: list[dict[str, Any]], columns=COLUMNS) -> list[str]:
     """One line per reason why some methods' per-round figures are blank (their algorithm's
     ``round_scores``, e.g. CEFL's: members are scored with their leader's model during the rounds)."""
@@ -285,14 +317,16 @@ def round_scores_notes(table: list[dict[str, Any]], columns=COLUMNS) -> list[str
 
 def _cell(e: dict[str, Any], key: str, digits: int) -> str:
     m, s, n = e[key], e[key + "_std"], e[key + "_n"]
+    tt = e.get(key + "_to_target")
+    if tt is not None and tt.censored:  # some run never reached the target: the Kaplan-Meier median
+        reached = f"({tt.reached}/{tt.runs} reached)"
+        return f"median {m:.{digits}f} {reached}" if m is not None else f"> {tt.beyond:.{digits}f} {reached}"
     if m is None:
         return "-"
     txt = f"{m:.{digits}f}"
     if e["seeds"] > 1:
         txt += f" ± {s:.{digits}f}"
-        if key in ("rounds_to_target", "latency_to_target_s") and n < e["seeds"]:
-            txt += f" ({n}/{e['seeds']} reached)"
-        elif key in LATER_KEYS and n < e["seeds"]:
+        if key in LATER_KEYS and n < e["seeds"]:
             txt += f" ({n}/{e['seeds']} runs have it)"
     return txt
 
@@ -316,6 +350,8 @@ def relative_phrases(e: dict[str, Any], baseline: str, window: int | None = None
         v = e.get(key + "_vs")
         if v is None:
             continue
+        if e.get(key + "_vs_medians"):
+            name += " (medians: not every run reached it)"
         out.append(
             f"{name} {v:+.1f} pts vs {baseline}"
             if key in POINT_KEYS or key.startswith("last_k_")
@@ -371,6 +407,11 @@ def paired_table(
         cells = {}
         for key, _, unit in quantities:
             a, b = {s: _value(ours[s], key) for s in seeds}, {s: _value(base[s], key) for s in seeds}
+            if key in TO_TARGET:  # a seed where one side never reached the target has a censored difference
+                cut = [s for s in seeds if any(_to_target([r], key).censored for r in (ours[s], base[s]))]
+                if cut:
+                    cells[key] = {"diffs": {}, "interval": paired_interval([], confidence), "unit": unit, "censored": cut}
+                    continue
             diffs = paired_differences(a, b, unit)
             exact = is_exact(
                 key, [a[s] for s in diffs], [b[s] for s in diffs], [ours[s] for s in diffs], [base[s] for s in diffs]
@@ -413,11 +454,16 @@ def is_exact(key: str, ours: list, base: list, ours_runs: list | None = None, ba
 
 def paired_cell(cell: dict[str, Any], nseeds: int) -> str:
     """A paired-difference cell: ``+2.00 [-0.48, +4.48]``, ``*`` when the interval excludes 0,
-    ``(2/3 seeds)`` when some seeds have no pair (e.g. one side missed the target)."""
+    ``(2/3 seeds)`` when some seeds have no pair (a run missing on one side); for rounds /
+    latency to target with a seed where one side never reached the target, no difference at all
+    (``- (censored: in 1 of 3 seeds one side never reached the target)``): that seed's difference is
+    only a bound, and the mean of the others would leave out exactly the slow runs."""
     from fedselect.stats import format_interval
 
     iv = cell["interval"]
     digits = 2 if cell["unit"] == "pts" else 1
+    if cell.get("censored"):
+        return f"- (censored: in {len(cell['censored'])} of {nseeds} seeds one side never reached the target)"
     if iv.mean is None:
         return "-"
     if nseeds <= 1:  # the section says that no interval is possible
@@ -500,7 +546,7 @@ def render_markdown(
         )
         if caveat:
             lines.append(caveat)
-    for note in [rounds_note(table), *round_scores_notes(table, columns)]:
+    for note in [rounds_note(table), censored_note(table), *round_scores_notes(table, columns)]:
         if note:
             lines.append(note)
     if baseline:
@@ -571,7 +617,9 @@ def render_paired_csv(paired: list[dict[str, Any]], quantities) -> str:
                     fmt(iv.high),
                     sig,
                     ";".join(f"{s}:{d!r}" for s, d in c["diffs"].items()),
-                    {"none": "no spread to judge", "exact": "exact"}.get(iv.spread, ""),
+                    f"censored: seeds {';'.join(map(str, c['censored']))} did not reach the target on one side"
+                    if c.get("censored")
+                    else {"none": "no spread to judge", "exact": "exact"}.get(iv.spread, ""),
                 ]
             )
     return buf.getvalue()

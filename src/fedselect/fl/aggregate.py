@@ -103,30 +103,39 @@ def buffered_update(
     updates: Sequence[State],
     starts: Sequence[State],
     weights: Sequence[float],
+    scales: Sequence[float] | None = None,
     server_lr: float = 1.0,
     keys: Iterable[str] | None = None,
 ) -> State:
-    """FedBuff's server step (Nguyen et al. 2022, Algorithm 1, with FedAsync-style staleness
-    weights): ``new = old + eta_g * sum_i w_i (y_i - x_i) / sum_i w_i`` over the buffered updates,
-    ``y_i`` the client's model after local training, ``x_i`` the model it started from.
+    """One asynchronous server step (docs/async.md): ``new = old + eta_g * sum_i (w_i / sum_j w_j)
+    * a_i * (y_i - x_i)`` over the updates, ``y_i`` a client's model after local training, ``x_i``
+    the model it is measured from, ``w_i`` its weight (normalised here), ``a_i`` its scale (not
+    normalised; default 1). FedBuff (Nguyen et al. 2022, Algorithm 1): ``x_i`` the model the client
+    downloaded, ``w_i = 1`` (or ``n_i``), ``a_i = S(s_i)``, so a buffer of one stale update moves
+    the model by S(s) of its delta; FedAsync (Xie et al. 2019, Algorithm 1): one update, ``x_i =
+    old``, ``a = alpha S(s)``: ``(1 - alpha S(s)) old + alpha S(s) y``.
 
-    Computed in float64 per floating entry. When every update started from ``old`` itself and
-    ``eta_g = 1`` the step is exactly FedAvg's weighted mean of the ``y_i``, and it is computed
-    as such (:func:`fedavg`, the same float sums as a synchronous round). Integer buffers take
-    the max over the updates, as in :func:`fedavg`.
+    Computed in float64 per floating entry. When every update is measured from ``old`` itself,
+    every scale is 1 and ``eta_g = 1``, the step is exactly FedAvg's weighted mean of the ``y_i``,
+    and it is computed as such (:func:`fedavg`, the same float sums as a synchronous round).
+    Integer buffers take the max over the updates, as in :func:`fedavg`.
 
     Returns:
         the new entries (``keys``, default all of ``old``'s).
 
     Raises:
-        ValueError: no updates, lengths that differ, bad weights (see :func:`fedavg`).
+        ValueError: no updates, lengths that differ, bad weights (see :func:`fedavg`), a scale
+            that is negative or not finite.
     """
     if not updates:
         raise ValueError("buffered_update needs at least one update")
-    if not (len(updates) == len(starts) == len(weights)):
-        raise ValueError(f"{len(updates)} updates, {len(starts)} start states, {len(weights)} weights")
+    a = [1.0] * len(updates) if scales is None else [float(x) for x in scales]
+    if not (len(updates) == len(starts) == len(weights) == len(a)):
+        raise ValueError(f"{len(updates)} updates, {len(starts)} start states, {len(weights)} weights, {len(a)} scales")
+    if any(not math.isfinite(x) or x < 0 for x in a):
+        raise ValueError(f"update scales must be finite and >= 0, got {a}")
     w = _check_weights(weights)
-    if float(server_lr) == 1.0 and all(x is old for x in starts):
+    if float(server_lr) == 1.0 and all(x == 1.0 for x in a) and all(x is old for x in starts):
         return fedavg(updates, w, keys=keys)
     total = sum(w)
     names = list(old.keys()) if keys is None else list(keys)
@@ -135,9 +144,9 @@ def buffered_update(
         ref = old[name]
         if ref.is_floating_point() or ref.is_complex():
             acc = torch.zeros_like(ref, dtype=torch.float64)
-            for y, x, wk in zip(updates, starts, w):
-                if wk:
-                    acc += (y[name].to(torch.float64) - x[name].to(torch.float64)) * (wk / total)
+            for y, x, wk, ak in zip(updates, starts, w, a):
+                if wk and ak:
+                    acc += (y[name].to(torch.float64) - x[name].to(torch.float64)) * (wk / total * ak)
             out[name] = (ref.to(torch.float64) + float(server_lr) * acc).to(ref.dtype)
         else:
             out[name] = torch.stack([y[name] for y in updates]).max(dim=0).values.clone()

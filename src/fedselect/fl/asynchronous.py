@@ -5,13 +5,16 @@ Learning with Buffered Asynchronous Aggregation", AISTATS 2022, Algorithm 1) on 
 ``concurrency`` clients train at once. At time 0 (after the selector's preparation) the
 selector fills every slot; whenever a client finishes, its update goes into the buffer and its
 slot frees; the selector then picks who starts next, among the available idle clients, from the
-current server model. Every ``buffer_size`` (K) arrivals the server aggregates::
+current server model. Every ``buffer_size`` (K) arrivals the server aggregates the m buffered
+updates by the configured rule (:meth:`AsyncSettings.step`, :func:`fedselect.fl.aggregate.buffered_update`),
+``Delta_i = y_i - x_{start_i}``, ``s_i`` the server versions since client i downloaded, ``S``
+the staleness function (:func:`staleness_weight`)::
 
-    new = old + eta_g * sum_i w_i (y_i - x_{start_i}) / sum_i w_i,   w_i = n_i * S(s_i)
+    fedbuff     new = old + eta_g * sum_i c_i S(s_i) Delta_i      c_i = 1/m, or n_i / sum n     (FedBuff Alg. 1)
+    fedasync    new = old + alpha S(s) (y - old)                  (K = 1)                        (FedAsync Alg. 1)
+    normalised  new = old + eta_g * sum_i c_i S(s_i) Delta_i / sum_i c_i S(s_i)                 (FedScale's)
 
-(:func:`fedselect.fl.aggregate.buffered_update`), ``s_i`` the server versions since client i
-downloaded, ``S`` the staleness function (:func:`staleness_weight`). One aggregation is one
-server version and one ``metrics.csv`` row; ``rounds`` counts them.
+One aggregation is one server version and one ``metrics.csv`` row; ``rounds`` counts them.
 
 Everything about one client's work is the round's (:mod:`fedselect.fl.round`), reused as is: a
 job started at server version v is planned exactly like a participant of synchronous round
@@ -91,7 +94,8 @@ def staleness_weight(function: str, s: int, a: float = 0.5, b: float = 4.0) -> f
 @dataclass(frozen=True)
 class AsyncSettings:
     """The ``async`` section of a run: concurrency C, buffer size K, server step eta_g, the
-    staleness function and its a, b."""
+    staleness function and its a, b, the aggregation ``rule`` with its ``weighting`` (fedbuff,
+    normalised) or ``mixing`` alpha (fedasync)."""
 
     concurrency: int
     buffer_size: int
@@ -99,14 +103,47 @@ class AsyncSettings:
     function: str = "polynomial"
     a: float = 0.5
     b: float = 4.0
+    rule: str = "fedbuff"
+    weighting: str = "uniform"
+    mixing: float = 0.9
 
     @classmethod
     def from_config(cls, cfg) -> "AsyncSettings":
         st = cfg.staleness
-        return cls(int(cfg.concurrency), int(cfg.buffer_size), float(cfg.server_lr), st.function, float(st.a), float(st.b))
+        return cls(
+            int(cfg.concurrency),
+            int(cfg.buffer_size),
+            float(cfg.server_lr),
+            st.function,
+            float(st.a),
+            float(st.b),
+            cfg.rule,
+            cfg.weighting,
+            float(cfg.mixing),
+        )
 
     def weight(self, s: int) -> float:
         return staleness_weight(self.function, s, self.a, self.b)
+
+    def step(self, old: State, updates, starts, sizes, staleness, keys=None) -> State:
+        """The new entries of the server model from the m buffered updates (module docstring):
+        ``updates`` the clients' models, ``starts`` the models they downloaded, ``sizes`` their
+        training samples n_i, ``staleness`` s_i (server versions). E.g. one update of staleness 3
+        with S = (1 + s)^-0.5: ``fedbuff`` moves the model by 0.5 of its delta, ``fedasync`` (alpha
+        0.9) by 0.45 of ``y - old``, ``normalised`` by all of it.
+
+        Raises:
+            ValueError: see :func:`fedselect.fl.aggregate.buffered_update`.
+        """
+        scale = [self.weight(s) for s in staleness]
+        if self.rule == "fedasync":  # FedAsync: x = (1 - alpha S(s)) x + alpha S(s) y, one update at a time
+            return buffered_update(
+                old, updates, [old] * len(updates), [1.0] * len(updates), [self.mixing * x for x in scale], 1.0, keys
+            )
+        base = [float(n) for n in sizes] if self.weighting == "samples" else [1.0] * len(updates)
+        if self.rule == "normalised":  # the weights c_i S(s_i) divided by their own sum
+            return buffered_update(old, updates, starts, [c * x for c, x in zip(base, scale)], None, self.server_lr, keys)
+        return buffered_update(old, updates, starts, base, scale, self.server_lr, keys)
 
 
 @dataclass(frozen=True)
@@ -307,13 +344,12 @@ class _Loop:
         stale = [v - a.version for a in buf]
         new = None
         if buf:
-            weights = [a.outcome.num_samples * self.cfg.weight(s) for a, s in zip(buf, stale)]
-            avg = buffered_update(
+            avg = self.cfg.step(
                 self.state.model,
                 [a.outcome.state for a in buf],
                 [a.start_state for a in buf],
-                weights,
-                self.cfg.server_lr,
+                [a.outcome.num_samples for a in buf],
+                stale,
                 run.algorithm.upload_keys(),
             )
             new = replace(self.state, model={**self.state.model, **avg})

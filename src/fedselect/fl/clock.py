@@ -13,8 +13,8 @@ One :class:`FleetClock` per run (``Simulation.clock``), read by the round
   (the row's ``waited_s``), and a fleet that never comes back stops the run
   (:class:`~fedselect.fl.availability.FleetGone`);
 * :meth:`deadline_s`: the round's deadline: ``system.round_deadline_s``, or with
-  ``system.adaptive_deadline`` the given percentile of the latencies of the participants that
-  reported in the last ``window`` rounds;
+  ``system.adaptive_deadline`` the given percentile of the participants' latencies in the last
+  ``window`` rounds, those cut off counted as censored (:meth:`latency_observation`);
 * :meth:`plan_work`: from the cost model, which participants go offline before they can report
   (they fail as ``dropout`` at that moment) and, with ``straggler: partial``, how many local
   steps each straggler finishes by the deadline;
@@ -34,8 +34,10 @@ from typing import Any
 import numpy as np
 
 from fedselect.fl.availability import Availability, FleetGone
+from fedselect.fl.types import ClientOutcome
+from fedselect.kernels.censored import km_quantile_completed
 
-__all__ = ["FleetClock", "FleetGone"]
+__all__ = ["FleetClock", "FleetGone", "latency_observation"]
 
 log = logging.getLogger("fedselect")
 
@@ -48,6 +50,25 @@ def _listed(ids) -> str:
     """``ids`` sorted, as a list in a message (the first 10 and how many more)."""
     ids = sorted(int(k) for k in ids)
     return str(ids) if len(ids) <= 10 else f"{str(ids[:10])[:-1]}, ... ({len(ids)} clients)]"
+
+
+def latency_observation(o: ClientOutcome) -> tuple[float, bool] | None:
+    """What participant ``o`` says about the latency distribution the adaptive deadline
+    estimates: ``(seconds, censored)``, or None when it says nothing (docs/fleets.md).
+
+    * a report (an update that arrived, a non-finite one included: the work was done): its
+      latency, uncensored;
+    * cut off: a ``timeout`` at the deadline, a ``cancelled`` one at the round's end
+      (over-selection), a straggler's partial work (``straggler: partial``) at the time it
+      uploaded: censored there (its whole work takes longer);
+    * a ``dropout`` or an ``error``: None. A dropout never delivers whatever its speed (a
+      simulated one is charged the deadline, which is no bound on its latency) and an error
+      ended the work early: neither is a latency.
+    """
+    if o.failed in ("dropout", "error"):
+        return None
+    cut = o.failed in ("timeout", "cancelled") or o.local_steps is not None
+    return float(o.latency_s), cut
 
 
 class FleetClock:
@@ -77,7 +98,8 @@ class FleetClock:
         self.batch_size, self.momentum = int(batch_size), float(momentum)
         self.overselect, self.straggler, self.adaptive = float(overselect), straggler, adaptive
         self.clock_s = 0.0
-        self.history: deque[list[float]] = deque(maxlen=adaptive.window if adaptive is not None else 1)
+        #: per round of the window: the participants' (latency s, censored) (:func:`latency_observation`)
+        self.history: deque[list[tuple[float, bool]]] = deque(maxlen=adaptive.window if adaptive is not None else 1)
 
     # ---------------------------------------------------------------- time
     def start(self, prep_latency_s: float) -> None:
@@ -85,11 +107,12 @@ class FleetClock:
         self.clock_s = float(prep_latency_s)
         self.history.clear()
 
-    def advance(self, round_latency_s: float, reported_latencies_s) -> None:
-        """A round of ``round_latency_s`` ended; ``reported_latencies_s``: its participants that reported."""
+    def advance(self, round_latency_s: float, outcomes) -> None:
+        """A round of ``round_latency_s`` ended; ``outcomes``: its participants' outcomes (the
+        adaptive deadline's history keeps their :func:`latency_observation`)."""
         self.clock_s += float(round_latency_s)
         if self.adaptive is not None:
-            self.history.append([float(x) for x in reported_latencies_s])
+            self.history.append([obs for obs in map(latency_observation, outcomes) if obs is not None])
 
     def wait_for(self, t: int, clients=None) -> float:
         """Round ``t`` is about to start at ``clock_s``: when none of ``clients`` (None: any
@@ -193,11 +216,21 @@ class FleetClock:
 
     # ---------------------------------------------------------------- the round's work
     def deadline_s(self, fixed: float | None) -> float | None:
-        """The round's deadline (s): the adaptive percentile once there is history, else ``fixed``."""
+        """The round's deadline (s). With ``system.adaptive_deadline`` {percentile p, window W}:
+        the p-th percentile of the Kaplan-Meier estimate of the latency distribution from the
+        participants of the last W rounds, reports as events and those cut off as censored at
+        their cut (:func:`latency_observation`; :func:`fedselect.kernels.censored.km_quantile`),
+        so a deadline never learns only from the clients that made it. Where more than 1 - p of
+        the window was cut off, the percentile lies past the data and comes from Brown, Hollander
+        and Korwar's exponential tail (:func:`~fedselect.kernels.censored.km_quantile_completed`);
+        when nobody in the window reported (or p = 100 past the data), it is twice the largest
+        cut. Without any observation yet: ``fixed`` (``system.round_deadline_s`` or None)."""
         if self.adaptive is not None:
-            seen = [x for row in self.history for x in row]
+            seen = [obs for row in self.history for obs in row]
             if seen:
-                return float(np.percentile(np.asarray(seen, dtype=np.float64), self.adaptive.percentile))
+                values, cut = [x for x, _ in seen], [c for _, c in seen]
+                got = km_quantile_completed(values, cut, self.adaptive.percentile / 100.0)
+                return float(got) if got is not None else 2.0 * max(values)
         return fixed
 
     def full_steps(self, run, k: int) -> int:
@@ -244,10 +277,12 @@ class FleetClock:
 
     # ---------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
-        return {"clock_s": self.clock_s, "history": [list(r) for r in self.history]}
+        return {"clock_s": self.clock_s, "history": [[[x, c] for x, c in r] for r in self.history]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.clock_s = float(state.get("clock_s", 0.0))
         self.history.clear()
-        for row in state.get("history", []):
-            self.history.append([float(x) for x in row])
+        for row in state.get("history", []):  # checkpoints before censoring held bare latencies (reports)
+            self.history.append(
+                [(float(x), False) if not isinstance(x, (list, tuple)) else (float(x[0]), bool(x[1])) for x in row]
+            )

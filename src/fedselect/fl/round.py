@@ -286,7 +286,7 @@ def close(run, plan: RoundPlan, settled: Settled, before: Evaluation) -> RoundRe
         run.clock.standstill(
             t, plan.clock_s, plan.available, sel.name, sel.fixed_clients(t), [o.failed for o in settled.outcomes]
         )
-    run.clock.advance(result.latency_s, [o.latency_s for o in settled.outcomes if o.ok])
+    run.clock.advance(result.latency_s, settled.outcomes)
     return result
 
 
@@ -423,13 +423,15 @@ def _outcome(run, plan: RoundPlan, k: int, res: TrainResult | None) -> ClientOut
         res.sum_sq_sample_loss,
         res.num_sample_losses,
         steps,
+        cost.latency_s if steps is not None else None,
     )
     if fault in ("nan", "inf"):
         o = replace(o, state=corrupt_state(o.state, fault, run.algorithm.upload_keys()))
     if fault == "timeout" or (deadline is not None and steps is None and o.latency_s > deadline):
         why = "injected timeout" if fault == "timeout" else f"latency {o.latency_s:.4g} s"
         log.info("round %d: client %d missed the deadline of %.4g s (%s); update discarded", t, k, deadline, why)
-        return replace(o, state=None, upload_bytes=0, latency_s=float(deadline), failed="timeout")
+        planned = o.latency_s if o.latency_s > deadline else None  # an injected hang within the deadline: unknown
+        return replace(o, state=None, upload_bytes=0, latency_s=float(deadline), failed="timeout", planned_latency_s=planned)
     bad = non_finite_entries(o.state)
     if bad:
         code = "nan" if "nan" in bad.values() else "inf"
@@ -442,8 +444,10 @@ def cancel_late(t: int, outcomes: Sequence[ClientOutcome], target: int) -> tuple
     """Over-selection (Oort's over-commitment; docs/fleets.md): once ``target`` (U) updates have
     arrived, the round ends at that moment ``T``; every participant that had not reported by then
     is cancelled (code ``cancelled``): its download counts, it uploads nothing, and its latency
-    is ``T`` (it never lengthens the round). Order of arrival: latency, then client id. With
-    fewer than ``target`` good updates the round waits for everyone and nothing is cancelled."""
+    is ``T`` (it never lengthens the round); ``planned_latency_s`` keeps the latency it would
+    have reported, when it would have delivered (FedScale reports that duration to Oort). Order
+    of arrival: latency, then client id. With fewer than ``target`` good updates the round waits
+    for everyone and nothing is cancelled."""
     order = sorted(range(len(outcomes)), key=lambda i: (outcomes[i].latency_s, outcomes[i].client_id))
     good, end = 0, None
     for pos, i in enumerate(order):
@@ -456,8 +460,16 @@ def cancel_late(t: int, outcomes: Sequence[ClientOutcome], target: int) -> tuple
     out = list(outcomes)
     for i in late:
         o = out[i]
+        planned = o.planned_latency_s if o.planned_latency_s is not None else (o.latency_s if o.ok else None)
         out[i] = replace(
-            o, state=None, upload_bytes=0, upload_s=0.0, compute_s=min(o.compute_s, end), latency_s=end, failed="cancelled"
+            o,
+            state=None,
+            upload_bytes=0,
+            upload_s=0.0,
+            compute_s=min(o.compute_s, end),
+            latency_s=end,
+            failed="cancelled",
+            planned_latency_s=planned,
         )
     log.info(
         "round %d: %d updates arrived by %.4g s; cancelled %s (over-selection)",

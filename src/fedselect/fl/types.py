@@ -67,6 +67,12 @@ class ClientOutcome:
             e.g. Oort's statistical utility; else 0.0 and 0).
         local_steps: the local optimiser steps of a straggler's partial work
             (``straggler: partial``); None = all E epochs were run.
+        planned_latency_s: for a participant cut before its work was done (a ``timeout`` at
+            the deadline, ``cancelled`` by over-selection, a straggler's partial work), the
+            latency (s) its whole work takes in the cost model (FR-eq 3-5), i.e. what FedScale's
+            simulator reports to Oort for a straggler; None for everyone else and where it is
+            not known (a timeout a real transport reported, an injected hang). ``latency_s``
+            stays what the round charged it (the cut).
     """
 
     client_id: int
@@ -85,6 +91,7 @@ class ClientOutcome:
     sample_loss_sq_sum: float = 0.0
     sample_loss_count: int = 0
     local_steps: int | None = None
+    planned_latency_s: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -9,7 +9,6 @@
 * :func:`update_reputations` — applies one of the three to the selected clients only.
 * :func:`normalise_latency` — min-max normalised latency (SPEC 0.3) used in FR-eq 10.
 * :func:`favor_reward` — FAVOR's scalar reward 64^(acc - target) - 1 (SPEC 1.5).
-* :func:`censored_latency` — what a timed-out client's latency is taken to be (Oort, FLASH-RL).
 
 Nothing here touches a random number generator or a model: inputs are arrays and floats.
 """
@@ -187,8 +186,19 @@ def update_reputations(
     return out
 
 
+#: relative tolerance under which a latency counts as equal to the bounds of an empty range
+EMPTY_RANGE_RTOL = 1e-9
+
+
 def normalise_latency(latency, l_min: float, l_max: float):
     """Min-max normalised latency for FR-eq 10 (SPEC 0.3): ``clip((l - L_min) / (L_max - L_min), 0, 1)``.
+
+    **Empty range** (``L_max == L_min``: every client alike, one device class and one network
+    without spread): the limit of the clipped formula as the range shrinks to 0, i.e. 0 for a
+    latency at or below the bounds (no client is slower than another: FR-eq 10's latency term
+    charges nobody) and 1 above them (a latency beyond the slowest the fleet allows, e.g. a
+    measured one). "At" allows float rounding (:data:`EMPTY_RANGE_RTOL`): the cost model and the
+    bounds compute the same latency along different float paths.
 
     Args:
         latency: seconds, float or array.
@@ -196,11 +206,15 @@ def normalise_latency(latency, l_min: float, l_max: float):
             (fixed once per federation).
 
     Raises:
-        ValueError: ``l_max <= l_min`` or a bound is not finite.
+        ValueError: ``l_max < l_min`` or a bound is not finite.
     """
-    if not (np.isfinite(l_min) and np.isfinite(l_max)) or l_max <= l_min:
-        raise ValueError(f"normalise_latency: need finite L_min < L_max, got L_min={l_min}, L_max={l_max}")
-    z = np.clip((np.asarray(latency, dtype=np.float64) - l_min) / (l_max - l_min), 0.0, 1.0)
+    if not (np.isfinite(l_min) and np.isfinite(l_max)) or l_max < l_min:
+        raise ValueError(f"normalise_latency: need finite L_min <= L_max, got L_min={l_min}, L_max={l_max}")
+    lat = np.asarray(latency, dtype=np.float64)
+    if l_max == l_min:
+        z = np.where(lat > l_max * (1.0 + EMPTY_RANGE_RTOL), 1.0, 0.0)
+    else:
+        z = np.clip((lat - l_min) / (l_max - l_min), 0.0, 1.0)
     return float(z) if z.ndim == 0 else z
 
 
@@ -210,32 +224,3 @@ def favor_reward(accuracy: float, target: float, base: float = 64.0) -> float:
     Accuracy and target are fractions in [0, 1]; the reward is in (-1, base - 1], 0 at the target.
     """
     return float(base ** (float(accuracy) - float(target)) - 1.0)
-
-
-#: a timed-out client is charged at least this many deadlines (:func:`censored_latency`)
-TIMEOUT_LATENCY_FACTOR = 2.0
-
-
-def censored_latency(previous: float, deadline: float, factor: float = TIMEOUT_LATENCY_FACTOR) -> float:
-    """The latency a selector records for a client that timed out (``failed == "timeout"``).
-
-    A timeout is a *censored* observation: the client would have taken longer than the deadline,
-    by an unknown amount; the deadline it is reported with (``latency_s``) is a lower bound, not
-    its speed. Recording the deadline would make a client that never delivered look as fast as
-    the deadline, i.e. faster than every slow client that did deliver. The rule (Oort's duration
-    and FLASH-RL's latency term alike): ``max(previous, factor x deadline)``, ``factor`` = 2, where
-    ``previous`` is the selector's estimate before this round (Oort: the client's last duration,
-    or its expected latency from the cost model while unexplored; FLASH-RL: the expected latency).
-    It is always above the deadline and never below what was known before.
-
-    Example: deadline 2.5 s, previous estimate 1.0 s -> 5.0 s; previous 9.0 s -> 9.0 s.
-
-    Raises:
-        ValueError: a deadline that is not a positive finite number, or a factor <= 1.
-    """
-    if not (np.isfinite(deadline) and deadline > 0):
-        raise ValueError(f"censored_latency: the deadline must be a positive number of seconds, got {deadline}")
-    if not factor > 1:
-        raise ValueError(f"censored_latency: factor must be > 1 (above the deadline), got {factor}")
-    prev = float(previous) if np.isfinite(previous) else 0.0
-    return max(prev, float(factor) * float(deadline))

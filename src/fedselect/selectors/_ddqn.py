@@ -15,7 +15,10 @@ first principal component on the warm-up models (one fixed scalar, so relative P
 kept and the values are O(1)); device features are standardised with fixed *fleet statistics*:
 for n and c the mean and standard deviation over the N clients, for f and b the mean and
 standard deviation over the N clients of their profile means (MHz, Mb/s). Raw MHz and core
-counts (up to 4400 and 384) would saturate the 512-unit ReLU layer.
+counts (up to 4400 and 384) would saturate the 512-unit ReLU layer. A feature without spread (a
+fleet whose clients are all alike: one device class, one network, equal data) has its standard
+deviation taken as 1, so it is 0 for every client; likewise ``sigma_1`` is 1 when the warm-up
+models do not vary along the first component.
 
 The warm-up costs one extra "round" in which all N clients download the initial model, train
 and upload their weights; its bytes and latency (the straggler among N) are charged before

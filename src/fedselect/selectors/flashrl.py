@@ -18,7 +18,6 @@ import numpy as np
 from pydantic import Field
 
 from fedselect.kernels.rewards import (
-    censored_latency,
     normalise_latency,
     normalised_divergence,
     signed_mean_divergence,
@@ -124,20 +123,24 @@ class FlashRL(DDQNSelector):
         return rewards
 
     def latency_for(self, o) -> float:
-        """The latency (s) FR-eq 10 charges participant ``o``: the measured one when it delivered
-        (or failed after doing its work: error, non-finite update); for a **timeout** the censored
-        latency ``max(expected latency, 2 x deadline)`` (:func:`censored_latency`: it was slower
-        than the deadline, so it never scores as fast as the deadline); for a **dropout** its
-        expected latency (a dropout says nothing about speed; its reported 0 s, or the deadline,
-        would make it look faster than it is); a **cancelled** one (over-selection) as a timeout
-        at the round's end."""
-        if o.failed not in ("timeout", "dropout", "cancelled"):
+        """The latency (s) FR-eq 10 charges participant ``o``: l_t^k of FR-eq 5, the latency of
+        its round's work. Delivered (or failed after doing its work: error, non-finite update):
+        the latency it reported. Cut before its work was done (a **timeout**, a **cancelled**
+        one under over-selection, a straggler's partial work): the latency of its whole work in
+        the cost model (``ClientOutcome.planned_latency_s``, the paper's environment computes
+        l_t^k for every selected client), where that is unknown (a real transport's timeout, an
+        injected hang) its expected latency or the cut if larger: at least the cut, so it never
+        scores as fast as the deadline. A **dropout**: its expected latency (a dropout says
+        nothing about speed; its reported 0 s, or the deadline, would make it look faster than
+        it is)."""
+        if o.planned_latency_s is not None:
+            return float(o.planned_latency_s)
+        if o.failed not in ("timeout", "dropout", "cancelled") and o.local_steps is None:
             return float(o.latency_s)
         if getattr(self, "_expected", None) is None:  # deterministic: computed once, never checkpointed
             self._expected = np.asarray(self.ctx.expected_latency_s(), dtype=np.float64)
         expected = float(self._expected[o.client_id])
-        censored = o.failed in ("timeout", "cancelled")  # slower than the deadline / the round's end
-        return censored_latency(expected, float(o.latency_s)) if censored else expected
+        return expected if o.failed == "dropout" else max(expected, float(o.latency_s))
 
     def state_dict(self):
         st = super().state_dict()

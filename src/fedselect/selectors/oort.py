@@ -15,14 +15,14 @@ Each round t (Oort Algorithm 1), with U slots:
    them with probability proportional to the score (without replacement);
 3. **exploration** (the other slots, at most the unexplored clients): the unexplored clients are
    ranked by ``|B_k| x (T / d_k)^alpha`` (fast clients with much data first), ``d_k`` the expected
-   latency ``ctx.expected_latency_s()`` (or, after a timeout, the censored latency below); the
+   latency ``ctx.expected_latency_s()`` (or, after an error, the time it reported); the
    slots are drawn among the best ``sample_window`` x (slots) of them proportionally to it;
 4. slots still empty (nothing left to explore or exploit) are filled uniformly at random among
    the online clients, those on the blacklist last.
 
 Every step picks only among ``view.available`` (the clients online this round). **Blacklist**
 (the artifact's ``get_blacklist``; Oort Sec. 7.2.3, outliers): with ``blacklist_rounds`` = R >= 0,
-a client that has reported more than R training results is left out of exploitation (and of the
+a client involved more than R times (results and stragglers) is left out of exploitation (and of the
 utility normalisation), at most ``floor(blacklist_max_len x N)`` clients, the most-trained first;
 ``-1`` (the default, as in the artifact) turns it off.
 
@@ -31,19 +31,31 @@ after every round, down to ``exploration_min``; once every client has been explo
 are exploited (FedScale does the same). After each round the participants' utilities, durations
 and last rounds are updated from their outcomes (the loop fills ``sample_loss_sq_sum`` /
 ``sample_loss_count`` because :attr:`Oort.wants_sample_losses`). A client counts as **explored**
-once it has reported a training result (``outcome.ok``): a client that was selected but failed
-(dropout, timeout, error, non-finite update) stays unexplored, so exploration goes on until the
-clients have actually trained (``explored_clients`` in the summary counts them). A failed client
-gets utility 0; its duration becomes: for a **timeout** the censored latency
-``max(previous duration, 2 x deadline)`` (:func:`fedselect.kernels.rewards.censored_latency`: it
-was slower than the deadline, so it never looks as fast as the deadline); for a **dropout** its
-previous duration is kept (a dropout says nothing about speed, with or without a deadline); for
-an error or a non-finite update the latency it reported (the time it really spent). An
-over-selected client that was **cancelled** (slower than the round's end) is censored: no utility
-update, no count, only the censored latency. Every ``pacer_step`` rounds the pacer compares the exploitation utility summed over the last window with the window before
-(:func:`fedselect.kernels.oort.pacer_update`): nearly flat (within 10 %) relaxes T
-(``round_threshold += pacer_delta``), a 5x change tightens it. The per-round exploitation utility
-is the mean statistical utility of that round's exploited clients that succeeded (0 without any).
+once it has reported a training result or was a straggler (below): a client that was selected
+but failed otherwise (dropout, error, non-finite update) stays unexplored, so exploration goes on
+until the clients have actually trained (``explored_clients`` in the summary counts them).
+
+Clients that did not finish in time follow FedScale's aggregator
+(``fedscale/cloud/aggregation/aggregator.py``, ``round_completion_handler``; the same in the
+authors' artifact, ``training/param_server.py``: "assign avg reward to explored, but not ran
+workers"): a **straggler** (``cancelled`` by over-selection, or a ``timeout`` at the deadline)
+gets the mean statistical utility of the round's successful participants (0 without any), its
+duration becomes the latency of its whole work (``ClientOutcome.planned_latency_s``: what the
+simulator's clock gives it, as FedScale's virtual client clock does; where that is unknown, a
+real transport's timeout or an injected hang, the cut itself or the previous duration if
+larger: never less than the cut), and it counts as explored and involved (``count``, the last
+round L_k). A straggler's partial work (``straggler: partial``) is a result, but its duration is
+likewise its whole work's latency, not the time it uploaded at the deadline. A **dropout** gets
+no feedback (FedScale leaves out a client that is not online by the end of its work): utility,
+duration and last round are kept. An **error** or a non-finite update gets utility 0 and the
+latency it reported (the time it really spent).
+
+Every ``pacer_step`` rounds the pacer compares the exploitation utility summed over the last
+window with the window before (:func:`fedselect.kernels.oort.pacer_update`): nearly flat (within
+10 %) relaxes T (``round_threshold += pacer_delta``), a 5x change tightens it. The per-round
+exploitation utility is the mean statistical utility of that round's exploited clients that
+succeeded or were stragglers (at the utility they were given; FedScale's ``calculateSumUtil``
+reads its ``successfulClients``, which holds both), 0 without any.
 ``pacer_delta = 0`` keeps T's percentile fixed (the artifact's "Oort w/o Pacer").
 """
 
@@ -63,7 +75,6 @@ from fedselect.kernels.oort import (
     preferred_duration,
     statistical_utility,
 )
-from fedselect.kernels.rewards import censored_latency
 from fedselect.kernels.sampling import kth_largest, top_desc, weighted_sample
 from fedselect.selectors import register_selector
 from fedselect.selectors.base import Feedback, RoundView, Selection, Selector
@@ -106,7 +117,9 @@ class OortOptions(BaseModel):
         5.0, ge=1, description="exploration draws among the best sample_window x (exploration slots) unexplored clients"
     )
     blacklist_rounds: int = Field(
-        -1, ge=-1, description="a client that has trained more than this many times is not exploited any more; -1 = off"
+        -1,
+        ge=-1,
+        description="a client involved (trained or straggled) more than this many times is not exploited any more; -1 = off",
     )
     blacklist_max_len: float = Field(
         0.3, ge=0, le=1, description="the blacklist holds at most this share of all clients (the most-trained ones)"
@@ -210,8 +223,8 @@ class Oort(Selector):
         n_explore = min(unknown.size, u - len(exploited))
         explored: list[int] = []
         if n_explore > 0:
-            # self.duration of an unexplored client is its expected latency, or its censored latency
-            # after a timeout (equal to the expected latency until it fails)
+            # self.duration of an unexplored client is its expected latency (or the latency of an
+            # error it reported)
             prio = exploration_scores(self.num_samples[unknown], self.duration[unknown], preferred, opts.round_penalty)
             width = max(n_explore, min(int(opts.sample_window * n_explore), unknown.size))
             window, window_prio = top_desc(unknown, prio, m=width)
@@ -240,36 +253,51 @@ class Oort(Selector):
         return Selection(tuple(chosen))
 
     def observe(self, t: int, outcomes: Sequence[ClientOutcome], feedback: Feedback) -> dict[str, Any]:
-        utilities = []
+        utilities, stragglers = [], []
         for o in outcomes:
             k = o.client_id
-            if o.failed == "cancelled":  # over-selection: slower than the round's end, utility unknown
-                self.duration[k] = censored_latency(self.duration[k], o.latency_s)
-                if self.explored[k]:
-                    self.last_round[k] = t
+            if o.failed in ("cancelled", "timeout"):  # did not finish in time: after the others (module docstring)
+                stragglers.append(o)
                 continue
-            if o.failed is not None:
+            if o.failed == "dropout":  # FedScale gives a client lost in the round no feedback
+                continue
+            if o.failed is not None:  # error / nan / inf: no usable update, the time it really took
                 self.utility[k] = 0.0
                 if self.explored[k]:
                     self.last_round[k] = t  # it took part (staleness); an unexplored client stays unexplored
-                if o.failed == "timeout":  # censored: slower than the deadline, never "as fast as" it
-                    self.duration[k] = censored_latency(self.duration[k], o.latency_s)
-                elif o.failed != "dropout" and o.latency_s > 0:  # error / nan / inf: the time it really took
+                if o.latency_s > 0:
                     self.duration[k] = float(o.latency_s)
-                continue  # a dropout says nothing about speed: the previous duration is kept
+                continue
             self.explored[k] = True  # explored = has reported a training result
             self.count[k] += 1  # the artifact's "count" (times involved), read by the blacklist
             self.last_round[k] = t
             self.utility[k] = statistical_utility(o.sample_loss_sq_sum, o.sample_loss_count, o.num_samples)
-            self.duration[k] = float(o.latency_s)
+            self.duration[k] = self._duration(o)
             utilities.append(self.utility[k])
-        ok = {o.client_id for o in outcomes if o.failed is None}
-        exploit = [self.utility[k] for k in self.exploited if k in ok]
+        average = float(np.mean(utilities)) if utilities else 0.0
+        for o in stragglers:  # FedScale's round_completion_handler: the round's mean utility, the whole work's duration
+            k = o.client_id
+            self.explored[k] = True
+            self.count[k] += 1
+            self.last_round[k] = t
+            self.utility[k] = average
+            self.duration[k] = self._duration(o)
+        involved = {o.client_id for o in outcomes if o.failed in (None, "cancelled", "timeout")}
+        exploit = [self.utility[k] for k in self.exploited if k in involved]
         self.exploit_history.append(float(np.mean(exploit)) if exploit else 0.0)
         opts = self.options
         self.threshold, _ = pacer_update(self.exploit_history, self.threshold, opts.pacer_step, opts.pacer_delta, t)
         self.epsilon = max(self.epsilon * opts.exploration_decay, opts.exploration_min)
         return {**self.pending, "mean_utility": float(np.mean(utilities)) if utilities else float("nan")}
+
+    def _duration(self, o: ClientOutcome) -> float:
+        """Client ``o``'s round duration t_k (s): its latency; for one cut before its work was
+        done, the latency of the whole work (``planned_latency_s``), else at least the cut."""
+        if o.planned_latency_s is not None:
+            return float(o.planned_latency_s)
+        if o.failed is None and o.local_steps is None:
+            return float(o.latency_s)
+        return max(float(self.duration[o.client_id]), float(o.latency_s))
 
     def finish(self) -> dict[str, Any]:
         return {
