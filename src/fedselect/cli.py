@@ -29,8 +29,20 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from fedselect import __version__
+
+        console.print(f"fedselect {__version__}", highlight=False)
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="print the version of fedselect and exit"
+    ),
+) -> None:
     """fedselect: client selection for federated learning over heterogeneous fleets."""
 
 

@@ -3,7 +3,7 @@
 For every seed the federation (partition, held-out splits, test set, device/network profiles
 and per-round draws) is built once and handed to every method (with ``--backend ray`` every
 run is a Ray task that builds the same federation itself: :mod:`fedselect.backends`), so differences between methods
-come from selection and aggregation alone (SPEC 0.2). Each run keeps its own run directory
+come from selection and aggregation alone. Each run keeps its own run directory
 under ``<out>/runs/<label>-s<seed>``; the comparison directory gets ``compare.json`` (what was
 run), ``federation-s<seed>.json`` (clients' sizes, labels, profiles, expected latency),
 ``table.md`` / ``table.csv`` / ``paired.csv``, ``plots/*.png`` and ``report.html`` (built by

@@ -2,7 +2,7 @@
 
 Built once per experiment from the config and seed; every method compared on it sees the same
 partition, the same held-out splits, the same device/network profiles and the same per-round
-draws (SPEC 0.2).
+draws.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ class Federation:
         return build_model(m.name, self.input_shape, self.num_classes, generator=torch_rng(self.seed, init_name), **m.options)
 
     def client_bits(self, k: int) -> float:
-        """|D_k| in bits (samples x features x 32, SPEC 0.3)."""
+        """|D_k| in bits (samples x features x 32)."""
         return data_bits(self.clients[k].num_samples, self.features)
 
     def train_generator(self, t: int, k: int, tag: str = "train") -> torch.Generator:

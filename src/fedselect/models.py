@@ -2,8 +2,8 @@
 
 Every model maps a float32 batch to logits of shape ``(batch, num_classes)``.
 
-Sources: FLASH-RL Table IV / SPEC 1.4 (MNIST CNN, CIFAR-10 CNN, MobiAct GRU),
-CEFL Section III / SPEC 2 (FD-CNN), budgeted online selection / SPEC 3 (MLP 10-25-25-C).
+Sources: FLASH-RL Section IV-A (MNIST CNN, CIFAR-10 CNN, MobiAct GRU), CEFL's FD-CNN paragraph
+(after He et al.), the budgeted-online paper's Phase 4 (MLP 10-25-25-C).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class TwoConvNet(nn.Module):
 
 
 class MnistCNN(TwoConvNet):
-    """FLASH-RL's MNIST CNN (SPEC 1.4).
+    """FLASH-RL's MNIST CNN (Section IV-A).
 
     conv5x5(1->20) -> ReLU -> maxpool2 -> conv5x5(20->50) -> ReLU -> maxpool2 ->
     fc(800->500) -> ReLU -> fc(500->num_classes).
@@ -57,7 +57,7 @@ class MnistCNN(TwoConvNet):
 
 
 class CifarCNN(TwoConvNet):
-    """FLASH-RL's CIFAR-10 CNN (SPEC 1.4).
+    """FLASH-RL's CIFAR-10 CNN (Section IV-A).
 
     conv5x5(3->6) -> ReLU -> maxpool2 -> conv5x5(6->16) -> ReLU -> maxpool2 ->
     fc(400->256) -> ReLU -> fc(256->num_classes).
@@ -72,7 +72,7 @@ class CifarCNN(TwoConvNet):
 class MLP(nn.Module):
     """Fully connected network with ReLU between layers.
 
-    Default ``hidden=(25, 25)`` is the budgeted-online paper's IoT classifier (SPEC 3):
+    Default ``hidden=(25, 25)`` is the budgeted-online paper's IoT classifier (its Phase 4):
     ``in_features -> 25 -> 25 -> num_classes``. Any input shape is flattened, so
     ``(batch, *shape)`` with ``prod(shape) == in_features``.
     """
@@ -101,12 +101,14 @@ class NoModelOptions(BaseModel):
 
 
 class MLPOptions(NoModelOptions):
-    hidden: list[Annotated[int, Field(ge=1)]] = Field([25, 25], min_length=1, description="hidden layer widths (SPEC 3: 25, 25)")
+    hidden: list[Annotated[int, Field(ge=1)]] = Field(
+        [25, 25], min_length=1, description="hidden layer widths (budgeted-online paper: 25, 25)"
+    )
 
 
 class GRUOptions(NoModelOptions):
-    hidden: int = Field(256, ge=1, description="GRU hidden units per layer (SPEC 1.4: 256)")
-    layers: int = Field(2, ge=1, description="stacked GRU layers (SPEC 1.4: 2)")
+    hidden: int = Field(256, ge=1, description="GRU hidden units per layer (FLASH-RL: 256)")
+    layers: int = Field(2, ge=1, description="stacked GRU layers (FLASH-RL: 2)")
 
 
 #: name -> constructor(input_shape, num_classes, **options)
@@ -205,7 +207,7 @@ def count_parameters(model: nn.Module, names: list[str] | None = None) -> int:
 
 
 class GRUClassifier(nn.Module):
-    """FLASH-RL's MobiAct GRU (SPEC 1.4): a 2-layer GRU with 256 hidden units; the last time
+    """FLASH-RL's MobiAct GRU (Section IV-A): a 2-layer GRU with 256 hidden units; the last time
     step's hidden state -> linear -> classes.
 
     Input ``(batch, T, channels)`` (batch first; IMU windows have 6 channels); output
@@ -226,7 +228,7 @@ class GRUClassifier(nn.Module):
 
 
 class FDCNN(TwoConvNet):
-    """CEFL's FD-CNN (SPEC 2; CEFL Section IV after He et al.): input ``(batch, 3, 20, 20)``
+    """CEFL's FD-CNN (CEFL Section IV after He et al.): input ``(batch, 3, 20, 20)``
     RGB bitmaps; conv5x5 'same' 3->32, ReLU, maxpool2; conv5x5 'same' 32->64, ReLU, maxpool2;
     fc 1600->512, ReLU; fc 512->num_classes (logits; the softmax is in the loss).
 

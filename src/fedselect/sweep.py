@@ -1,7 +1,7 @@
 """Parameter sweeps: a base experiment, several methods, a grid of dotted keys, seeds -> one table.
 
-Written for the budgeted-online paper's grid (N x R x r2, SPEC 3; ``configs/budgeted-sweep*.yaml``)
-but generic. A sweep YAML::
+Written for the budgeted-online paper's grid (N x R x r2 of its Table VI;
+``configs/budgeted-sweep*.yaml``) but generic. A sweep YAML::
 
     name: budgeted-paper-grid
     base: {...}                       # an experiment (as for `fedselect run`)

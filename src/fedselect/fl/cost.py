@@ -1,6 +1,6 @@
 """The cost model: every simulated latency (seconds) and byte count of a run comes from here.
 
-SPEC 0.3 with FLASH-RL's equations: a client's compute time ``E |D_k| g / (c_k f_{t,k})``
+FLASH-RL's latency model (its Section III-A): a client's compute time ``E |D_k| g / (c_k f_{t,k})``
 (FR-eq 3; ``f`` in MHz, ``|D_k|`` in bits), the transfer of ``b`` bytes ``8 b / b_{t,k}``
 (FR-eq 4; ``b_{t,k}`` in Mb/s), its latency compute + upload (+ the broadcast with
 ``system.count_download``) (FR-eq 5), and a synchronous round as long as its probing plus its
@@ -70,7 +70,7 @@ class CostModel:
 
     @staticmethod
     def round_latency_s(probe_s: float, latencies) -> float:
-        """A synchronous round: the probing, then the slowest participant (SPEC 0.3)."""
+        """A synchronous round: the probing, then the slowest participant."""
         return probe_s + max(latencies, default=0.0)
 
     def expected_latency_s(self, epochs: float | None = None) -> np.ndarray:
@@ -84,7 +84,7 @@ class CostModel:
         return comp + transmit_time(tx, fl.mean_mbps)
 
     def latency_bounds(self) -> tuple[float, float]:
-        """(L_min, L_max) in seconds for FR-eq 10's min-max normalisation (SPEC 0.3)."""
+        """(L_min, L_max) in seconds for FR-eq 10's min-max normalisation."""
         s = self.settings
         bits = self.client_bits().tolist()
         down = 8 * self.download_bytes if s.count_download else 0

@@ -1,4 +1,4 @@
-"""An oracle baseline: the U clients with the lowest latency (FR-eq 5; SPEC 0.3).
+"""An oracle baseline: the U clients with the lowest latency (FR-eq 5).
 
 With ``latency: expected`` (default) it knows each client's expected latency — local
 computation at its device profile's mean frequency plus the upload at its network profile's
