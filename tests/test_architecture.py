@@ -37,6 +37,7 @@ LAYERS = {
     "fedselect.api": 7,
     "fedselect.compare": 8,
     "fedselect.sweep": 8,
+    "fedselect.sweep_render": 8,  # how a sweep's table reads (cells, table.md, report.html)
     "fedselect.report": 8,
     "fedselect.reproduce": 8,
     "fedselect.repro": 8,  # the parts of fedselect.reproduce (its public face)

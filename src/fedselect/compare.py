@@ -16,7 +16,6 @@ import copy
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fedselect.config import ConfigError, ExperimentConfig, MethodSpec, apply_overrides, validate_model
@@ -24,7 +23,7 @@ from fedselect.experiment import RoundEvent, check_saved_runs
 from fedselect.federation import Federation
 from fedselect.fl.metrics import read_json, write_json_atomic
 from fedselect.resolve import parse_experiment
-from fedselect.system import BITS_PER_FLOAT, compute_time, transmit_time
+from fedselect.tables import federation_info
 
 #: keys a method entry may not change: they define the shared federation
 FEDERATION_KEYS = ("data", "system", "model", "seed")
@@ -194,45 +193,6 @@ def load_compare(path: str | Path | None, overrides: dict[str, Any] | None = Non
         doc = dict(doc)
         doc["base"] = apply_overrides(doc.get("base", {}), overrides)
     return parse_compare(doc, str(p))
-
-
-def partition_params(fed: Federation) -> dict[str, Any]:
-    """The partition scheme with every parameter in effect (the resolved config writes the
-    defaults out; the partitioner's bounds on retries, ``max_*``, are left out)."""
-    params = {k: v for k, v in fed.data.partition.params().items() if not k.startswith(("max_", "_"))}
-    return {"scheme": fed.data.partition.scheme, **params}
-
-
-def federation_info(fed: Federation, local_epochs: int) -> dict[str, Any]:
-    """Per-client facts for reports: samples, label counts, profiles and the expected latency
-    (s) at the profiles' mean frequency and bandwidth for ``local_epochs`` epochs, uploading the
-    whole model (also split into its compute and upload parts)."""
-    model = fed.new_model()
-    model_bits = sum(v.numel() for v in model.state_dict().values()) * BITS_PER_FLOAT
-    fl = fed.fleet
-    compute = [
-        compute_time(local_epochs, fed.client_bits(k), fed.system.cycles_per_bit, fl.cores[k], fl.mean_mhz[k])
-        for k in range(fed.num_clients)
-    ]
-    upload = [transmit_time(model_bits, fl.mean_mbps[k]) for k in range(fed.num_clients)]
-    expected = [c + u for c, u in zip(compute, upload)]
-    return {
-        "num_clients": fed.num_clients,
-        "num_classes": fed.num_classes,
-        "class_names": fed.train_set.class_names,
-        "dataset": fed.data.dataset,
-        "partition": partition_params(fed),
-        "num_samples": [c.num_samples for c in fed.clients],
-        "label_counts": fed.label_counts().tolist(),
-        "device": [d.name for d in fl.devices],
-        "network": [n.name for n in fl.networks],
-        "expected_latency_s": [float(x) for x in expected],
-        "expected_compute_s": [float(x) for x in compute],
-        "expected_upload_s": [float(x) for x in upload],
-        "train_indices_hash": [
-            int(np.bitwise_xor.reduce(c.train_indices * 2654435761 % (2**31))) if len(c.train_indices) else 0 for c in fed.clients
-        ],
-    }
 
 
 def check_comparison_runs(directory: str | Path) -> None:
