@@ -206,6 +206,7 @@ def test_tables_fit_a_terminal_and_stay_whole_in_a_file(monkeypatch):
     assert "\x1b[" not in pipe.file.getvalue()
 
 
+@pytest.mark.slow
 def test_piped_output_has_no_colour_codes_and_no_broken_lines(tmp_path):
     """`fedselect run ... | cat`: no ANSI escape codes, the heading on one line, the summary
     table whole, the bar's last status the summary's figures."""
