@@ -288,9 +288,9 @@ class LocalDeployment:
         return int(found.group(1))
 
     def _wait_superlink(self) -> None:
-        import httpx
-
         import ssl
+
+        import httpx
 
         scheme, verify = ("https", ssl.create_default_context(cafile=str(self.tls.ca))) if self.tls else ("http", True)
         deadline = time.monotonic() + self.startup_timeout
