@@ -214,4 +214,5 @@ def test_a_tls_deployment_admits_only_registered_supernodes(tmp_path):
     for t in (1, 2):
         assert f"round {t}/2: accuracy" in streamed, streamed[-3000:]
     assert f"done: 2 rounds, final accuracy {summary['final_accuracy']:.4f}" in streamed
+    assert "DEPRECATED" not in streamed and "\x1b[" not in streamed  # plain lines in the pipe
     assert processes_in_groups(groups) == [] and not [pid for pid in family if _alive(pid)]  # nothing left running

@@ -298,15 +298,18 @@ def test_a_sweep_tables_the_figures_of_its_methods_and_draws_the_comparison_plot
 
 def test_flower_log_lines_are_plain_and_shown_once(capfd):
     """While fedselect drives Flower, a Flower warning reaches the console once, through the
-    logging root, without colour codes; its deprecation notices (about run_simulation, which
-    fedselect calls) are dropped. Outside, Flower's own handler colours its lines (control)."""
+    logging root, without colour codes; Flower's notices about fedselect's own use of it
+    (deprecations, an actor's routine end) are dropped. In any process running fedselect's
+    apps, Flower's handler colours its lines only on a terminal."""
     pytest.importorskip("flwr")
     import io
     import logging
 
     from flwr.common.logger import log, warn_deprecated_feature
+    from flwr.supercore.logger import ConsoleHandler
 
-    from fedselect.flower.engine import flower_console
+    import fedselect.flower.client_app  # noqa: F401  (the ClientApp's module quiets Flower's console)
+    from fedselect.flower.logs import flower_console, quiet_flower_logs
 
     buf = io.StringIO()
     root = logging.getLogger()
@@ -318,6 +321,7 @@ def test_flower_log_lines_are_plain_and_shown_once(capfd):
         capfd.readouterr()
         with flower_console():
             warn_deprecated_feature("The `run_simulation` function")
+            log(logging.WARNING, "Manually terminating ClientAppActor")
             log(logging.WARNING, "node 3 is slow")
         inside = capfd.readouterr()
         log(logging.WARNING, "after")
@@ -326,6 +330,23 @@ def test_flower_log_lines_are_plain_and_shown_once(capfd):
         root.removeHandler(handler)
     shown = buf.getvalue()
     assert shown.count("node 3 is slow") == 1 and "WARNING flwr: node 3 is slow" in shown
-    assert "DEPRECATED" not in shown and "\x1b[" not in shown
+    assert "DEPRECATED" not in shown and "terminating" not in shown and "\x1b[" not in shown
     assert "node 3 is slow" not in inside.err + inside.out  # Flower's own handler was off
-    assert "\x1b[" in after.err and "after" in after.err  # and is back, coloured
+    assert "after" in after.err and "\x1b[" not in after.err  # back, plain: stderr is not a terminal here
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    flwr_log = logging.getLogger("flwr")
+    term, pipe = ConsoleHandler(stream=Terminal()), ConsoleHandler(stream=io.StringIO())
+    for h in (term, pipe):
+        flwr_log.addHandler(h)
+    try:
+        quiet_flower_logs()
+        log(logging.WARNING, "coloured?")
+    finally:
+        for h in (term, pipe):
+            flwr_log.removeHandler(h)
+    assert term.colored and "\x1b[93mWARNING" in term.stream.getvalue()
+    assert not pipe.colored and pipe.stream.getvalue().startswith("WARNING") and "\x1b[" not in pipe.stream.getvalue()

@@ -10,14 +10,13 @@ federation in one simulation (comparisons, the contract test).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import tempfile
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
@@ -26,6 +25,7 @@ from fedselect.config import ExperimentConfig, dump_config
 from fedselect.federation import build_federation
 from fedselect.flower.client_app import make_client_app
 from fedselect.flower.grid_run import run_on_grid
+from fedselect.flower.logs import flower_console
 from fedselect.flower.nodes import FlowerOptions
 from fedselect.flower.settings import CONFIG_FILE_KEY
 from fedselect.resolve import resolve
@@ -39,36 +39,6 @@ def node_settings(cfg: ExperimentConfig, path: Path) -> dict[str, Any]:
     """What every node of ``cfg``'s simulation reads: the experiment written to ``path``."""
     path.write_text(dump_config(cfg))
     return {CONFIG_FILE_KEY: str(path), "torch-threads": 1}
-
-
-class _DropDeprecations(logging.Filter):
-    """Drops Flower's deprecation notices: they are about the API fedselect calls
-    (``run_simulation``), not about the user's experiment."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "DEPRECATED FEATURE" not in record.getMessage()
-
-
-@contextlib.contextmanager
-def flower_console() -> Iterator[None]:
-    """While fedselect drives Flower in this process: Flower's log records reach the console
-    the way fedselect's own do, through the logging root (in the command line: warnings and
-    errors, plain ``WARNING flwr: ...`` lines, no ANSI colour codes, once), instead of through
-    Flower's coloured console handler, which writes colour codes into pipes and files and
-    repeats every warning the root handler shows; Flower's deprecation notices are dropped
-    (:class:`_DropDeprecations`). Restored on exit."""
-    flwr_log = logging.getLogger("flwr")
-    consoles = [h for h in flwr_log.handlers if type(h).__name__ == "ConsoleHandler"]
-    drop = _DropDeprecations()
-    for h in consoles:
-        flwr_log.removeHandler(h)
-    flwr_log.addFilter(drop)
-    try:
-        yield
-    finally:
-        flwr_log.removeFilter(drop)
-        for h in consoles:
-            flwr_log.addHandler(h)
 
 
 def _simulate(cfg: ExperimentConfig, main: Callable[[Grid, threading.Event], Any]) -> Any:
