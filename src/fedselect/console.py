@@ -11,6 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 # typer 0.17-0.20 (the versions flwr 1.42 allows) escape "[default: ...]" / "[required]" for rich
 # even with rich markup off, which plain --help then shows with a stray backslash; the escape only
@@ -216,14 +217,14 @@ def print_sweep(rep: dict) -> None:
     for j, h in enumerate(heads):
         table.add_column(h, justify="right" if j >= first else "left")
     for row in rep["cells"]:
-        table.add_row(*row)
+        table.add_row(*map(Text, row))  # cells as text: a label or value holding "[...]" is no markup
     show(table)
     if rep.get("paper_rows"):
         pt = Table(title="ours vs the paper" + (f" ({rep['paper_source']})" if rep.get("paper_source") else ""))
         for h in ("method", "point", "figure", "ours", "paper"):
             pt.add_column(h, justify="right" if h in ("ours", "paper") else "left")
         for row in rep["paper_rows"]:
-            pt.add_row(*map(str, row))
+            pt.add_row(*(Text(str(c)) for c in row))
         show(pt)
     if rep.get("paired_cells"):
         pt = Table(title=f"paired differences vs {rep['baseline']}")
@@ -231,7 +232,7 @@ def print_sweep(rep: dict) -> None:
         for j, h in enumerate(rep["paired_heads"]):
             pt.add_column(h, justify="right" if j >= first else "left")
         for row in rep["paired_cells"]:
-            pt.add_row(*row)
+            pt.add_row(*map(Text, row))
         show(pt)
         for note in rep.get("paired_notes", []):
             console.print(note, markup=False, highlight=False)
