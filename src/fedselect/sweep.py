@@ -71,23 +71,11 @@ from fedselect.experiment import check_saved_runs
 from fedselect.fl.metrics import atomic_write, read_json, write_json_atomic
 from fedselect.resolve import parse_experiment
 from fedselect.stats import mean_std
+from fedselect.tables import COLUMNS, OPTIONAL_COLUMNS
 
 #: the columns a sweep without ``columns`` chooses from (those some run has): a comparison's
-#: (fedselect.tables.COLUMNS, OPTIONAL_COLUMNS), wall time last
-AUTO_COLUMNS = [
-    "final_accuracy",
-    "best_accuracy",
-    "final_f1_macro",
-    "e2e_latency_s",
-    "rounds_to_target",
-    "latency_to_target_s",
-    "communication_mb",
-    "latency_sum_s",
-    "client_accuracy_std",
-    "candidates_evaluated",
-    "competitive_ratio",
-    "wall_s",
-]
+#: table columns and its method-specific ones (fedselect.tables), wall time last
+AUTO_COLUMNS = [k for k, *_ in COLUMNS if k != "wall_s"] + [k for k, *_ in OPTIONAL_COLUMNS] + ["wall_s"]
 
 
 class SweepMethod(MethodSpec):
