@@ -5,7 +5,7 @@ even an agent that knows the fastest clients perfectly cannot save more than a b
 depends only on the epsilon schedule. This script simulates that *oracle* agent: each of the
 U slots is, with probability eps_t, a uniformly random not-yet-chosen client, else the
 not-yet-chosen client with the lowest true latency this round (FR-eq 3-5 via
-:mod:`fedselect.system`, SPEC 0.3). It compares the end-to-end latency (sum of per-round
+:mod:`fedselect.system`). It compares the end-to-end latency (sum of per-round
 stragglers) with FedAvg (U uniform clients) over the same fleet and draws.
 
 No learning happens; it takes a few seconds:

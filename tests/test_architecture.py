@@ -39,6 +39,7 @@ LAYERS = {
     "fedselect.api": 9,  # the Python API: a face like the command line (runs, comparisons with progress)
     "fedselect.compare": 8,
     "fedselect.sweep": 8,
+    "fedselect.sweep_render": 8,  # how a sweep's table reads (cells, table.md, report.html)
     "fedselect.report": 8,
     "fedselect.reproduce": 8,
     "fedselect.repro": 8,  # the parts of fedselect.reproduce (its public face)

@@ -1,5 +1,5 @@
 """Budgeted online selection on the round loop: the three methods on one shared federation
-(small synthetic IoT data), re-runs over a stream, determinism and resume (SPEC 3)."""
+(small synthetic IoT data), re-runs over a stream, determinism and resume (Algorithm 1)."""
 
 import numpy as np
 import pytest

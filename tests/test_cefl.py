@@ -1,5 +1,5 @@
 """CEFL: similarity (CE-eq 3, 4), Louvain into K, leaders (CE-eq 5), partial aggregation
-(CE-eq 6, 7), communication parts (SPEC 2 item 7)."""
+(CE-eq 6, 7), the four communication parts."""
 
 from __future__ import annotations
 
@@ -206,7 +206,7 @@ def test_payload_sizes_of_tiny_model():
     assert state_bytes(m.state_dict(), base_layer_names(m)) == 20 * 4
 
 
-# ---------------------------------------------------------------- communication (SPEC 2 item 7)
+# ---------------------------------------------------------------- communication (the four parts)
 def test_communication_parts_tiny_model_by_hand():
     from fedselect.algorithms.cefl import cefl_communication, fedper_communication, regular_fl_communication
 

@@ -47,6 +47,18 @@ def test_help_documents_every_command():
     assert "--threads" not in res.output  # still accepted (old scripts), ignored with a note
 
 
+def test_version_is_the_package_version():
+    import tomllib
+    from pathlib import Path
+
+    import fedselect
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    res = runner.invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.output == f"fedselect {project['version']}\n"
+    assert fedselect.__version__ == project["version"]
+
+
 def test_old_threads_option_is_accepted_and_ignored(tmp_path):
     res = runner.invoke(
         app,

@@ -1,4 +1,4 @@
-"""DDQN agent (SPEC 1.3): double-Q targets by hand, epsilon schedule, selector invariants,
+"""DDQN agent (FLASH-RL Section III-C2): double-Q targets by hand, epsilon schedule, selector invariants,
 checkpoint round trip."""
 
 import io

@@ -1,4 +1,4 @@
-"""FLASH-RL reward ingredients (SPEC 1.1) by hand."""
+"""FLASH-RL reward ingredients (FLASH-RL Section III-B) by hand."""
 
 import math
 

@@ -218,3 +218,28 @@ def test_hostile_train_replies_never_crash_the_server(kind, tmp_path):
     if kind != "nan":
         log = (tmp_path / "flower" / "run.log").read_text()
         assert "its reply was refused" in log
+
+
+# ---------------------------------------------------------------------------- a deployment's security settings
+def test_a_deployments_security_settings_are_checked_before_anything_starts(tmp_path):
+    """LocalDeployment refuses, before starting any process: authentication without TLS (Flower
+    allows it only over TLS), a registered node without a key, missing files, and a SuperLink
+    certificate whose subjectAltName lacks 127.0.0.1 (its own flower-superexec dials it there:
+    `flwr run` would hang); the certificate's addresses are read back."""
+    from fedselect.flower.deployment import LocalDeployment, certificate_addresses
+    from flower_tls import make_node_key, make_tls
+
+    good = make_tls(tmp_path / "good")
+    assert certificate_addresses(good.cert) == (["127.0.0.1"], ["localhost"])
+    bad = make_tls(tmp_path / "bad", addresses=("10.0.0.5",), names=("superlink.example",))
+    key = make_node_key(tmp_path / "node-0")
+    home = tmp_path / "home"
+    with pytest.raises(ValueError, match="authenticate=True needs tls"):
+        LocalDeployment(1, home, authenticate=True, node_keys={0: key})
+    with pytest.raises(ValueError, match=r"nodes \[1\]: register names a node without a key"):
+        LocalDeployment(2, home, tls=good, node_keys={0: key}, register=[0, 1])
+    with pytest.raises(ValueError, match="missing key or certificate files"):
+        LocalDeployment(1, home, tls=good, node_keys={0: tmp_path / "nope"})
+    with pytest.raises(ValueError, match=r"lacks IP:127\.0\.0\.1.*`flwr run` stays pending forever"):
+        LocalDeployment(1, home, tls=bad)
+    assert not home.exists()  # nothing was started or written

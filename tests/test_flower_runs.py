@@ -170,3 +170,52 @@ def test_a_real_superlink_and_supernodes_with_a_dead_node(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["complete"] and summary["flower"]["clients_without_node"] == [victim]
     assert processes_in_groups(groups) == [] and not [pid for pid in family if _alive(pid)]  # nothing left running
+
+
+# ---------------------------------------------------------------------------- TLS and node authentication
+def test_a_tls_deployment_admits_only_registered_supernodes(tmp_path):
+    """The recipe of docs/flower.md on 127.0.0.1: TLS on every connection (a CA and a SuperLink
+    certificate for 127.0.0.1 made here) and node authentication (--enable-supernode-auth; the
+    three SuperNodes' public keys registered with `flwr supernode register`). A fourth SuperNode,
+    whose key was never registered, is refused by the SuperLink and exits; the three run FedAvg,
+    2 of 3 per round for 2 rounds, and write the simulator's metrics.csv; `flwr run --stream`
+    shows each round. No process is left."""
+    from fedselect.flower.deployment import LocalDeployment, _alive, _descendants, processes_in_groups
+    from flower_tls import make_node_key, make_tls
+
+    doc = experiment(3, 2, 2, method="fedavg")
+    simulate(doc, tmp_path / "sim")
+    run_dir = tmp_path / "flower-run"
+    settings = {**NODE, "data.num_clients": 3, "method": "fedavg", "rounds": 2, "clients_per_round": 2, "name": "flower-run"}
+    settings.update({"run-dir": str(run_dir), "reply-timeout": 120.0, "connect-timeout": 60.0})
+    app = tmp_path / "app"
+    _write_app(app, settings)
+    tls = make_tls(tmp_path / "certs")
+    keys = {i: make_node_key(tmp_path / "certs" / f"node-{i}") for i in range(4)}
+    config = lambda i: {"partition-id": i, "num-partitions": 3 if i < 3 else 4}  # noqa: E731 (node 3: refused)
+    with LocalDeployment(
+        4, home=tmp_path / "flwr-home", node_config=config, tls=tls, authenticate=True, node_keys=keys, register=[0, 1, 2]
+    ) as dep:
+        assert sorted(dep.node_ids) == [0, 1, 2] and len(set(dep.node_ids.values())) == 3
+        refused = dep.nodes[3].wait(timeout=120)  # bounded: a node the SuperLink refuses exits
+        res = dep.run_app(app, timeout=400)
+        logs = "\n".join(f"--- {n}\n{dep.log(n)[-3000:]}" for n in ["superlink"] + [f"supernode-{i}" for i in range(4)])
+        ok = res.returncode == 0 and "ServerApp raised" not in res.stdout
+        assert ok, f"{res.stdout[-3000:]}\n{res.stderr[-3000:]}\n{logs}"
+        for i in range(3):
+            assert dep.nodes[i].poll() is None and f"SuperNode ID: {dep.node_ids[i]}" in dep.log(f"supernode-{i}"), logs
+        groups = {p.pid for p in dep.nodes if p is not None} | {dep.superlink.pid}
+        family = set().union(*(_descendants(pid) for pid in groups)) | groups
+    assert refused != 0 and "Failed to activate SuperNode" in dep.log("supernode-3")
+    assert (run_dir / "metrics.csv").read_text() == (tmp_path / "sim" / "metrics.csv").read_text()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["complete"] and summary["flower"]["clients_without_node"] == []
+    streamed = res.stdout + res.stderr
+    for t in (1, 2):
+        assert f"round {t}/2: accuracy" in streamed, streamed[-3000:]
+    assert f"done: 2 rounds, final accuracy {summary['final_accuracy']:.4f}" in streamed
+    assert "DEPRECATED" not in streamed
+    ours = [x for x in streamed.splitlines() if x.startswith("fedselect ")]
+    # fedselect's lines are plain; flwr-serverapp's first line comes before fedselect is imported
+    assert len(ours) >= 4 and not [x for x in ours if "\x1b[" in x]
+    assert processes_in_groups(groups) == [] and not [pid for pid in family if _alive(pid)]  # nothing left running

@@ -1,4 +1,4 @@
-"""GRU (SPEC 1.4) and FD-CNN (SPEC 2) shapes, sizes and seeded initialisation."""
+"""GRU (FLASH-RL Section IV-A) and FD-CNN (CEFL) shapes, sizes and seeded initialisation."""
 
 import pytest
 import torch

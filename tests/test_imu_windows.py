@@ -1,4 +1,4 @@
-"""Sliding windows, CEFL's I_type, resampling and the bitmap encoding (SPEC 2)."""
+"""Sliding windows, CEFL's I_type, resampling and CEFL's bitmap encoding."""
 
 import logging
 

@@ -1,4 +1,4 @@
-"""IoT flow features (SPEC 3), the IoT loaders and the fat/thin partition."""
+"""IoT flow features (the budgeted-online paper's Table IV), the IoT loaders and the fat/thin partition."""
 
 import numpy as np
 import pandas as pd

@@ -371,7 +371,8 @@ def test_truncated_checkpoint_is_detected_and_previous_used(tmp_path, fed, caplo
         ck = load_checkpoint(d)
     assert ck["round"] == 2  # checkpoint.prev.pt
     msgs = " ".join(r.getMessage() for r in caplog.records)
-    assert "checkpoint.pt: unreadable, truncated or corrupted" in msgs and "checkpoint.prev.pt (round 2)" in msgs
+    assert "checkpoint.pt: corrupted or truncated" in msgs and "resuming from checkpoint.prev.pt (round 2)" in msgs
+    assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 1  # the damaged file is named once
     cli("run", "--resume", str(d), "-q")
     assert_same_run(tmp_path / "ref", d)
 
@@ -387,7 +388,9 @@ def test_every_checkpoint_damaged_gives_a_clear_error_and_changes_nothing(tmp_pa
     out = " ".join(r.output.split())
     assert f"no usable checkpoint in {d}" in out
     assert "checkpoint.pt: empty file (0 bytes; truncated)" in out
-    assert "checkpoint.prev.pt: unreadable, truncated or corrupted" in out
+    assert "checkpoint.prev.pt: corrupted or truncated" in out
+    assert out.count("checkpoint.prev.pt: corrupted") == 1 and "WARNING" not in out  # once, in the error
+    assert "start the run again with" in out and "--overwrite" in out
     assert {p.name: p.read_bytes() for p in d.iterdir()} == before
 
 

@@ -86,7 +86,8 @@ def test_crafted_checkpoint_is_refused_and_never_runs(tmp_path):
         load_checkpoint(run)
     msg = str(e.value)
     assert f"{run / 'checkpoint.pt'}: refused to load: it asks for " in msg and "touch_marker" in msg
-    assert "the file may be crafted to run code" in msg
+    said = msg.replace(str(tmp_path), "DIR")
+    assert "nothing in the file was run" in said and "crafted" not in said and "corrupted" not in said
     assert not marker.exists()
     # the CLI: refused, exit 2, the function never ran
     (run / "config.yaml").write_text(
@@ -106,6 +107,57 @@ def test_crafted_checkpoint_is_refused_and_never_runs(tmp_path):
     # control: an unrestricted load of the same file does run it (so the test can fail)
     torch.load(run / "checkpoint.pt", weights_only=False)
     assert marker.read_text() == "code ran"
+
+
+def _pickle_start(raw: bytes) -> int:
+    """Offset of ``data.pkl``'s first byte inside a checkpoint (a zip archive)."""
+    import io
+    import struct
+    import zipfile
+
+    info = next(i for i in zipfile.ZipFile(io.BytesIO(raw)).infolist() if i.filename.endswith("data.pkl"))
+    name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26 : info.header_offset + 30])
+    return info.header_offset + 30 + name_len + extra_len
+
+
+def test_a_damaged_checkpoint_is_called_corrupted_not_refused(tmp_path):
+    """A flipped byte in the pickle stream reads as an unknown opcode, or turns torch._utils
+    into a module that does not exist: weights_only refuses both, and the message says the file
+    is corrupted (not that it asks for code). With both files damaged the CLI says so once per
+    file and tells how to start again."""
+    save_checkpoint(tmp_path, {"round": 2, "snapshot": {"w": np.ones(3, np.float32)}})
+    raw = (tmp_path / "checkpoint.pt").read_bytes()
+    start = _pickle_start(raw)
+    assert raw[start : start + 3] == b"\x80\x02}"  # PROTO 2, EMPTY_DICT
+    opcode = bytearray(raw)
+    opcode[start + 2] = 0xFF
+    (tmp_path / "checkpoint.pt").write_bytes(bytes(opcode))
+    assert raw.count(b"torch._utils") == 1
+    (tmp_path / "checkpoint.prev.pt").write_bytes(raw.replace(b"torch._utils", b"tor9h._utils"))
+    with pytest.raises(CheckpointError) as e:
+        read_checkpoint_file(tmp_path / "checkpoint.pt")
+    assert str(e.value) == f"{tmp_path / 'checkpoint.pt'}: corrupted (its pickle stream is damaged: Unsupported operand 255)"
+    with pytest.raises(CheckpointError) as e:
+        read_checkpoint_file(tmp_path / "checkpoint.prev.pt")
+    assert str(e.value) == (
+        f"{tmp_path / 'checkpoint.prev.pt'}: corrupted (its pickle stream is damaged: GLOBAL tor9h._utils._rebuild_tensor_v2)"
+    )
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"name": "x", "model": {"name": "mlp"}}))
+    r = CliRunner().invoke(app, ["run", "--resume", str(tmp_path), "-q"])
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2 and out.count("corrupted (its pickle stream") == 2 and "refused" not in out
+    assert out.count("checkpoint.prev.pt: corrupted") == 1 and "WARNING" not in out
+    assert f"start the run again with `fedselect run {tmp_path / 'config.yaml'} --out {tmp_path} --overwrite`" in out
+
+
+def test_a_damaged_cifar_batch_is_called_corrupted(tmp_path):
+    d = cifar_dir(tmp_path)
+    batch = d / "data_batch_1"
+    raw = batch.read_bytes()
+    assert raw.count(b"numpy") >= 1
+    batch.write_bytes(raw.replace(b"numpy", b"numpz", 1))
+    with pytest.raises(DataFileError, match=r"data_batch_1: corrupted \(the pickle names numpz\.\S+, which does not exist\)"):
+        load_dataset("cifar10", path=str(d))
 
 
 def test_old_numpy_pickle_checkpoint_is_refused_with_a_hint(tmp_path):
@@ -147,7 +199,7 @@ def test_crafted_cifar_batch_is_refused_and_never_runs(tmp_path):
         load_dataset("cifar10", path=str(d))
     msg = str(e.value)
     assert msg.startswith(f"{evil}: refused to load: the pickle asks for ") and "touch_marker" in msg
-    assert "the file may be crafted to run code" in msg
+    assert "nothing in the file was run" in msg and "crafted" not in msg.replace(str(tmp_path), "DIR")
     assert not marker.exists()
     # control: a plain unpickler would have run it
     pickle.loads(evil.read_bytes())

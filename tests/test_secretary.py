@@ -1,5 +1,5 @@
 """Budgeted online selection: alpha* (BO-eq 7), success probability (BO-eq 6), the three-stage
-rule and its baselines (SPEC 3)."""
+rule (Algorithm 1) and its baselines."""
 
 import math
 

@@ -30,8 +30,20 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from fedselect import __version__
+
+        console.print(f"fedselect {__version__}", highlight=False)
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="print the version of fedselect and exit"
+    ),
+) -> None:
     """fedselect: client selection for federated learning over heterogeneous fleets."""
 
 
@@ -213,6 +225,7 @@ def run(
             with ui.progress() as prog:
                 task = prog.add_task("resume", total=None, status="", visible=not quiet)
                 res = api.resume(resume, rounds=rounds, on_round=ui.advance(prog, task, quiet), workers=_workers(workers))
+                ui.finish(prog, task, res.summary)
         else:
             over = _overrides(rounds, seed, method, sets, selector, algorithm, device, engine, log)
             plan = api.plan_run(config, out, overwrite=overwrite, sets=over)
@@ -225,6 +238,7 @@ def run(
             with ui.progress() as prog:
                 task = prog.add_task(plan.method, total=cfg.rounds, status="preparing", visible=not quiet)
                 res = api.run_plan(plan, on_round=ui.advance(prog, task, quiet), workers=_workers(workers))
+                ui.finish(prog, task, res.summary)
     except KeyboardInterrupt:
         d = resume if resume is not None else (plan.run_dir if plan else None)
         ui.interrupted(d, f"continue with: fedselect run --resume {d}")
@@ -330,8 +344,13 @@ def report(
     except (OSError, ValueError) as e:
         ui.fail(e)
     if rep.get("kind") == "sweep":
-        console.print(rep["markdown"], highlight=False, markup=False)
-        console.print(f"wrote {directory / 'table.md'}, {directory / 'table.csv'} and {directory / 'report.html'}")
+        ui.print_sweep(rep)
+        console.print(
+            f"wrote {directory / 'table.md'}, {directory / 'table.csv'}"
+            + (f", {len(rep['plots'])} plots in {directory / 'plots'}" if rep["plots"] else "")
+            + f" and {directory / 'report.html'}",
+            highlight=False,
+        )
         return
     ui.print_table(rep)
     console.print(
@@ -431,10 +450,13 @@ def sweep(
 ) -> None:
     """Run a grid of experiments (every method x grid point x seed) and write one table.
 
-    Output: <out>/table.md and table.csv (mean and std over seeds per grid point and method:
-    final accuracy, candidates evaluated, competitive ratio, wall time by default; with
-    `baseline:` in the config, paired differences vs that method over seeds with 95%
-    intervals), report.html (one offline page) and runs/<label>-<point>-s<seed>/ per run. Runs sharing data, model and seed share one federation.
+    Output: <out>/table.md and table.csv (mean and std over seeds per grid point and method of
+    the config's `columns`, by default every figure a comparison tables that some run has:
+    accuracy, F1, end-to-end latency, rounds and latency to target, communication, candidates
+    evaluated and competitive ratio for budgeted online, wall time; with `baseline:` in the
+    config, paired differences vs that method over seeds with 95% intervals), plots/<point>/
+    (per grid point, the plots `compare` draws), report.html (one offline page) and
+    runs/<label>-<point>-s<seed>/ per run. Runs sharing data, model and seed share one federation.
     Finished runs are kept and interrupted ones continue from their checkpoints when the same
     --out is given again (with the same --rounds / --set / --device: a run made with other
     values is refused, naming them). With --backend ray every run is a Ray task (the same
@@ -475,8 +497,8 @@ def sweep(
         ui.interrupted(out_dir, f"continue with: fedselect sweep {config} --out {out_dir}" + "".join(" " + a for a in again))
     except (OSError, ValueError, RuntimeError) as e:
         ui.fail(e)
-    console.print(rep["markdown"], highlight=False, markup=False)
-    console.print(f"sweep directory: {out_dir} (table.md, table.csv, report.html, runs/)")
+    ui.print_sweep(rep)
+    console.print(f"sweep directory: {out_dir} (table.md, table.csv, report.html, plots/, runs/)", highlight=False)
 
 
 @app.command("list")

@@ -3,7 +3,7 @@
 For every seed the federation (partition, held-out splits, test set, device/network profiles
 and per-round draws) is built once and handed to every method (with ``--backend ray`` every
 run is a Ray task that builds the same federation itself: :mod:`fedselect.backends`), so differences between methods
-come from selection and aggregation alone (SPEC 0.2). Each run keeps its own run directory
+come from selection and aggregation alone. Each run keeps its own run directory
 under ``<out>/runs/<label>-s<seed>``; the comparison directory gets ``compare.json`` (what was
 run), ``federation-s<seed>.json`` (clients' sizes, labels, profiles, expected latency),
 ``table.md`` / ``table.csv`` / ``paired.csv``, ``plots/*.png`` and ``report.html`` (built by
@@ -16,7 +16,6 @@ import copy
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fedselect.config import ConfigError, ExperimentConfig, apply_overrides
@@ -35,7 +34,7 @@ from fedselect.experiment import RoundEvent, check_saved_runs
 from fedselect.federation import Federation
 from fedselect.fl.metrics import read_json, write_json_atomic
 from fedselect.resolve import resolve_doc
-from fedselect.system import BYTES_PER_FLOAT
+from fedselect.tables import federation_info
 
 #: keys a method entry may not change: they define the shared federation
 FEDERATION_KEYS = ("data", "system", "model", "seed")
@@ -219,45 +218,6 @@ def load_compare(path: str | Path | None, overrides: dict[str, Any] | None = Non
         base = {k: v for k, v in doc.items() if k not in ("name", "seed")}
         doc = {"name": doc.get("name", p.stem), "base": base, "methods": [entry], "seeds": [doc.get("seed", 0)]}
     return parse_compare(join_set(doc, overrides, source, "comparison"), source)
-
-
-def partition_params(fed: Federation) -> dict[str, Any]:
-    """The partition scheme with every parameter in effect (the resolved config writes the
-    defaults out; the partitioner's bounds on retries, ``max_*``, are left out)."""
-    params = {k: v for k, v in fed.data.partition.params().items() if not k.startswith(("max_", "_"))}
-    return {"scheme": fed.data.partition.scheme, **params}
-
-
-def federation_info(fed: Federation, local_epochs: int) -> dict[str, Any]:
-    """Per-client facts for reports: samples, label counts, profiles and the expected latency
-    (s) at the profiles' mean frequency and bandwidth for ``local_epochs`` epochs, uploading the
-    whole model (also split into its compute and upload parts), in the federation's latency model."""
-    model = fed.new_model()
-    model_bytes = sum(v.numel() for v in model.state_dict().values()) * BYTES_PER_FLOAT
-    fl, lm = fed.fleet, fed.latency_model
-    compute = [
-        lm.compute_s(local_epochs, fed.client_bits(k), fed.system.cycles_per_bit, fl.cores[k], fl.mean_mhz[k])
-        for k in range(fed.num_clients)
-    ]
-    upload = [lm.transmit_s(model_bytes, fl.mean_mbps[k]) for k in range(fed.num_clients)]
-    expected = [c + u for c, u in zip(compute, upload)]
-    return {
-        "num_clients": fed.num_clients,
-        "num_classes": fed.num_classes,
-        "class_names": fed.train_set.class_names,
-        "dataset": fed.data.dataset,
-        "partition": partition_params(fed),
-        "num_samples": [c.num_samples for c in fed.clients],
-        "label_counts": fed.label_counts().tolist(),
-        "device": [d.name for d in fl.devices],
-        "network": [n.name for n in fl.networks],
-        "expected_latency_s": [float(x) for x in expected],
-        "expected_compute_s": [float(x) for x in compute],
-        "expected_upload_s": [float(x) for x in upload],
-        "train_indices_hash": [
-            int(np.bitwise_xor.reduce(c.train_indices * 2654435761 % (2**31))) if len(c.train_indices) else 0 for c in fed.clients
-        ],
-    }
 
 
 def check_comparison_runs(directory: str | Path) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 # typer 0.17-0.20 (the versions flwr 1.42 allows) escape "[default: ...]" / "[required]" for rich
 # even with rich markup off, which plain --help then shows with a stray backslash; the escape only
@@ -24,6 +25,20 @@ except ImportError:  # typer without rich
     pass
 
 console = Console()
+# to a file or a pipe, lines are written whole (no newlines inserted at 80 columns); a terminal
+# wraps them itself
+console.soft_wrap = not console.is_terminal
+
+
+def show(renderable: Any) -> None:
+    """Print a table (or any rich renderable): in a terminal fitted to its width (rich shares
+    the width out and wraps the cells); to a file or a pipe at its natural width, so that no
+    cell is cut or wrapped and the table stays whole."""
+    if console.is_terminal or console.is_jupyter:
+        console.print(renderable)
+        return
+    width = console.measure(renderable, options=console.options.update_width(10**6)).maximum
+    Console(file=console.file, width=max(width, 1), color_system=None, soft_wrap=False).print(renderable)
 
 
 def fail(e: Exception) -> None:
@@ -42,9 +57,22 @@ def interrupted(where: Path | None, how: str) -> None:
     raise SystemExit(130)
 
 
+class _Bars(Progress):
+    """Rich's progress display that, when an error ends the block, drops the bars of the tasks
+    that did nothing (a ``resume`` refused before its first round leaves no empty bar above
+    the error)."""
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None and not issubclass(exc_type, KeyboardInterrupt):
+            for task in self.tasks:
+                if not task.completed:
+                    self.update(task.id, visible=False)
+        return super().__exit__(exc_type, exc, tb)
+
+
 def progress() -> Progress:
     """The progress bars of ``run`` and ``compare`` (round, accuracy, end-to-end latency)."""
-    return Progress(
+    return _Bars(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
@@ -65,8 +93,20 @@ def fmt(v: Any, digits: int = 4) -> str:
 
 
 def _round_status(ev) -> str:
+    """A bar's status after round ``ev.round``. An algorithm whose rounds do not score the
+    clients' own models (``ev.round_scores``, CEFL: members are scored with their leader's model
+    until the transfer) shows no accuracy until its end, as its summary and tables do."""
     acc, e2e = ev.row.get("accuracy"), ev.row.get("e2e_latency_s")
-    return f"round {ev.round}  acc {acc:.4f}  e2e {e2e:.1f} s"
+    if getattr(ev, "round_scores", None):
+        return f"round {ev.round}  e2e {fmt(e2e, 1)} s  (acc at the end)"
+    return f"round {ev.round}  acc {fmt(acc)}  e2e {fmt(e2e, 1)} s"
+
+
+def done_status(summary: dict) -> str:
+    """A bar's status once its run has finished: the summary's final accuracy and end-to-end
+    latency (for CEFL after the transfer), the figures its summary table and the comparison's
+    table show."""
+    return f"done  acc {fmt(summary.get('final_accuracy'))}  e2e {fmt(summary.get('e2e_latency_s'), 1)} s"
 
 
 def advance(prog: Progress, task, quiet: bool):
@@ -76,6 +116,11 @@ def advance(prog: Progress, task, quiet: bool):
         prog.update(task, completed=ev.round, total=ev.rounds, status=_round_status(ev), visible=not quiet)
 
     return cb
+
+
+def finish(prog: Progress, task, summary: dict) -> None:
+    """Ends one run's bar with its summary's figures (:func:`done_status`)."""
+    prog.update(task, completed=summary.get("rounds"), status=done_status(summary))
 
 
 def compare_callbacks(prog: Progress, quiet: bool) -> dict[str, Any]:
@@ -90,8 +135,7 @@ def compare_callbacks(prog: Progress, quiet: bool) -> dict[str, Any]:
         prog.update(tasks[(label, seed)], completed=ev.round, status=_round_status(ev))
 
     def on_done(label, seed, summary):
-        acc, e2e = summary.get("final_accuracy"), summary.get("e2e_latency_s")
-        prog.update(tasks[(label, seed)], completed=summary.get("rounds"), status=f"done  acc {fmt(acc)}  e2e {fmt(e2e, 1)} s")
+        finish(prog, tasks[(label, seed)], summary)
 
     return {"on_start": on_start, "on_round": on_round, "on_done": on_done}
 
@@ -114,8 +158,8 @@ def print_summary(summary: dict, run_dir: Path) -> None:
     ]
     for k, v in rows:
         table.add_row(k, v)
-    console.print(table)
-    console.print(f"run directory: {run_dir}")
+    show(table)
+    console.print(f"run directory: {run_dir}", highlight=False)
 
 
 def print_table(rep: dict) -> None:
@@ -123,14 +167,13 @@ def print_table(rep: dict) -> None:
     (:func:`fedselect.report.build_report`'s result)."""
     from fedselect.tables import _cell, paired_cell, paired_intro, relative_phrases
 
-    wide = Console(width=max(console.width, 160))
     table = Table(title=rep["title"])
     table.add_column("method")
     for _, head, _, _ in rep["columns"]:
         table.add_column(head, justify="right")
     for e in rep["table"]:
         table.add_row(e["label"], *[_cell(e, k, d) for k, _, d, _ in rep["columns"]])
-    wide.print(table)
+    show(table)
     name = rep.get("baseline")
     if name and len(rep["table"]) > 1:
         console.print(f"Relative to {name}:", markup=False, highlight=False)
@@ -152,7 +195,7 @@ def print_table(rep: dict) -> None:
             pt.add_column(f"{head} ({unit})", justify="right")
         for p in rep["paired"]:
             pt.add_row(p["label"], *[paired_cell(p["cells"][k], nseeds) for k, _, _ in rep["quantities"]])
-        wide.print(pt)
+        show(pt)
         if nseeds <= 1:
             console.print(paired_intro(name, nseeds), markup=False, highlight=False)
     from fedselect.tables import censored_note, round_scores_notes, rounds_note
@@ -162,7 +205,37 @@ def print_table(rep: dict) -> None:
             console.print(line, markup=False, highlight=False)
     for line in rep["markdown"].splitlines():
         if line.startswith(("Incomplete runs", "Caution:")):
-            console.print(f"[yellow]{line}[/yellow]")
+            console.print(line, style="yellow", markup=False, highlight=False)
+
+
+def print_sweep(rep: dict) -> None:
+    """A sweep's table (:func:`fedselect.sweep.build_sweep_table`'s result), the paper's
+    figures beside ours and the paired differences, as tables fitted to the terminal."""
+    table = Table(title=f"{rep['title']}: mean ± sample std over seeds {rep['seeds']}")
+    heads = rep["heads"]
+    first = heads.index("method") + 1 if "method" in heads else 0
+    for j, h in enumerate(heads):
+        table.add_column(h, justify="right" if j >= first else "left")
+    for row in rep["cells"]:
+        table.add_row(*map(Text, row))  # cells as text: a label or value holding "[...]" is no markup
+    show(table)
+    if rep.get("paper_rows"):
+        pt = Table(title="ours vs the paper" + (f" ({rep['paper_source']})" if rep.get("paper_source") else ""))
+        for h in ("method", "point", "figure", "ours", "paper"):
+            pt.add_column(h, justify="right" if h in ("ours", "paper") else "left")
+        for row in rep["paper_rows"]:
+            pt.add_row(*(Text(str(c)) for c in row))
+        show(pt)
+    if rep.get("paired_cells"):
+        pt = Table(title=f"paired differences vs {rep['baseline']}")
+        first = rep["paired_heads"].index("method") + 1
+        for j, h in enumerate(rep["paired_heads"]):
+            pt.add_column(h, justify="right" if j >= first else "left")
+        for row in rep["paired_cells"]:
+            pt.add_row(*map(Text, row))
+        show(pt)
+        for note in rep.get("paired_notes", []):
+            console.print(note, markup=False, highlight=False)
 
 
 def first_sentence(doc: str) -> str:
@@ -179,14 +252,13 @@ def print_components() -> None:
     from fedselect.presets import PRESETS
     from fedselect.selectors import SELECTORS
 
-    wide = Console(width=max(console.width, 160))
     t = Table(title="method presets (method: NAME)")
     for c in ("method", "selector", "algorithm", "what it is"):
         t.add_column(c)
     for p in PRESETS.values():
         extra = f" ({', '.join(f'{k}: {v}' for k, v in p.algorithm_options.items())})" if p.algorithm_options else ""
         t.add_row(p.name, p.selector, p.algorithm + extra, p.description)
-    wide.print(t)
+    show(t)
     for title, reg in (
         ("selectors (selector: {name, options})", SELECTORS),
         ("algorithms (algorithm: {name, options})", ALGORITHMS),
@@ -203,11 +275,11 @@ def print_components() -> None:
             if getattr(cls, "round_scores", None):  # e.g. CEFL: members scored with their leader's model
                 doc += "; only its final figures are tabled (its rounds do not score every client's own model)"
             t.add_row(name, fields or "-", doc)
-        wide.print(t)
-    wide.print(component_table("data sets (data: {dataset, options})", "dataset"))
-    wide.print(component_table("models (model: {name, options})", "model"))
-    wide.print(fleet_table())
-    wide.print(partition_table())
+        show(t)
+    show(component_table("data sets (data: {dataset, options})", "dataset"))
+    show(component_table("models (model: {name, options})", "model"))
+    show(fleet_table())
+    show(partition_table())
 
 
 def component_table(title: str, kind: str) -> Table:

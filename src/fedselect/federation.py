@@ -2,7 +2,7 @@
 
 Built once per experiment from the config and seed; every method compared on it sees the same
 partition, the same held-out splits, the same device/network profiles and the same per-round
-draws (SPEC 0.2).
+draws.
 """
 
 from __future__ import annotations

@@ -473,6 +473,35 @@ def write_compare_html(directory: Path, rep: dict[str, Any]) -> Path:
 # -- sweep page ------------------------------------------------------------------------------
 
 
+#: grid points whose plots a sweep's report.html embeds (beyond that it names the directories)
+MAX_EMBEDDED_POINTS = 8
+
+
+def _sweep_plot_sections(plot_dir: Path) -> list[tuple[str, str, str]]:
+    """The plots section of a sweep's page: ``plots/*.png``, then ``plots/<point>/*.png``."""
+    if not plot_dir.is_dir():
+        return []
+    out = []
+    if any(plot_dir.glob("*.png")):
+        plots, n = plots_html(plot_dir)
+        out.append(("plots", f"Plots ({n})", plots))
+    points = sorted(d for d in plot_dir.iterdir() if d.is_dir() and any(d.glob("*.png")))
+    if points and len(points) <= MAX_EMBEDDED_POINTS:
+        parts = [(f"<h3>{esc(d.name)}</h3>", *plots_html(d)) for d in points]
+        html_ = "\n".join(head + body for head, body, _ in parts)
+        out.append(("points", f"Plots per grid point ({sum(n for _, _, n in parts)})", html_))
+    elif points:
+        out.append(
+            (
+                "points",
+                "Plots per grid point",
+                f'<p class="note">{len(points)} grid points: the plots of each are in <code>plots/&lt;point&gt;/</code> '
+                "(not embedded, to keep this page small).</p>",
+            )
+        )
+    return out
+
+
 def write_sweep_html(
     directory: Path,
     title: str,
@@ -486,7 +515,9 @@ def write_sweep_html(
 ) -> Path:
     """Write ``directory/report.html`` for a sweep: its table, the paired differences per grid
     point (when the sweep has a baseline), the paper's figures, the methods' resolved configs
-    (at the first grid point) and the wall times. Any PNG in ``directory/plots`` is embedded."""
+    (at the first grid point) and the wall times. Any PNG in ``directory/plots`` is embedded,
+    and those of each grid point's ``plots/<point>/`` when there are at most
+    :data:`MAX_EMBEDDED_POINTS` points (else the page says where they are)."""
     directory = Path(directory)
     heads, rows = table
     first_num = heads.index("method") + 1 if "method" in heads else 0
@@ -518,9 +549,7 @@ def write_sweep_html(
                 + table_html(["method", "point", "figure", "ours", "paper"], prow, num_from=3),
             )
         )
-    if (directory / "plots").is_dir():
-        plots, n = plots_html(directory / "plots")
-        sections.append(("plots", f"Plots ({n})", plots))
+    sections += _sweep_plot_sections(directory / "plots")
     sections.append(("config", "Configuration of each method", config_html(configs, baseline)))
     sections.append(("wall", "Wall times", table_html(*wall)))
     meta = (

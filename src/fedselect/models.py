@@ -4,8 +4,8 @@ learning.
 
 Every model maps a float32 batch to logits of shape ``(batch, num_classes)``.
 
-Sources: FLASH-RL Table IV / SPEC 1.4 (MNIST CNN, CIFAR-10 CNN, MobiAct GRU),
-CEFL Section III / SPEC 2 (FD-CNN), budgeted online selection / SPEC 3 (MLP 10-25-25-C).
+Sources: FLASH-RL Section IV-A (MNIST CNN, CIFAR-10 CNN, MobiAct GRU), CEFL's FD-CNN paragraph
+(after He et al.), the budgeted-online paper's Phase 4 (MLP 10-25-25-C).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class MnistCNN(TwoConvNet):
 
 
 class CifarCNN(TwoConvNet):
-    """FLASH-RL's CIFAR-10 CNN (SPEC 1.4).
+    """FLASH-RL's CIFAR-10 CNN (Section IV-A).
 
     conv5x5(3->6) -> ReLU -> maxpool2 -> conv5x5(6->16) -> ReLU -> maxpool2 ->
     fc(400->256) -> ReLU -> fc(256->num_classes).
@@ -79,7 +79,7 @@ class CifarCNN(TwoConvNet):
 class MLP(nn.Module):
     """Fully connected network with ReLU between layers.
 
-    Default ``hidden=(25, 25)`` is the budgeted-online paper's IoT classifier (SPEC 3):
+    Default ``hidden=(25, 25)`` is the budgeted-online paper's IoT classifier (its Phase 4):
     ``in_features -> 25 -> 25 -> num_classes``. Any input shape is flattened, so
     ``(batch, *shape)`` with ``prod(shape) == in_features``.
     """
@@ -108,7 +108,9 @@ class NoModelOptions(BaseModel):
 
 
 class MLPOptions(NoModelOptions):
-    hidden: list[Annotated[int, Field(ge=1)]] = Field([25, 25], min_length=1, description="hidden layer widths (SPEC 3: 25, 25)")
+    hidden: list[Annotated[int, Field(ge=1)]] = Field(
+        [25, 25], min_length=1, description="hidden layer widths (budgeted-online paper: 25, 25)"
+    )
 
 
 class TwoConvOptions(NoModelOptions):
@@ -134,8 +136,8 @@ class FDCNNOptions(TwoConvOptions):
 
 
 class GRUOptions(NoModelOptions):
-    hidden: int = Field(256, ge=1, description="GRU hidden units per layer (SPEC 1.4: 256)")
-    layers: int = Field(2, ge=1, description="stacked GRU layers (SPEC 1.4: 2)")
+    hidden: int = Field(256, ge=1, description="GRU hidden units per layer (FLASH-RL: 256)")
+    layers: int = Field(2, ge=1, description="stacked GRU layers (FLASH-RL: 2)")
 
 
 #: the model registry: name -> factory ``(input_shape, num_classes, **options) -> nn.Module``
@@ -261,7 +263,7 @@ def count_parameters(model: nn.Module, names: list[str] | None = None) -> int:
 
 
 class GRUClassifier(nn.Module):
-    """FLASH-RL's MobiAct GRU (SPEC 1.4): a 2-layer GRU with 256 hidden units; the last time
+    """FLASH-RL's MobiAct GRU (Section IV-A): a 2-layer GRU with 256 hidden units; the last time
     step's hidden state -> linear -> classes.
 
     Input ``(batch, T, channels)`` (batch first; IMU windows have 6 channels); output

@@ -81,6 +81,17 @@ def _final_after_finish(runs, metric: str):
     )
 
 
+def round_axis(results) -> tuple[str, str]:
+    """(x-axis label, the word for one row) of the per-row plots: ``metrics.csv`` has a row per
+    communication round, or per server version in ``mode: async`` (one per aggregation)."""
+    modes = {getattr(r, "mode", "sync") for r in results}
+    if modes == {"async"}:
+        return "server version (one per aggregation)", "version"
+    if "async" in modes:
+        return "round (sync) / server version (async)", "round / version"
+    return "communication round", "round"
+
+
 def _metric_key(results) -> tuple[str, str]:
     m = results[0].metric if results else "accuracy"
     return m, "macro-F1" if m == "f1_macro" else "test accuracy"
@@ -101,6 +112,7 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
     band_note = f" (mean of {nseeds} seeds, band = {'95% interval' if ci else 'min..max'})" if nseeds > 1 else ""
     written = []
     names = legend_names(results, labels)
+    xlabel, per = round_axis(results)
 
     def save(fig, name):
         fig.tight_layout()
@@ -131,10 +143,10 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
                 final = _final_after_finish(by_label[lab], metric) if key == metric else None
                 if final is not None:  # e.g. CEFL: the transfer's figure, after the last round
                     ax.plot([final[0]], [final[1]], marker="*", ms=11, color=colors[lab], ls="none")
-            ax.set_xlabel("communication round")
+            ax.set_xlabel(xlabel)
             ax.set_ylabel(ylabel)
             ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
-        axes[0][0].set_title(f"{ylabel} per round{band_note}")
+        axes[0][0].set_title(f"{ylabel} per {per}{band_note}")
         axes[0][0].legend()
         if zoom:
             axes[0][1].set_title("second half of the run (zoom)")
@@ -287,13 +299,15 @@ def selection_profile_counts(
 
 
 def selection_profiles_plot(plt, out: Path, results, labels: list[str], feds: list[dict[str, Any]], kind: str) -> str | None:
-    """Stacked bars per round of the ``kind`` ("device"/"network") class of each selected
-    client, one panel per method, mean over the seeds that have a federation file; classes
-    ordered fastest (bottom, green) to slowest (top, red). Returns the file name, or None when
-    no run can be matched to a federation."""
+    """Stacked bars per round (per server version in ``mode: async``) of the ``kind``
+    ("device"/"network") class of each selected client, one panel per method, mean over the
+    seeds that have a federation file; classes ordered fastest (bottom, green) to slowest (top,
+    red). Returns the file name, or None when no run can be matched to a federation or the
+    fleet has fewer than two classes of that kind (e.g. ``system.capacity``: every client its
+    own capacity, all of one class), where the bars would say nothing."""
     by_seed = {f["seed"]: f for f in feds if "seed" in f and kind in f}
     classes = class_order(list(by_seed.values()), kind)
-    if not classes:
+    if len(classes) < 2:
         return None
     panels = []
     for lab in labels:
@@ -328,7 +342,7 @@ def selection_profiles_plot(plt, out: Path, results, labels: list[str], feds: li
             loc="left",
         )
         ax.yaxis.set_major_locator(plt.MaxNLocator(integer=True))
-    axes[-1, 0].set_xlabel("communication round")
+    axes[-1, 0].set_xlabel(round_axis(results)[0])
     axes[-1, 0].xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     handles, names = axes[0, 0].get_legend_handles_labels()
     fig.legend(
@@ -340,7 +354,10 @@ def selection_profiles_plot(plt, out: Path, results, labels: list[str], feds: li
         fontsize=8,
         title_fontsize=8,
     )
-    fig.suptitle(f"{kind} class of the selected clients per round: a selector that avoids stragglers loses the red", fontsize=10)
+    fig.suptitle(
+        f"{kind} class of the selected clients per {round_axis(results)[1]}: a selector that avoids stragglers loses the red",
+        fontsize=10,
+    )
     fig.tight_layout(rect=(0, 0, 0.76, 0.96))
     name = f"selection_{kind}_per_round.png"
     fig.savefig(out / name)

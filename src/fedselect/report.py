@@ -56,8 +56,9 @@ log = logging.getLogger("fedselect.report")
 
 def build_report(directory: str | Path, plots: bool = True, window: int | None = None) -> dict[str, Any]:
     """Write ``table.md``, ``table.csv``, ``plots/*.png`` and ``report.html`` into
-    ``directory``; return the table. A sweep directory (``sweep.json``) gets its sweep table
-    and page (:func:`fedselect.sweep.build_sweep_table`; ``"kind": "sweep"`` in the result).
+    ``directory``; return the table. A sweep directory (``sweep.json``) gets its sweep table,
+    page and plots per grid point (:func:`fedselect.sweep.build_sweep_table`; ``"kind": "sweep"``
+    in the result).
 
     ``plots=False`` keeps the plots already in ``plots/`` (report.html embeds those).
     ``window`` overrides the runs' ``metrics.summary_window`` (the last-k mean).
@@ -74,7 +75,7 @@ def build_report(directory: str | Path, plots: bool = True, window: int | None =
                 f"{directory} is a sweep directory: its table takes the runs' summary.json as they are, so a "
                 f"summary window cannot be changed here (set metrics.summary_window in the sweep's base)"
             )
-        return {"kind": "sweep", **build_sweep_table(directory)}
+        return {"kind": "sweep", **build_sweep_table(directory, plots=plots)}
     title, results, labels, baseline, paper, paper_source, feds = collect(directory, window)
     missing = missing_runs(directory)
     note = missing_note(missing, baseline, directory)

@@ -61,13 +61,16 @@ RUN_FILES = (
 @dataclass
 class RoundEvent:
     """Passed to progress callbacks after each round (``result``: the round's
-    :class:`~fedselect.fl.round.RoundResult`, its outcomes without their weights)."""
+    :class:`~fedselect.fl.round.RoundResult`, its outcomes without their weights;
+    ``round_scores``: the algorithm's reason why the rounds' scores are not the clients' own
+    models, e.g. CEFL's, or None)."""
 
     round: int
     rounds: int
     row: dict[str, Any]
     wall_s: float
     result: Any = None
+    round_scores: str | None = None
 
 
 def write_csv(path: Path, columns: list[str], rows: list[dict[str, str]]) -> None:
@@ -228,7 +231,7 @@ class RunFiles:
             self.checkpoint(t, state, ev)
         if self.on_round:
             light = replace(result, outcomes=tuple(replace(o, state=None) for o in result.outcomes))
-            self.on_round(RoundEvent(t, self.sim.rounds, row, self.cum["wall"], light))
+            self.on_round(RoundEvent(t, self.sim.rounds, row, self.cum["wall"], light, self.sim.algorithm.round_scores))
         self._t0 = time.perf_counter()  # checkpoint and progress time count in no round
         return self.stop_after is not None and t >= self.stop_after
 

@@ -1,4 +1,4 @@
-"""One experiment seed, one independent generator per component (SPEC 0.2).
+"""One experiment seed, one independent generator per component.
 
 Generators are derived from ``(seed, component name)`` through ``numpy.random.SeedSequence``
 with a stable hash of the name, so adding a component never shifts another one's stream and

@@ -5,7 +5,7 @@ difference and a Student-t confidence interval).
 (:mod:`fedselect.tables` for comparisons, :mod:`fedselect.sweep` for sweeps); its rule for
 missing values is in its docstring.
 
-The methods of a comparison share one federation per seed (SPEC 0.2), so for a method and the
+The methods of a comparison share one federation per seed (:mod:`fedselect.federation`), so for a method and the
 baseline the runs of one seed form a pair, and the per-seed differences ``d_s = ours_s -
 baseline_s`` are what varies. Their mean with a two-sided ``confidence`` interval,
 

@@ -1,7 +1,7 @@
 """Parameter sweeps: a base experiment, several methods, a grid of dotted keys, seeds -> one table.
 
-Written for the budgeted-online paper's grid (N x R x r2, SPEC 3; ``configs/budgeted-sweep*.yaml``)
-but generic. A sweep YAML::
+Written for the budgeted-online paper's grid (N x R x r2 of its Table VI;
+``configs/budgeted-sweep*.yaml``) but generic. A sweep YAML::
 
     name: budgeted-paper-grid
     base: {...}                       # an experiment (as for `fedselect run`)
@@ -13,7 +13,7 @@ but generic. A sweep YAML::
       clients_per_round: [10, 20]
       method_options.r2: [1, 2, 3]
     seeds: [0, 1]
-    columns: [final_accuracy, candidates_evaluated, competitive_ratio, wall_s]
+    columns: [final_accuracy, candidates_evaluated, competitive_ratio, wall_s]   # optional
     baseline: online random           # optional: paired differences per grid point (seeds > 1)
     paper_source: "..."               # optional: the paper's figures, printed beside ours
     paper:                            # (point keys left out match any value)
@@ -33,6 +33,14 @@ there is left out; a column no seed has is left empty). With a ``baseline`` meth
 each other method gets, per grid point, the mean paired difference over seeds against the
 baseline's run of the same seed and point (same federation) with a 95% Student-t interval
 (:mod:`fedselect.stats`). ``report.html`` beside the table shows all of it on one page.
+
+Without ``columns`` the table shows the figures a comparison's table shows (accuracy, F1,
+end-to-end latency, rounds and latency to target, communication, the method-specific ones such
+as candidates evaluated and the competitive ratio, wall time), each only when some run has it,
+so no column is empty. ``run_sweep`` (and ``fedselect report DIR``) also draws, per grid
+point, the plots a comparison draws (:func:`fedselect.plots.make_plots`) into
+``plots/<point>/`` (``plots/`` without a grid), from the runs' ``metrics.csv`` and the
+federation files ``federations/<key>.json`` written beside the runs.
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+import fedselect.sweep_render as render
 from fedselect.config import ConfigError, ExperimentConfig, apply_overrides, config_kind, read_yaml_file
 from fedselect.contenders import (
     BASE_REFUSED,
@@ -67,11 +76,14 @@ from fedselect.experiment import check_saved_runs
 from fedselect.fl.metrics import atomic_write, read_json, write_json_atomic
 from fedselect.resolve import resolve_doc
 from fedselect.stats import mean_std, to_target
+from fedselect.tables import COLUMNS, OPTIONAL_COLUMNS
 
 #: times to the target and the summary figure where a run that never reached it is censored
 _TO_TARGET = {"rounds_to_target": "rounds", "latency_to_target_s": "e2e_latency_s"}
 
-DEFAULT_COLUMNS = ["final_accuracy", "candidates_evaluated", "competitive_ratio", "wall_s"]
+#: the columns a sweep without ``columns`` chooses from (those some run has): a comparison's
+#: table columns and its method-specific ones (fedselect.tables), wall time last
+AUTO_COLUMNS = [k for k, *_ in COLUMNS if k != "wall_s"] + [k for k, *_ in OPTIONAL_COLUMNS] + ["wall_s"]
 
 
 class SweepMethod(MethodSpec):
@@ -105,7 +117,9 @@ class SweepConfig(BaseModel):
     methods: list[SweepMethod] = Field(min_length=1)
     grid: dict[str, list[Any]] = Field(default_factory=dict)
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
-    columns: list[str] = Field(default_factory=lambda: list(DEFAULT_COLUMNS), min_length=1)
+    columns: list[str] | None = Field(
+        None, min_length=1, description="summary figures to table; omitted: those of AUTO_COLUMNS some run has"
+    )
     comment: str | None = None
     paper: list[SweepPaperFigure] | None = Field(None, description="the paper's figures, printed beside ours in table.md")
     paper_source: str | None = None
@@ -136,7 +150,7 @@ class SweepConfig(BaseModel):
             bad = sorted(set(f.point) - set(self.grid))
             if bad:
                 raise ValueError(f"paper[{i}].point keys {bad} are not grid keys {sorted(self.grid)}")
-            bad = sorted(set(f.figures) - set(self.columns))
+            bad = sorted(set(f.figures) - set(self.columns)) if self.columns is not None else []
             if bad:
                 raise ValueError(f"paper[{i}].figures {bad} are not table columns {self.columns}")
         return self
@@ -302,8 +316,10 @@ def run_sweep(
     out_dir: str | Path,
     on_run: Callable[[int, int, str], None] | None = None,
     backend: Any = None,
+    plots: bool = True,
 ) -> dict[str, Any]:
-    """Run every (method, restricted grid point, seed) once and write the table.
+    """Run every (method, restricted grid point, seed) once and write the table (and, with
+    ``plots``, each grid point's plots).
 
     Finished runs (``summary.json``) are kept, interrupted ones continue from their last
     checkpoint (:func:`fedselect.backends.run_one`). ``backend``: a
@@ -342,17 +358,50 @@ def run_sweep(
         for group, members in groups.items()
         for m, rp, seed, cfg in members
     ]
-    cb = RunCallbacks(on_start=(lambda s, i, n: on_run(i, n, s.description)) if on_run else None)
+    epochs = {group: members[0][3].train.local_epochs for group, members in groups.items()}
+
+    def write_info(group: str, fed: Any) -> None:  # what the plots read of a federation
+        from fedselect.tables import federation_info
+
+        write_json_atomic(_federation_file(out, group), federation_info(fed, epochs[group]))
+
+    cb = RunCallbacks(on_start=(lambda s, i, n: on_run(i, n, s.description)) if on_run else None, on_federation=write_info)
     (backend or LocalBackend()).run(specs, cb, resume=True, out_dir=out, marker="sweep.json")
-    return build_sweep_table(out, sc)
+    return build_sweep_table(out, sc, plots=plots)
 
 
-def build_sweep_table(out_dir: str | Path, sc: SweepConfig | None = None) -> dict[str, Any]:
-    """Rebuild ``table.csv`` / ``table.md`` from the run directories' ``summary.json``.
+def _federation_file(out: Path, key: str) -> Path:
+    """Where a sweep keeps the description of the federation of ``key`` (a federation key)."""
+    import hashlib
+
+    return out / "federations" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+
+
+def table_columns(out: str | Path, sc: SweepConfig) -> list[str]:
+    """The sweep's table columns: ``sc.columns`` when given, else those of
+    :data:`AUTO_COLUMNS` that some finished run reports as a number (then the paper's figures
+    not among them), so that no column is empty."""
+    if sc.columns is not None:
+        return list(sc.columns)
+    summaries = [
+        s for p in sc.points() for m in sc.methods for s in _summaries(Path(out), m.label, _restrict(p, m), sc.seeds).values()
+    ]
+
+    def some(c: str) -> bool:
+        return any(isinstance(s.get(c), (int, float)) and not isinstance(s.get(c), bool) for s in summaries)
+
+    cols = [c for c in AUTO_COLUMNS if some(c)] or ["final_accuracy"]
+    return cols + [c for f in sc.paper or [] for c in f.figures if c not in cols]
+
+
+def build_sweep_table(out_dir: str | Path, sc: SweepConfig | None = None, plots: bool = False) -> dict[str, Any]:
+    """Rebuild ``table.csv`` / ``table.md`` / ``report.html`` from the run directories'
+    ``summary.json`` (with ``plots``, also each grid point's plots: :func:`sweep_plots`).
 
     One row per (restricted grid point, method): the grid values (``-`` where the method does
-    not depend on a key), the method label, ``seeds`` (runs found) and per column its mean
-    and sample std over seeds.
+    not depend on a key), the method label, ``seeds`` (runs found) and per column
+    (:func:`table_columns`) its mean and sample std over seeds. The result also holds the
+    table's ``heads`` and ``cells`` (the console prints them) and the paired table's.
     """
     out = Path(out_dir)
     if sc is None:
@@ -360,6 +409,7 @@ def build_sweep_table(out_dir: str | Path, sc: SweepConfig | None = None) -> dic
             raise FileNotFoundError(f"{out}: no sweep.json (not a sweep directory)")
         sc = saved_sweep(out)
     keys = list(sc.grid)
+    columns = table_columns(out, sc)
     rows, seen = [], set()
     for p in sc.points():
         for m in sc.methods:
@@ -372,7 +422,7 @@ def build_sweep_table(out_dir: str | Path, sc: SweepConfig | None = None) -> dic
             summaries = list(by_seed.values())
             row: dict[str, Any] = {k: rp.get(k, "-") for k in keys}
             row.update(method=m.label, seeds=len(summaries))
-            for c in sc.columns:
+            for c in columns:
                 mean, std, _ = mean_std(s.get(c) for s in summaries)
                 row[c], row[c + "_std"] = mean, std
                 if c in _TO_TARGET:  # a run that never reached the target is censored (fedselect.stats.to_target)
@@ -381,7 +431,7 @@ def build_sweep_table(out_dir: str | Path, sc: SweepConfig | None = None) -> dic
                     if tt.censored:
                         row[c], row[c + "_std"] = tt.value, None
             rows.append(row)
-    header = keys + ["method", "seeds"] + [x for c in sc.columns for x in (c, c + "_std")]
+    header = keys + ["method", "seeds"] + [x for c in columns for x in (c, c + "_std")]
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(header)
@@ -389,50 +439,13 @@ def build_sweep_table(out_dir: str | Path, sc: SweepConfig | None = None) -> dic
         w.writerow(["" if r[h] is None else r[h] for h in header])
     atomic_write(out / "table.csv", lambda fh: fh.write(buf.getvalue()))
 
-    def cell(r, c):
-        m, s = r[c], r[c + "_std"]
-        tt = r.get(c + "_to_target")
-        if tt is not None and tt.censored:  # the Kaplan-Meier median, or beyond the longest run
-            return (f"median {m:.1f}" if m is not None else f"> {tt.beyond:.1f}") + f" ({tt.reached}/{tt.runs} reached)"
-        if m is None:
-            return "-"
-        d = 1 if c in ("candidates_evaluated", "wall_s", "alpha") else 4
-        return f"{m:.{d}f} ± {s:.{d}f}" if r["seeds"] > 1 else f"{m:.{d}f}"
-
-    heads = [k.split(".")[-1] for k in keys] + ["method", "seeds"] + sc.columns
-    lines = [
-        f"# {sc.name}",
-        "",
-        f"mean ± sample std over seeds {sc.seeds}",
-        "",
-        "| " + " | ".join(heads) + " |",
-        "|" + "---|" * len(heads),
-    ]
-    for r in rows:
-        lines.append(
-            "| "
-            + " | ".join([str(r[k]) for k in keys] + [r["method"], str(r["seeds"])] + [cell(r, c) for c in sc.columns])
-            + " |"
-        )
-    if sc.paper:
-        lines += [
-            "",
-            "## Ours vs the paper" + (f" ({sc.paper_source})" if sc.paper_source else ""),
-            "",
-            "| method | point | figure | ours | paper |",
-            "|---|---|---|---|---|",
-        ]
-        for f in sc.paper:
-            match = [r for r in rows if r["method"] == f.method and all(r[k] == v or r[k] == "-" for k, v in f.point.items())]
-            where = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in f.point.items()) or "all"
-            for c, val in f.figures.items():
-                ours = "; ".join(cell(r, c) for r in match) if match else "- (point not in this sweep)"
-                lines.append(f"| {f.method} | {where} | {c} | {ours} | {val} |")
-    paired = sweep_paired(out, sc)
-    lines += _paired_markdown(sc, paired)
-    md = "\n".join(lines) + "\n"
+    table = render.table_cells(sc, rows, columns)
+    paired = sweep_paired(out, sc, columns=columns)
+    ptable = render.paired_cells(sc, paired, columns)
+    md = render.markdown(sc, rows, table, ptable, paired)
     atomic_write(out / "table.md", lambda fh: fh.write(md))
-    html = _write_html(out, sc, rows, cell, paired)
+    drawn = sweep_plots(out, sc) if plots else []
+    html = render.write_html(out, sc, rows, paired, columns, table, ptable, *_html_runs(out, sc))
     return {
         "rows": rows,
         "markdown": md,
@@ -440,7 +453,54 @@ def build_sweep_table(out_dir: str | Path, sc: SweepConfig | None = None) -> dic
         "written": time.strftime("%Y-%m-%d %H:%M:%S"),
         "paired": paired,
         "html": html,
+        "title": sc.name,
+        "seeds": sc.seeds,
+        "heads": table[0],
+        "cells": table[1],
+        "paper_rows": render.paper_rows(sc, rows),
+        "paper_source": sc.paper_source,
+        "baseline": sc.baseline,
+        "paired_heads": ptable[0],
+        "paired_cells": ptable[1],
+        "paired_notes": render.paired_notes(sc, paired),
+        "plots": drawn,
     }
+
+
+def _censored(summary: dict[str, Any], key: str) -> bool:
+    """The run has a target and never reached it (its ``key``, a time to target, is censored)."""
+    return summary.get("target") is not None and summary.get(key) is None and summary.get(_TO_TARGET[key]) is not None
+
+
+def sweep_plots(out: str | Path, sc: SweepConfig) -> list[str]:
+    """Per grid point, the plots of a comparison of the methods there
+    (:func:`fedselect.plots.make_plots`: metric and latency per round, time to accuracy, and
+    with the federation file the selection and partition plots) into ``plots/<point>/``
+    (``plots/`` for a sweep without a grid); returns the files written, relative to ``plots/``."""
+    from fedselect.plots import make_plots
+    from fedselect.tables import load_run
+
+    out = Path(out)
+    points = sc.points()
+    written = []
+    for p in points:
+        results, feds = [], {}
+        for m in sc.methods:
+            rp = _restrict(p, m)
+            for seed in sc.seeds:
+                d = run_dir_for(out, m.label, rp, seed)
+                if (d / "metrics.csv").exists():
+                    results.append(load_run(d, m.label, seed))
+                    f = _federation_file(out, _fed_key(sc.experiment(m, rp, seed)))
+                    if seed not in feds and f.is_file():
+                        feds[seed] = {**read_json(f), "seed": seed}
+        if not results:
+            continue
+        sub = "" if len(points) == 1 else _slug(p)
+        labels = [m.label for m in sc.methods if any(r.label == m.label for r in results)]
+        files = make_plots(out / "plots" / sub, results, labels, [feds[s] for s in sorted(feds)])
+        written += [f"{sub}/{f}" if sub else f for f in files]
+    return written
 
 
 def _summaries(out: Path, label: str, rp: dict[str, Any], seeds: list[int]) -> dict[int, dict[str, Any]]:
@@ -453,18 +513,14 @@ def _summaries(out: Path, label: str, rp: dict[str, Any], seeds: list[int]) -> d
     return found
 
 
-def _unit(column: str) -> str:
-    from fedselect.tables import POINT_KEYS
-
-    return "pts" if column in POINT_KEYS or column.startswith(("last_k_", "best_")) else "%"
-
-
-def sweep_paired(out: str | Path, sc: SweepConfig, confidence: float = 0.95) -> list[dict[str, Any]]:
+def sweep_paired(
+    out: str | Path, sc: SweepConfig, confidence: float = 0.95, columns: list[str] | None = None
+) -> list[dict[str, Any]]:
     """Paired differences against ``sc.baseline`` per grid point (empty without a baseline).
 
     For every grid point and method other than the baseline: per seed, the method's run at
     its (restricted) point against the baseline's run at the baseline's (restricted) point,
-    for every table column (points for accuracy/F1 columns, percent of the baseline's value
+    for every table column (``columns``, default :func:`table_columns`; points for accuracy/F1 columns, percent of the baseline's value
     otherwise), and their mean with a ``confidence`` Student-t interval. Rows with the same
     pair of runs are listed once; ``point`` gives the grid values either side depends on
     (``-`` for the others); ``same_federation`` is False when the two runs differ in data,
@@ -477,6 +533,7 @@ def sweep_paired(out: str | Path, sc: SweepConfig, confidence: float = 0.95) -> 
     if sc.baseline is None:
         return []
     out = Path(out)
+    columns = table_columns(out, sc) if columns is None else columns
     base_m = next(m for m in sc.methods if m.label == sc.baseline)
     result, seen = [], set()
     for p in sc.points():
@@ -494,8 +551,8 @@ def sweep_paired(out: str | Path, sc: SweepConfig, confidence: float = 0.95) -> 
             seeds = sorted(set(ours) & set(base))
             cells = {}
             failures = any(x.get("client_failures") or x.get("failed_rounds") for d in (ours, base) for x in d.values())
-            for c in sc.columns:
-                unit = _unit(c)
+            for c in columns:
+                unit = render.unit(c)
                 a, b = {s: ours[s].get(c) for s in seeds}, {s: base[s].get(c) for s in seeds}
                 cut = [s for s in seeds if c in _TO_TARGET and any(_censored(x[s], c) for x in (ours, base))]
                 if cut:  # a seed where one side never reached the target: only a bound (fedselect.tables.paired_cell)
@@ -511,108 +568,16 @@ def sweep_paired(out: str | Path, sc: SweepConfig, confidence: float = 0.95) -> 
     return result
 
 
-def _censored(summary: dict[str, Any], key: str) -> bool:
-    """The run has a target and never reached it (its ``key``, a time to target, is censored)."""
-    return summary.get("target") is not None and summary.get(key) is None and summary.get(_TO_TARGET[key]) is not None
-
-
-def _paired_markdown(sc: SweepConfig, paired: list[dict[str, Any]]) -> list[str]:
-    from fedselect.tables import paired_cell, paired_intro
-
-    if not sc.baseline or not paired:
-        return []
-    n = len(sc.seeds)
-    keys = list(sc.grid)
-    heads = [k.split(".")[-1] for k in keys] + ["method"] + [f"{c} ({_unit(c)})" for c in sc.columns]
-    lines = [
-        "",
-        f"## Paired differences vs {sc.baseline}" + (f" ({n} seeds, 95% CI)" if n > 1 else " (1 seed)"),
-        "",
-        paired_intro(sc.baseline, n).replace("accuracy points", "accuracy/F1 points"),
-        "",
-        "| " + " | ".join(heads) + " |",
-        "|" + "---|" * len(heads),
-    ]
-    for p in paired:
-        lines.append(
-            "| "
-            + " | ".join(
-                [str(p["point"][k]) for k in keys] + [_paired_label(p)] + [paired_cell(p["cells"][c], n) for c in sc.columns]
-            )
-            + " |"
-        )
-    if not all(p["same_federation"] for p in paired):
-        lines += ["", FED_NOTE]
-    return lines
-
-
-#: footnote for paired rows whose runs do not share a federation
-FED_NOTE = (
-    "†: the baseline's run of this row has other data, model or system settings (it does not depend on a grid key that "
-    "changes them), so the two runs of a seed do not share a federation: the difference also contains that change."
-)
-
-
-def _paired_label(p: dict[str, Any]) -> str:
-    return p["label"] + ("" if p["same_federation"] else " †")
-
-
-def _write_html(out: Path, sc: SweepConfig, rows: list[dict[str, Any]], cell, paired: list[dict[str, Any]]) -> Path:
-    from fedselect.html_report import read_configs, write_sweep_html
-    from fedselect.tables import paired_cell, paired_intro
-
-    keys = list(sc.grid)
-    heads = [k.split(".")[-1] for k in keys] + ["method", "seeds"] + sc.columns
-    trows = [[str(r[k]) for k in keys] + [r["method"], r["seeds"]] + [cell(r, c) for c in sc.columns] for r in rows]
-    note = f"Mean ± sample std over seeds {sc.seeds}; '-' for a grid key the method does not depend on."
-    ptab = None
-    if sc.baseline and paired:
-        n = len(sc.seeds)
-        pheads = [k.split(".")[-1] for k in keys] + ["method"] + [f"{c} ({_unit(c)})" for c in sc.columns]
-        prows = [
-            [str(p["point"][k]) for k in keys] + [_paired_label(p)] + [paired_cell(p["cells"][c], n) for c in sc.columns]
-            for p in paired
-        ]
-        pcls = [
-            [""] * (len(keys) + 1) + ["sig" if p["cells"][c]["interval"].significant else "" for c in sc.columns] for p in paired
-        ]
-        intro = paired_intro(sc.baseline, n).replace("accuracy points", "accuracy/F1 points")
-        ptab = (intro + ("" if all(p["same_federation"] for p in paired) else " " + FED_NOTE), pheads, prows, pcls)
-    paper = None
-    if sc.paper:
-        prow = []
-        for f in sc.paper:
-            match = [r for r in rows if r["method"] == f.method and all(r[k] == v or r[k] == "-" for k, v in f.point.items())]
-            where = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in f.point.items()) or "all"
-            for c, val in f.figures.items():
-                prow.append(
-                    [f.method, where, c, "; ".join(cell(r, c) for r in match) if match else "- (point not in this sweep)", val]
-                )
-        paper = (sc.paper_source, prow)
+def _html_runs(out: Path, sc: SweepConfig) -> tuple[dict[str, Path], dict[str, list[float]]]:
+    """For report.html: each method's run at the first grid point (the first seed that has a
+    config) and the wall times (s) of each method's finished runs."""
     first = sc.points()[0] if sc.points() else {}
-    dirs = {}
+    dirs, walls = {}, {}
     for m in sc.methods:
         rp = _restrict(first, m)
-        dirs[m.label] = next(
-            (run_dir_for(out, m.label, rp, s) for s in sc.seeds if (run_dir_for(out, m.label, rp, s) / "config.yaml").exists()),
-            run_dir_for(out, m.label, rp, sc.seeds[0]),
-        )
-    configs = read_configs(dirs)
-    wrows = []
-    for m in sc.methods:
+        candidates = [run_dir_for(out, m.label, rp, s) for s in sc.seeds]
+        dirs[m.label] = next((d for d in candidates if (d / "config.yaml").exists()), candidates[0])
         run_dirs = {run_dir_for(out, m.label, _restrict(p, m), s) for p in sc.points() for s in sc.seeds}
-        walls = [read_json(d / "summary.json").get("wall_s") for d in sorted(run_dirs) if (d / "summary.json").exists()]
-        walls = [w for w in walls if isinstance(w, (int, float))]
-        wrows.append([m.label, len(walls), f"{sum(walls):.1f}", f"{(sum(walls) / len(walls)) if walls else 0:.1f}"])
-    wall = (["method", "finished runs", "total wall (s)", "mean per run (s)"], wrows)
-    return write_sweep_html(
-        out,
-        sc.name,
-        note + (f" Configs below: at the first grid point {first}." if keys else ""),
-        (heads, trows),
-        ptab,
-        paper,
-        configs,
-        sc.baseline,
-        wall,
-    )
+        found = [read_json(d / "summary.json").get("wall_s") for d in sorted(run_dirs) if (d / "summary.json").exists()]
+        walls[m.label] = [w for w in found if isinstance(w, (int, float))]
+    return dirs, walls

@@ -2,7 +2,8 @@
 
 Knows nothing of learning. Source: FLASH-RL Eq. 3 (latency), Eq. 4 (compute), Eq. 5
 (transmission) and Tables II, III; the authors' code as a second latency model
-(:data:`LATENCY_MODELS`).
+(:data:`LATENCY_MODELS`). The standard deviations, the floor of the draws and the latency
+bounds are fedselect's (docs/core.md, "System model").
 
 Units: CPU frequency in MHz, bandwidth in Mb/s (1e6 bits per second), time in seconds,
 sizes in bits or bytes as named, MB = 1e6 bytes.
@@ -49,7 +50,7 @@ class NetworkProfile:
             raise ValueError(f"network profile {self.name!r}: need mean_mbps > 0, std_mbps >= 0, got {asdict(self)}")
 
 
-#: FLASH-RL Table II (SPEC 0.3): name, mean MHz, std MHz, cores.
+#: FLASH-RL Table II (means and cores; the std is fedselect's): name, mean MHz, std MHz, cores.
 DEFAULT_DEVICES: tuple[DeviceProfile, ...] = tuple(
     DeviceProfile(*row)
     for row in [
@@ -67,7 +68,7 @@ DEFAULT_DEVICES: tuple[DeviceProfile, ...] = tuple(
         ("intel-i9", 4400, 100, 8),
     ]
 )
-#: FLASH-RL Table III (SPEC 0.3): name, mean Mb/s, std Mb/s.
+#: FLASH-RL Table III (means; the std is fedselect's): name, mean Mb/s, std Mb/s.
 DEFAULT_NETWORKS: tuple[NetworkProfile, ...] = tuple(
     NetworkProfile(*row) for row in [("wifi-1", 6, 1), ("wifi-3", 33, 5), ("fast-ethernet", 100, 10), ("wifi-4", 336, 50)]
 )
@@ -237,7 +238,7 @@ def _counts(weights: Sequence[float], n: int) -> np.ndarray:
 
 def assign_profiles(items: Sequence, num_clients: int, rng: np.random.Generator, mix: dict[str, float] | None = None) -> list:
     """Assign one profile per client: round-robin over ``items`` (or counts proportional to
-    ``mix`` weights by profile name), then a seeded shuffle over clients (SPEC 0.3).
+    ``mix`` weights by profile name), then a seeded shuffle over clients (the paper does not say how profiles are assigned).
 
     Raises:
         ValueError: empty table, or a ``mix`` naming an unknown profile / non-positive total.
@@ -269,7 +270,7 @@ class RoundDraws:
 
 
 def truncated_normal(rng: np.random.Generator, mean: np.ndarray, std: np.ndarray, floor_frac: float = 0.05) -> np.ndarray:
-    """N(mean, std) draws, floored at ``floor_frac * mean`` (never <= 0; SPEC 0.3)."""
+    """N(mean, std) draws, floored at ``floor_frac * mean`` (never <= 0)."""
     return np.maximum(rng.normal(mean, std), floor_frac * mean)
 
 
@@ -324,7 +325,7 @@ class Fleet:
 
 
 def data_bits(num_samples: int, features_per_sample: int, bits_per_value: int = BITS_PER_FLOAT) -> float:
-    """|D_k| in bits: samples x features x 32 for float32 inputs (SPEC 0.3)."""
+    """|D_k| in bits: samples x features x 32 for float32 inputs (FLASH-RL Section III-A1)."""
     return float(num_samples) * float(features_per_sample) * bits_per_value
 
 
@@ -436,7 +437,8 @@ def latency_bounds(
     upload_bits: float,
     download_bits: float = 0.0,
 ) -> tuple[float, float]:
-    """(L_min, L_max) for min-max normalisation (SPEC 0.3): the fastest client at mean + 3 std
+    """(L_min, L_max) for the min-max normalisation of FR-eq 10 (the paper does not say how the
+    bounds are set; fedselect's choice): the fastest client at mean + 3 std
     frequency and bandwidth, the slowest at mean - 3 std (floored at 5% of the mean)."""
     bits = np.asarray(bits_per_client, dtype=float)
     f_hi, b_hi = fleet.mean_mhz + 3 * fleet.std_mhz, fleet.mean_mbps + 3 * fleet.std_mbps

@@ -58,6 +58,8 @@ class RunResult:
     metric: str = "accuracy"  # the config's metrics.metric: "accuracy" or "f1_macro"
     #: why the rounds' scores are not the clients' own models (the algorithm's round_scores), or None
     round_scores: str | None = None
+    #: the config's ``mode``: "sync" (a row per round) or "async" (a row per server version)
+    mode: str = "sync"
 
 
 def round_scores_of(cfg: dict[str, Any]) -> str | None:
@@ -92,7 +94,7 @@ def load_run(
     (``round_scores``: CEFL) has the figures read off the rounds (:data:`PER_ROUND_KEYS`) blank,
     and, while it has not finished (no transfer yet), its final figures too."""
     rows = read_metrics(run_dir / "metrics.csv") if (run_dir / "metrics.csv").exists() else []
-    planned, note = None, None
+    planned, note, mode = None, None, "sync"
     if (run_dir / "config.yaml").exists():
         from fedselect.config import read_yaml_file
 
@@ -104,6 +106,7 @@ def load_run(
         target = cfg.get("metrics", {}).get("target", target) if target is None else target
         metric = cfg.get("metrics", {}).get("metric", metric)
         window = cfg.get("metrics", {}).get("summary_window", window)
+        mode = cfg.get("mode") or "sync"
     if window_override is not None:
         if window_override < 1:
             raise ValueError(f"summary window must be >= 1, got {window_override}")
@@ -133,7 +136,7 @@ def load_run(
             s["final_accuracy"] = s["final_f1_macro"] = None
         for k in PER_ROUND_KEYS:
             extra.pop(k, None)
-    return RunResult(label, seed, run_dir, rows, s, complete, planned, extra, metric, note)
+    return RunResult(label, seed, run_dir, rows, s, complete, planned, extra, metric, note, mode)
 
 
 def _value(r: RunResult, key: str):
@@ -676,6 +679,51 @@ def collect(
         f"{directory}: neither a comparison directory (compare.json), a sweep directory (sweep.json) nor a run directory "
         "(metrics.csv)"
     )
+
+
+def partition_params(fed: Any) -> dict[str, Any]:
+    """The partition scheme with every parameter in effect (the resolved config writes the
+    defaults out; the partitioner's bounds on retries, ``max_*``, are left out)."""
+    params = {k: v for k, v in fed.data.partition.params().items() if not k.startswith(("max_", "_"))}
+    return {"scheme": fed.data.partition.scheme, **params}
+
+
+def federation_info(fed: Any, local_epochs: int) -> dict[str, Any]:
+    """Per-client facts for reports: samples, label counts, profiles and the expected latency
+    (s) at the profiles' mean frequency and bandwidth for ``local_epochs`` epochs, uploading the
+    whole model (also split into its compute and upload parts) of ``fed`` (a
+    :class:`fedselect.federation.Federation`) in its latency model, as ``federation-s<seed>.json`` holds it
+    (:func:`load_federations` reads it back)."""
+    import numpy as np
+
+    from fedselect.system import BYTES_PER_FLOAT
+
+    model = fed.new_model()
+    model_bytes = sum(v.numel() for v in model.state_dict().values()) * BYTES_PER_FLOAT
+    fl, lm = fed.fleet, fed.latency_model
+    compute = [
+        lm.compute_s(local_epochs, fed.client_bits(k), fed.system.cycles_per_bit, fl.cores[k], fl.mean_mhz[k])
+        for k in range(fed.num_clients)
+    ]
+    upload = [lm.transmit_s(model_bytes, fl.mean_mbps[k]) for k in range(fed.num_clients)]
+    expected = [c + u for c, u in zip(compute, upload)]
+    return {
+        "num_clients": fed.num_clients,
+        "num_classes": fed.num_classes,
+        "class_names": fed.train_set.class_names,
+        "dataset": fed.data.dataset,
+        "partition": partition_params(fed),
+        "num_samples": [c.num_samples for c in fed.clients],
+        "label_counts": fed.label_counts().tolist(),
+        "device": [d.name for d in fl.devices],
+        "network": [n.name for n in fl.networks],
+        "expected_latency_s": [float(x) for x in expected],
+        "expected_compute_s": [float(x) for x in compute],
+        "expected_upload_s": [float(x) for x in upload],
+        "train_indices_hash": [
+            int(np.bitwise_xor.reduce(c.train_indices * 2654435761 % (2**31))) if len(c.train_indices) else 0 for c in fed.clients
+        ],
+    }
 
 
 def load_federations(directory: Path) -> list[dict[str, Any]]:

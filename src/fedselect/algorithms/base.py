@@ -17,7 +17,7 @@ old one, and the loop commits only finite results::
 Evaluation is an option of the algorithm (``evaluation: global | per_client``): ``global``
 scores the server model on the test set; ``per_client`` scores the model each client would use
 (:meth:`Algorithm.eval_state`) on that client's own held-out split and reports the mean over
-clients (the CEFL paper's metric, SPEC 2), plus the spread (``accuracy_std``) and every
+clients (the CEFL paper's metric), plus the spread (``accuracy_std``) and every
 client's accuracy (``client_accuracy``) as extra columns.
 
 Adding an algorithm: one file in this package with a subclass of :class:`Algorithm` decorated
@@ -47,7 +47,7 @@ log = logging.getLogger("fedselect")
 def client_evaluation(results: Sequence[dict[str, float]]) -> Evaluation:
     """Per-client evaluation from each client's figures on its held-out split (client order):
     the means over clients, the population std of the accuracies and every client's accuracy
-    (SPEC 2). Shared by the simulator and the Flower strategy (whose nodes evaluate)."""
+    (the CEFL paper's metric). Shared by the simulator and the Flower strategy (whose nodes evaluate)."""
     acc = np.array([r["accuracy"] for r in results], dtype=np.float64)
     return Evaluation(
         float(acc.mean()),
@@ -204,7 +204,7 @@ class Algorithm:
         return {}
 
     def aggregate(self, t: int, state: ServerState, outcomes: Sequence[ClientOutcome]) -> ServerState | None:
-        """FedAvg (SPEC 0.5) of the surviving updates: w = sum_k n_k / sum n * w_k.
+        """FedAvg (McMahan et al. 2017) of the surviving updates: w = sum_k n_k / sum n * w_k.
 
         Returns the new state, or None to keep ``state`` (never mutates it)."""
         keys = self.upload_keys()

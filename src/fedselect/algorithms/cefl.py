@@ -1,5 +1,5 @@
 """CEFL's algorithm — FL among cluster leaders on base layers, then transfer to members
-(Chu, Jaafar, Yanikomeroglu; SPEC 2). The clustering and the choice of leaders (CE-eq 3, 4, 5)
+(Chu, Jaafar, Yanikomeroglu). The clustering and the choice of leaders (CE-eq 3, 4, 5)
 are the ``cefl_leaders`` selector's (:mod:`fedselect.selectors.cefl_leaders`); this algorithm
 needs its groups and warm-up models.
 
@@ -20,7 +20,7 @@ needs its groups and warm-up models.
   5, with the draws of round T + 1) and the part-4 bytes are charged after the last round and
   counted in the end-to-end latency and the communication (``phases`` in the summary).
 
-Evaluation (SPEC 2): every client on its own held-out split with its own model; during the
+Evaluation (the paper's metric): every client on its own held-out split with its own model; during the
 rounds a member is scored with its leader's current model (what it would receive), after the
 transfer with its fine-tuned model. ``accuracy`` is the mean over clients; ``accuracy_std``
 and ``client_accuracy`` give the spread and the per-client values. Because the rounds' scores
@@ -28,7 +28,7 @@ are not those of the members' own models, the figures read off the rounds (best,
 mean, rounds / latency to target) are blank in the summary and the tables
 (:attr:`CEFL.round_scores` says why); the final figures are the transfer's.
 
-Communication (SPEC 2 item 7) in MB (10^6 bytes, float32): parts 1-4 and the total are in the
+Communication (the paper's four parts) in MB (10^6 bytes, float32): parts 1-4 and the total are in the
 summary (``communication_parts_mb``, ``communication_mb``); parts 2 and 3 are the bytes the
 loop recorded, :func:`cefl_communication` gives the same numbers from the formula.
 """
@@ -72,7 +72,7 @@ def _check(full_bytes: int, base_bytes: int, rounds: int) -> None:
 def cefl_communication(
     full_bytes: int, base_bytes: int, num_clients: int, cluster_sizes: Sequence[int], rounds: int
 ) -> dict[str, float]:
-    """CEFL's communication in four parts (SPEC 2 item 7; CEFL Section II, "Communication cost").
+    """CEFL's communication in four parts (CEFL Section II, "Communication cost").
 
     * part 1: every client uploads its whole warm-up model once: ``N * full``;
     * part 2: every leader uploads its base layers each round: ``T * K * base``;
@@ -138,8 +138,9 @@ def _counts(per_round: Sequence[int] | int, rounds: int | None) -> list[int]:
 
 # ------------------------------------------------------------------------ the algorithm
 class CEFLOptions(BaseLayerOptions):
-    """Options of CEFL's algorithm (defaults: SPEC 2 and the paper). The clustering options
-    (``clusters``, ``warmup_epochs``, ``count_warmup``) belong to the ``cefl_leaders`` selector."""
+    """Options of CEFL's algorithm (the paper names eta and a_k; the defaults are fedselect's,
+    docs/cefl.md). The clustering options (``clusters``,
+    ``warmup_epochs``, ``count_warmup``) belong to the ``cefl_leaders`` selector."""
 
     leader_weights: Literal["uniform", "samples"] = Field("uniform", description="a_k of CE-eq 6: 1/K or n_k / sum n")
     transfer_epochs: int = Field(50, ge=0, description="eta, most local epochs of a member after the transfer")

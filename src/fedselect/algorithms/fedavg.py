@@ -1,8 +1,8 @@
-"""FedAvg (McMahan et al. 2017; SPEC 0.5): participants train from the server model, upload
+"""FedAvg (McMahan et al. 2017): participants train from the server model, upload
 the whole model, the server averages with weights n_k / sum n. Everything is the base class.
 
 With ``evaluation: per_client`` every client scores the server model on its own held-out split
-(CEFL's "Regular FL" baseline, SPEC 2).
+(CEFL's "Regular FL" baseline).
 """
 
 from __future__ import annotations

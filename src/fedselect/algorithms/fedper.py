@@ -1,5 +1,5 @@
 """Partial-layer federated learning: FedPer (Arivazhagan et al. 2019, the CEFL paper's [15]) and
-the machinery CEFL and Individual training share with it (CE-eq 6, 7; SPEC 0.5).
+the machinery CEFL and Individual training share with it (CE-eq 6, 7).
 
 * :func:`base_layer_names` — which state-dict entries are "base layers" (the shared ones): by
   default every layer before the first fully connected (``nn.Linear``) module (for the CNNs:
@@ -48,7 +48,7 @@ def base_layer_names(model: nn.Module, base: int | Sequence[str] | None = None) 
     Args:
         model: the network (used for its module types and order).
         base: ``None`` (default) -> every layer before the first ``nn.Linear`` module (the
-            convolutional / recurrent feature extractor; SPEC 2 item 5). An ``int`` B -> the
+            convolutional / recurrent feature extractor). An ``int`` B -> the
             first B layers (see :func:`model_layers`). A sequence of names -> those layers
             (module names such as ``"conv1"``) or single entries (``"conv1.weight"``).
 
@@ -165,8 +165,8 @@ class BaseLayerOptions(PerClientOptions):
 
 @register_algorithm
 class FedPer(Personalised):
-    """FedPer (CEFL's baseline; SPEC 2): participants upload and download only the base layers
-    (averaged with weights n_k, SPEC 0.5) and keep their personalised layers (the rest) local.
+    """FedPer (CEFL's baseline): participants upload and download only the base layers
+    (averaged with weights n_k) and keep their personalised layers (the rest) local.
 
     Options: ``base_layers`` (see :func:`base_layer_names`; default the layers before the
     first fully connected one).

@@ -1,4 +1,4 @@
-"""Individual training (CEFL's baseline; SPEC 2): every client trains only its own model on its
+"""Individual training (CEFL's baseline): every client trains only its own model on its
 own data, with no communication at all.
 
 Round t: each selected client (every client with the ``all`` selector, the paper's setting)

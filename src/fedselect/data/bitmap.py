@@ -1,4 +1,4 @@
-"""CEFL's bitmap encoding of accelerometer + gyroscope windows (SPEC 2; CEFL Section IV,
+"""CEFL's bitmap encoding of accelerometer + gyroscope windows (CEFL Section IV,
 after He et al.'s FD-CNN preprocessing).
 
 A window of ``W`` samples (CEFL: 200) of (acc_x, acc_y, acc_z, gyro_x, gyro_y, gyro_z) gives
@@ -6,10 +6,10 @@ A window of ``W`` samples (CEFL: 200) of (acc_x, acc_y, acc_z, gyro_x, gyro_y, g
 triples. Triple ``p`` (0-based) becomes pixel ``(row, col) = (p // side, p % side)`` of a
 ``side x side`` RGB image (``side = sqrt(2W)``, 20 for W = 200), with x -> R, y -> G, z -> B:
 
-- acceleration (m/s^2): ``pixel = clip(int((a + 20) * 6), 0, 255)`` (SPEC 2);
+- acceleration (m/s^2): ``pixel = clip(int((a + 20) * 6), 0, 255)``;
 - angular velocity: min-max scaled over the window to 0..250:
-  ``pixel = int(250 * (g - g_min) / (g_max - g_min))``. SPEC 2 says "min-max scaled over the
-  window" without saying whether per axis; by default (``gyro_scaling="joint"``) one min and
+  ``pixel = int(250 * (g - g_min) / (g_max - g_min))``. CEFL's text names the encoding but not
+  these formulas; whether the gyro min/max is per axis is fedselect's choice: by default (``gyro_scaling="joint"``) one min and
   one max are taken over all three gyro axes of the window, which keeps the axes' relative
   magnitudes; ``"per_axis"`` scales each axis on its own. A constant window (max == min)
   gives pixels 0.
@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-#: SPEC 2 constants
+#: the encoding's constants (module docstring)
 ACC_OFFSET = 20.0  # m/s^2
 ACC_SCALE = 6.0
 GYRO_MAX_PIXEL = 250.0
@@ -43,13 +43,13 @@ def bitmap_side(window: int) -> int:
 
 
 def acc_pixels(acc_ms2: np.ndarray) -> np.ndarray:
-    """SPEC 2 acceleration pixel ``clip(int((a + 20) * 6), 0, 255)``; ``acc_ms2`` in m/s^2, any
+    """Acceleration pixel ``clip(int((a + 20) * 6), 0, 255)``; ``acc_ms2`` in m/s^2, any
     shape; returns uint8 of the same shape."""
     return np.clip(np.floor((np.asarray(acc_ms2, dtype=np.float64) + ACC_OFFSET) * ACC_SCALE), 0, 255).astype(np.uint8)
 
 
 def gyro_pixels(gyro: np.ndarray, scaling: str = "joint") -> np.ndarray:
-    """Min-max scale angular velocities of windows to 0..250 (SPEC 2).
+    """Min-max scale angular velocities of windows to 0..250 (module docstring).
 
     Args:
         gyro: ``(n, W, 3)`` angular velocities (rad/s; the unit cancels out).
@@ -78,7 +78,7 @@ def gyro_pixels(gyro: np.ndarray, scaling: str = "joint") -> np.ndarray:
 
 
 def encode_bitmaps(windows: np.ndarray, gyro_scaling: str = "joint") -> np.ndarray:
-    """Encode windows as RGB bitmaps (SPEC 2).
+    """Encode windows as RGB bitmaps (module docstring).
 
     Args:
         windows: ``(n, W, 6)`` float windows, channels acc_x, acc_y, acc_z (m/s^2),

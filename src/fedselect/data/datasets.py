@@ -71,7 +71,7 @@ class ArrayDataset:
 
     @property
     def num_features(self) -> int:
-        """Values per input sample (for |D_k| in bits, SPEC 0.3)."""
+        """Values per input sample (for |D_k| in bits)."""
         return int(np.prod(self.input_shape)) if self.input_shape else 1
 
     def subset(self, indices: np.ndarray, name: str | None = None) -> "ArrayDataset":

@@ -38,6 +38,7 @@ import io
 import logging
 import math
 import pickle
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -573,6 +574,25 @@ CIFAR_GLOBALS: frozenset[tuple[str, str]] = frozenset(
 )
 
 
+def global_exists(module: str, name: str) -> bool:
+    """Whether ``module.name`` (``name`` may be dotted) is an attribute of a module already
+    imported, as a pickle's global is written (``posix``, ``system``). Nothing is imported to
+    find out: a name of a module not loaded counts as not existing. A refused global that does
+    not exist is damage to the file, not a request for code."""
+    head, _, rest = module.partition(".")
+    parts = [head, *(rest.split(".") if rest else []), *name.split(".")]
+    for i in range(len(parts) - 1, 0, -1):  # the longest imported module prefix
+        obj: Any = sys.modules.get(".".join(parts[:i]))
+        if obj is None:
+            continue
+        for part in parts[i:]:
+            obj = getattr(obj, part, None)
+            if obj is None:
+                return False
+        return True
+    return False
+
+
 class SafeUnpickler(pickle.Unpickler):
     """An unpickler that resolves only the globals in ``allowed`` (module, name) and refuses
     every other one with a :class:`DataFileError` naming the file and the global, before
@@ -584,10 +604,12 @@ class SafeUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) not in self.allowed:
+            if not global_exists(module, name):  # damage: a flipped byte in a module or class name
+                raise DataFileError(self.path, f"corrupted (the pickle names {module}.{name}, which does not exist)")
             raise DataFileError(
                 self.path,
                 f"refused to load: the pickle asks for {module}.{name}, which a data file never needs "
-                f"(allowed: {sorted(f'{m}.{n}' for m, n in self.allowed)}); the file may be crafted to run code",
+                f"(allowed: {sorted(f'{m}.{n}' for m, n in self.allowed)}); nothing in the file was run",
             )
         if module == "numpy.core.multiarray":  # NumPy 2 moved it; avoid the deprecated alias
             import numpy._core.multiarray as ma  # noqa: F401

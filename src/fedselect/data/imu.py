@@ -6,7 +6,7 @@ Data sets (registered with :func:`fedselect.data.datasets.register_dataset`):
   (``seglearn.datasets.load_watch()``: 10 subjects, 50 Hz, 7 shoulder-exercise classes, 140
   recordings). It has **no falls**: only ``task="activity"`` is possible. Units are not
   documented; we assume acceleration in g (std 0.5-0.9, range about +-5, gravity apparently
-  removed) and angular velocity in rad/s (SPEC 4), and convert acceleration to m/s^2 (x 9.81).
+  removed) and angular velocity in rad/s (docs/data-imu.md), and convert acceleration to m/s^2 (x 9.81).
 - ``"mobiact"``: MobiAct v2 read from the user's copy (option ``path``), see
   :mod:`fedselect.data.mobiact`.
 - ``"mobiact-synthetic"``: synthetic recordings in MobiAct's format (for tests and demos).
@@ -17,7 +17,7 @@ Task views (option ``task``):
 - ``"fall"``: binary ADL (0) vs fall (1, codes FOL, FKL, BSC, SDL) — FLASH-RL's fall
   detection, scored with macro-F1;
 - ``"cefl8"``: CEFL's 8 classes FOL, FKL, SDL, BSC, SCH, CSI, CSO and DAILY (STD, WAL, JOG,
-  JUM, STU, STN); other codes (SIT, CHU, LYI) are left out (SPEC 2).
+  JUM, STU, STN); other codes (SIT, CHU, LYI) are left out (CEFL's MobiAct paragraph).
 
 Representations (option ``representation``):
 
@@ -25,7 +25,7 @@ Representations (option ``representation``):
   standardised per channel with the training windows' mean and std (``standardize: true``;
   the statistics are in ``info``);
 - ``"bitmap"``: CEFL's 20x20 RGB images ``(n, 3, 20, 20)`` scaled to [0, 1] (pixel / 255), from
-  windows of 200 samples slid by the per-activity interval ``I_type`` (SPEC 2) unless an
+  windows of 200 samples slid by the per-activity interval ``I_type`` unless an
   integer ``stride`` is given.
 
 The global test set is a held-out group of subjects (FLASH-RL IV-A: 17 of 67 for MobiAct; 2
@@ -80,7 +80,7 @@ WATCH_CLASSES = ("PEN", "ABD", "FEL", "IR", "ER", "TRAP", "ROW")  # seglearn's y
 def watch_recordings(rate_hz: float = WATCH_RATE_HZ) -> list[Recording]:
     """The 140 recordings of ``seglearn.datasets.load_watch()`` as :class:`Recording` objects.
 
-    Units (undocumented upstream; SPEC 4): ``ax, ay, az`` are taken to be in g and multiplied
+    Units (undocumented upstream): ``ax, ay, az`` are taken to be in g and multiplied
     by 9.81 to give m/s^2; ``wx, wy, wz`` are taken to be rad/s and kept. Rate 50 Hz. Activity
     codes are seglearn's ``y_labels`` (PEN, ABD, FEL, IR, ER, TRAP, ROW); ``trial`` counts a
     subject's recordings of one exercise (1-based, in file order); ``meta["side"]`` is 1 for
@@ -231,8 +231,8 @@ def build_imu_datasets(
         task: ``activity`` | ``fall`` | ``cefl8`` (see the module docstring).
         representation: ``sequence`` -> x ``(n, W, 6)``; ``bitmap`` -> x ``(n, 3, s, s)`` in [0, 1].
         window: W in samples (default 100 for sequences, 200 for bitmaps; bitmaps need 2W square).
-        stride: S in samples; default W // 2 for sequences and ``"activity"`` (CEFL's I_type,
-            SPEC 2) for bitmaps; ``"activity"`` is allowed for sequences too.
+        stride: S in samples; default W // 2 for sequences and ``"activity"`` (CEFL's I_type)
+            for bitmaps; ``"activity"`` is allowed for sequences too.
         i0, t0_s: I_0 (samples) and t_0 (s) of I_type = max(1, round(I_0 * t_type / t_0)).
         gyro_scaling: bitmap gyro min-max over ``joint`` axes or ``per_axis``.
         standardize: sequences only: per-channel (x - mean) / std with the training windows'
@@ -427,7 +427,7 @@ def load_mobiact(
     drop_invalid: bool = False,
     **options: Any,
 ) -> tuple[ArrayDataset, ArrayDataset]:
-    """MobiAct v2 from the user's copy (SPEC 4; FLASH-RL IV-A; CEFL IV).
+    """MobiAct v2 from the user's copy (FLASH-RL IV-A; CEFL IV).
 
     Options: ``path`` (required: the folder holding ``Annotated Data``), ``rate_hz``
     (resampling rate, default 50 Hz), ``activities`` (codes to read, default the 16 ADL + fall

@@ -1,4 +1,4 @@
-"""IoT device classification from network flow records (budgeted online selection; SPEC 3).
+"""IoT device classification from network flow records (budgeted online selection).
 
 The budgeted-online paper classifies IoT devices from 10 features per device per time window,
 computed from flow records (its Phase 2, Table IV, after Sivanathan et al.), min-max scaled
@@ -132,7 +132,7 @@ def _check_flows(flows: pd.DataFrame) -> pd.DataFrame:
 
 
 def flow_features(flows: pd.DataFrame, window: float = 3600.0, origin: float | None = None) -> pd.DataFrame:
-    """The 10 flow features of SPEC 3 per device per time window (see the module docstring).
+    """The 10 flow features of the budgeted-online paper's Table IV per device per time window (see the module docstring).
 
     Args:
         flows: flow-record table with the columns of :data:`FLOW_COLUMNS` (``dns_query``
@@ -204,7 +204,7 @@ def feature_table_to_datasets(
     label_column: str = "device",
     info: dict[str, Any] | None = None,
 ) -> tuple[ArrayDataset, ArrayDataset]:
-    """Feature table -> (train, test) data sets (the paper's Phases 3-4; SPEC 3).
+    """Feature table -> (train, test) data sets (the paper's Phases 3-4).
 
     Devices with fewer than ``min_records`` rows are dropped; labels are the remaining devices
     in sorted order; the 10 :data:`FEATURES` are min-max scaled to [0, 1] with scikit-learn's

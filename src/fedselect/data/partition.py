@@ -7,7 +7,7 @@ sample with replacement). Impossible requests raise ``ValueError`` with the numb
 any sampling; randomised schemes retry a bounded number of times.
 
 IID and shards use flwr-datasets' partitioners (with a seed derived from ``rng``); the
-Dirichlet scheme is FedLab's "hetero Dirichlet" that FLASH-RL uses (SPEC 1.4), written here
+Dirichlet scheme is FedLab's "hetero Dirichlet" that FLASH-RL uses (Section IV-A), written here
 because flwr-datasets' DirichletPartitioner gives up after 10 attempts.
 """
 
@@ -104,7 +104,7 @@ class IidPartitioner(Partitioner):
 
 @register_partitioner
 class DirichletPartitioner(Partitioner):
-    """FedLab's hetero Dirichlet partition (SPEC 1.4), as used by FLASH-RL.
+    """FedLab's hetero Dirichlet partition (FLASH-RL Section IV-A), as used by FLASH-RL.
 
     For each class, client proportions p ~ Dir(alpha * 1_N); clients already holding at least
     n / N samples get proportion 0 for the remaining classes (self-balancing); the class is
@@ -467,7 +467,7 @@ def _class_count(key: str, v: int | float, num_classes: int) -> int:
 
 @register_partitioner
 class FatThinPartitioner(Partitioner):
-    """Fat and thin clients of the budgeted-online paper (SPEC 3; its Phase 5, Table V).
+    """Fat and thin clients of the budgeted-online paper (its Phase 5, Table V).
 
     ``round(fat_fraction * N)`` clients, chosen at random, are *fat*: each holds about
     ``fat_share`` of the training set; the others are *thin* with about ``thin_share`` each.

@@ -1,10 +1,10 @@
-"""Wearable-sensor recordings and sliding windows (SPEC 2; FLASH-RL IV-A; CEFL Section IV).
+"""Wearable-sensor recordings and sliding windows (FLASH-RL IV-A; CEFL Section IV).
 
 A :class:`Recording` is one trial of one subject doing one activity: a ``(T, 6)`` float32
 array of 3-axis acceleration (m/s^2) and 3-axis angular velocity (rad/s) sampled at a fixed
 rate. Windows of ``W`` samples are cut every ``S`` samples: ``floor((T - W) / S) + 1`` windows
 starting at ``0, S, 2S, ...``; a recording shorter than ``W`` gives no window and is counted as
-*dropped*. CEFL's per-activity slide interval ``I_type`` (SPEC 2) is :func:`activity_stride`.
+*dropped*. CEFL's per-activity slide interval ``I_type`` is :func:`activity_stride`.
 
 Knows nothing of federated learning.
 """
@@ -101,7 +101,7 @@ def _check_ws(window: int, stride: int) -> None:
 
 
 def activity_stride(duration_s: float, i0: int = 40, t0_s: float = 10.0) -> int:
-    """CEFL's per-activity slide interval (SPEC 2): ``I_type = max(1, round(I_0 * t_type / t_0))``.
+    """CEFL's per-activity slide interval (its preprocessing paragraph): ``I_type = max(1, round(I_0 * t_type / t_0))``.
 
     Args:
         duration_s: ``t_type``, the activity's recorded duration in seconds.

@@ -1,4 +1,5 @@
-"""Aggregation of client models (SPEC 0.5).
+"""Aggregation of client models: FedAvg (McMahan et al. 2017) and the partial aggregation of
+FedPer and CEFL (CE-eq 6, 7).
 
 States are ``dict[str, torch.Tensor]`` (``model.state_dict()``).
 """
@@ -24,7 +25,7 @@ def _check_weights(weights: Sequence[float]) -> list[float]:
 
 
 def fedavg(states: Sequence[State], weights: Sequence[float], keys: Iterable[str] | None = None) -> State:
-    """Weighted average w = sum_k (n_k / sum n) w_k (McMahan et al.; SPEC 0.5).
+    """Weighted average w = sum_k (n_k / sum n) w_k (McMahan et al.).
 
     Args:
         states: client states with identical keys and shapes.
@@ -93,7 +94,7 @@ def is_finite_state(state: State) -> bool:
 
 def flat_parameters(state: State, keys: Iterable[str] | None = None) -> torch.Tensor:
     """Concatenate the floating entries of ``state`` (optionally only ``keys``, in that order)
-    into one float32 vector ``(P,)`` — the weight vector of FR-eq 7 and of the PCA (SPEC 1.2)."""
+    into one float32 vector ``(P,)`` — the weight vector of FR-eq 7 and of the PCA (FR-eq 12)."""
     names = list(keys) if keys is not None else [k for k, v in state.items() if v.is_floating_point()]
     return torch.cat([state[n].reshape(-1).float() for n in names])
 

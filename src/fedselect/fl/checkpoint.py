@@ -9,8 +9,9 @@ Files in a run directory:
   crash exactly there leaves it complete, and :func:`load_checkpoint` considers it too.
 
 :func:`load_checkpoint` reads every candidate and returns the readable one with the highest
-round; a truncated or corrupted file is named in a warning (and in the error when none is
-usable).
+round; a truncated or corrupted file that another file stands in for is named once, in a
+warning; when none is usable the one error names every file and its problem and says that the
+run can only be started again (``--overwrite``).
 
 **Loading never runs code.** Files are read with ``torch.load(weights_only=True)``, whose
 unpickler admits only tensors, numbers, strings, bytes and containers. The payload is stored
@@ -18,7 +19,9 @@ as such plain data: :func:`encode_payload` turns NumPy arrays into tagged tensor
 shape kept) and NumPy scalars into tagged Python numbers, and :func:`decode_payload` turns them
 back, so callers save and get back the same objects. A file that asks for anything else (a
 function to call, any other class) is refused with a :class:`CheckpointError` naming the file
-and the refused global; so is a checkpoint of format 2 or older (it held NumPy pickles).
+and the refused global; so is a checkpoint of format 2 or older (it held NumPy pickles). Damage
+to the file usually shows up the same way (a byte flipped in the pickle stream reads as an
+unknown opcode or as a global that does not exist); such files are reported as corrupted.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import logging
 import os
 import pickle
 import re
+import warnings
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -34,6 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedselect.data.files import global_exists
 from fedselect.fl.metrics import atomic_write
 
 log = logging.getLogger("fedselect.checkpoint")
@@ -164,9 +169,10 @@ def read_checkpoint_file(path: str | Path) -> dict[str, Any]:
     (``torch.load(weights_only=True)``; module docstring).
 
     Raises:
-        CheckpointError: missing, truncated/corrupted, refused (it asks for a global that plain
-        data never needs: crafted, or written by fedselect before format 3), or not a
-        fedselect checkpoint (the message says which, with the underlying error).
+        CheckpointError: missing, truncated or corrupted, refused (it asks for a global that
+        plain data never needs: written by fedselect before format 3, or not a checkpoint of
+        ours), or not a fedselect checkpoint (the message says which, with the underlying
+        error in one line).
     """
     p = Path(path)
     if not p.is_file():
@@ -174,23 +180,13 @@ def read_checkpoint_file(path: str | Path) -> dict[str, Any]:
     if p.stat().st_size == 0:
         raise CheckpointError(f"{p}: empty file (0 bytes; truncated)")
     try:
-        payload = torch.load(p, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # e.g. "Detected pickle protocol 88": a damaged header
+            warnings.simplefilter("ignore")
+            payload = torch.load(p, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        m = re.search(r"GLOBAL ([\w.]+)", str(e))
-        what = m.group(1) if m else "a global outside plain data"
-        old = (
-            " (checkpoints written by fedselect before format 3 held NumPy pickles: start such a run again with --overwrite)"
-            if what.startswith("numpy")
-            else ""
-        )
-        raise CheckpointError(
-            f"{p}: refused to load: it asks for {what}, which a fedselect checkpoint never holds "
-            f"(only tensors, numbers, strings and containers); the file may be crafted to run code{old}"
-        ) from None
+        raise CheckpointError(_refusal(p, str(e))) from None
     except Exception as e:  # truncated zip, bad pickle, ...
-        raise CheckpointError(
-            f"{p}: unreadable, truncated or corrupted ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
-        ) from None
+        raise CheckpointError(f"{p}: corrupted or truncated ({_first_sentence(e)})") from None
     if (
         not isinstance(payload, dict)
         or not isinstance(payload.get("round"), int)
@@ -205,6 +201,34 @@ def read_checkpoint_file(path: str | Path) -> dict[str, Any]:
     return decode_payload(payload)
 
 
+def _first_sentence(e: BaseException) -> str:
+    """``TypeName: the first sentence of its message`` (torch's zip errors run on for lines)."""
+    text = " ".join(str(e).split())
+    cut = re.search(r"(?<=[.!?])\s", text)
+    return f"{type(e).__name__}: {text[: cut.start()] if cut else text}" if text else type(e).__name__
+
+
+def _refusal(p: Path, message: str) -> str:
+    """What ``torch.load(weights_only=True)``'s refusal of ``p`` means. A global that exists
+    (``posix.system``, NumPy's array reconstruction) was asked for by the file as written: it is
+    refused and named. An unknown opcode, or a global that does not exist (a flipped byte turns
+    ``torch._utils`` into ``tor9h._utils``), is damage: the file is corrupted."""
+    m = re.search(r"GLOBAL ([\w.]+)", message)
+    if m is None or not global_exists(*m.group(1).rpartition(".")[::2]):
+        found = re.search(r"(Unsupported operand \S+|GLOBAL [\w.]+)", message)
+        return f"{p}: corrupted (its pickle stream is damaged{': ' + found.group(1) if found else ''})"
+    what = m.group(1)
+    old = (
+        " (checkpoints written by fedselect before format 3 held NumPy pickles: start such a run again with --overwrite)"
+        if what.startswith("numpy")
+        else ""
+    )
+    return (
+        f"{p}: refused to load: it asks for {what}, which a fedselect checkpoint never holds "
+        f"(only tensors, numbers, strings and containers); nothing in the file was run{old}"
+    )
+
+
 def checkpoint_files(run_dir: str | Path) -> list[Path]:
     """The checkpoint files present in ``run_dir`` (latest, in-flight, previous)."""
     d = Path(run_dir)
@@ -214,12 +238,13 @@ def checkpoint_files(run_dir: str | Path) -> list[Path]:
 def load_checkpoint(run_dir: str | Path) -> dict[str, Any]:
     """The readable checkpoint of ``run_dir`` with the highest round.
 
-    Unreadable files are logged as warnings (``fedselect.checkpoint``) and skipped; using an
-    older file than ``checkpoint.pt`` is logged too.
+    An unreadable file that an older one stands in for is named once, in a warning
+    (``fedselect.checkpoint``) that also says which file and round the run continues from.
 
     Raises:
         NoCheckpointError: no checkpoint file exists.
-        CheckpointError: files exist but none is usable (names each file and its problem).
+        CheckpointError: files exist but none is usable: one message names each file and its
+            problem and says to start the run again with ``--overwrite``.
     """
     d = Path(run_dir)
     present = checkpoint_files(d)
@@ -230,13 +255,15 @@ def load_checkpoint(run_dir: str | Path) -> dict[str, Any]:
         try:
             good.append((p, read_checkpoint_file(p)))
         except CheckpointError as e:
-            log.warning("checkpoint %s; falling back to an older checkpoint", e)
             errors.append(str(e))
     if not good:
-        raise CheckpointError(f"no usable checkpoint in {d}: " + "; ".join(errors))
+        raise CheckpointError(
+            f"no usable checkpoint in {d}: " + "; ".join(errors) + ". Nothing can be resumed: start the run again with "
+            f"`fedselect run {d / 'config.yaml'} --out {d} --overwrite` (its results so far are lost)"
+        )
     path, payload = max(good, key=lambda pp: pp[1]["round"])
-    if path.name != LATEST:
-        log.warning("resuming from %s (round %d) instead of %s", path, payload["round"], LATEST)
+    if errors or path.name != LATEST:
+        log.warning("%sresuming from %s (round %d)", "".join(f"checkpoint {e}; " for e in errors), path.name, payload["round"])
     return payload
 
 

@@ -73,7 +73,7 @@ class CostModel:
 
     @staticmethod
     def round_latency_s(probe_s: float, latencies) -> float:
-        """A synchronous round: the probing, then the slowest participant (SPEC 0.3)."""
+        """A synchronous round: the probing, then the slowest participant."""
         return probe_s + max(latencies, default=0.0)
 
     def expected_latency_s(self, epochs: float | None = None) -> np.ndarray:

@@ -204,7 +204,7 @@ def corrupt_state(state: Mapping[str, torch.Tensor], kind: str, keys: Iterable[s
 
 
 def survivor_weights(num_samples: Mapping[int, int]) -> dict[int, float]:
-    """FedAvg weights n_k / sum n of the surviving clients (SPEC 0.5): client id -> weight.
+    """FedAvg weights n_k / sum n of the surviving clients (McMahan et al. 2017): client id -> weight.
 
     Example: ``{3: 40, 7: 60}`` -> ``{3: 0.4, 7: 0.6}``. Empty input -> ``{}``.
     """

@@ -1,4 +1,5 @@
-"""CEFL's transfer step: fine-tune a model with early stopping on a validation split (SPEC 2 item 6)."""
+"""CEFL's transfer step: fine-tune a model with early stopping on a validation split (CEFL: a
+member trains "for at most eta episodes or until convergence")."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def fine_tune(
     holdout: ArrayDataset | None = None,
 ) -> dict[str, Any]:
     """Train ``model`` in place for at most ``max_epochs`` epochs with early stopping on the
-    validation loss, then load the best state (CEFL transfer step; SPEC 2 item 6).
+    validation loss, then load the best state (CEFL transfer step).
 
     One optimizer (``cfg``) for all epochs. The validation loss is measured before training
     (epoch 0) and after every epoch; training stops after ``patience`` epochs in a row

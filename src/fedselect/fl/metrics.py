@@ -1,4 +1,4 @@
-"""Per-round metrics (SPEC 0.4): CSV rows flushed every round, atomic summaries.
+"""Per-round metrics (the columns: docs/core.md and docs/comparisons.md): CSV rows flushed every round, atomic summaries.
 
 ``metrics.csv`` holds only deterministic values, so two runs with the same config and seed give
 byte-identical files; wall-clock seconds go to ``timing.csv`` beside it.
@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-#: the columns every method records, in order (SPEC 0.4)
+#: the columns every method records, in order
 CORE_COLUMNS = [
     "round",
     "selected",

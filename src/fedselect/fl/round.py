@@ -134,7 +134,7 @@ class RoundResult:
 
     @property
     def latency_s(self) -> float:
-        """Round latency (s): the probing, then the slowest participant (SPEC 0.3)."""
+        """Round latency (s): the probing, then the slowest participant."""
         return CostModel.round_latency_s(self.selection.cost.latency_s, [o.latency_s for o in self.outcomes])
 
     @property

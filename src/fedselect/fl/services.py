@@ -126,7 +126,7 @@ class FederationContext:
         return [(r.state, r.loss) for r in results]
 
     def evaluate_candidate(self, k: int, epochs: int) -> tuple[float, float, float]:
-        """Budgeted-online candidate evaluation (SPEC 3): the initial model trained ``epochs``
+        """Budgeted-online candidate evaluation (the paper's Section IV): the initial model trained ``epochs``
         epochs on client ``k``'s data (stream ``candidate/0/<k>``), then scored on the server's
         test set. Returns (test accuracy, test loss, mean training loss); memoised per
         federation, epochs and training settings (shared by every run on the federation). A

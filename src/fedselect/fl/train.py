@@ -1,4 +1,4 @@
-"""Local training of one client (SGD with momentum by default, SPEC 1.4)."""
+"""Local training of one client (SGD with momentum by default, FLASH-RL Table IV)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The typed values that cross the seams of the round loop.
 
-* :class:`ClientCost` — what one client costs in one round (seconds and bytes; SPEC 0.3).
+* :class:`ClientCost` — what one client costs in one round (seconds and bytes).
 * :class:`ClientOutcome` — what one selected client reports after a round (or why it failed).
 * :class:`Evaluation` — the figures of one evaluation (global model on the test set, or the
   mean over clients of their own models on their held-out splits).

@@ -102,7 +102,7 @@ class EvalResult:
 
 @dataclass(frozen=True)
 class FineTuneJob:
-    """CEFL's transfer to member ``client_id`` (CE Section II-D; SPEC 2 item 6): start from
+    """CEFL's transfer to member ``client_id`` (CE Section II-D): start from
     ``start_state`` (its leader's model), train at most ``max_epochs`` epochs on its training
     data less a validation share (``validation_fraction``, drawn by ``np_rng(seed,
     validation_stream)``), stop after ``patience`` epochs without a lower validation loss,

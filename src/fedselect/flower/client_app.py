@@ -50,6 +50,7 @@ except ImportError as e:  # pragma: no cover - depends on the installation
 from fedselect.federation import Federation
 from fedselect.fl.train import TrainConfig
 from fedselect.fl.work import LocalTransport
+from fedselect.flower.logs import quiet_flower_logs
 from fedselect.flower.settings import (  # noqa: F401 - the node settings, re-exported
     CONFIG_FILE_KEY,
     config_file,
@@ -71,6 +72,8 @@ __all__ = [
     "run_job",
     "CONFIG_FILE_KEY",
 ]
+
+quiet_flower_logs()  # in every node process and Ray actor: plain Flower lines off a terminal, no notices
 
 # ----------------------------------------------------------------------------- jobs
 #: federation -> training settings -> the transport running this node's jobs

@@ -1,6 +1,6 @@
 """A real Flower deployment on one machine: a SuperLink and N SuperNodes on 127.0.0.1 as
 separate processes, for tests, demos and trying a deployment before spreading it over machines
-(docs/flower.md gives the same commands for several machines, with TLS).
+(docs/flower.md gives the same commands for several machines).
 
 ::
 
@@ -8,6 +8,18 @@ separate processes, for tests, demos and trying a deployment before spreading it
                          home=tmp / "flwr-home") as dep:
         res = dep.run_app(app_dir, run_config={"num-server-rounds": 2}, timeout=300)
         dep.kill_node(1)            # a node that disappears
+
+Insecure by default; with ``tls=TLSFiles(ca, cert, key)`` every connection is TLS (the
+SuperLink's certificate must name 127.0.0.1: its own ``flower-superexec`` dials the SuperLink
+there, and a certificate without it leaves ``flwr run`` pending with no error, so it is refused
+up front), and with ``authenticate=True`` as well the SuperLink admits only the SuperNodes whose
+public keys were registered (``--enable-supernode-auth``, ``flwr supernode register``; Flower
+allows it only over TLS). A node's key pair is an OpenSSH-format EC key on a NIST curve
+(``ssh-keygen -t ecdsa -b 384 -N "" -f node-0`` writes ``node-0`` and ``node-0.pub``)::
+
+    with LocalDeployment(3, home, tls=TLSFiles(ca, cert, key), authenticate=True,
+                         node_keys={i: keys / f"node-{i}" for i in range(3)}) as dep:
+        ...                         # nodes 0-2 registered (register= says which) and started
 
 Every process is started in its own process group; when the block exits (also on errors and
 Ctrl-C) the groups and every descendant (Flower detaches some helpers, ``flower-superexec``,
@@ -22,16 +34,61 @@ dependencies, fedselect included, must already be installed where the processes 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
-__all__ = ["LocalDeployment", "flower_env", "free_port", "write_connection", "format_config", "processes_in_groups"]
+__all__ = [
+    "LocalDeployment",
+    "TLSFiles",
+    "flower_env",
+    "free_port",
+    "write_connection",
+    "format_config",
+    "processes_in_groups",
+    "certificate_addresses",
+]
+
+
+@dataclass(frozen=True)
+class TLSFiles:
+    """The PEM files of a TLS deployment: ``ca`` (the CA certificate the SuperNodes and the
+    ``flwr`` CLI verify the SuperLink with), ``cert`` (the SuperLink's certificate, signed by
+    the CA; its subjectAltName must hold every address the SuperLink is dialled at) and ``key``
+    (the SuperLink's private key)."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+
+def certificate_addresses(cert: str | Path) -> tuple[list[str], list[str]]:
+    """(IP addresses, DNS names) of a PEM certificate's subjectAltName (empty without one).
+
+    Raises:
+        ValueError: the file is not a PEM certificate (names it).
+    """
+    import ipaddress
+
+    from cryptography import x509
+
+    try:
+        c = x509.load_pem_x509_certificate(Path(cert).read_bytes())
+    except ValueError as e:
+        raise ValueError(f"{cert}: not a PEM certificate ({e})") from None
+    try:
+        san = c.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return [], []
+    ips = [str(ipaddress.ip_address(a)) for a in san.get_values_for_type(x509.IPAddress)]
+    return ips, list(san.get_values_for_type(x509.DNSName))
 
 
 def flower_env(home: str | Path | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -104,7 +161,20 @@ class LocalDeployment:
         home: FLWR_HOME of every process (SuperLink state, installed apps, the CLI's
             connection file); a directory of the caller's (e.g. a test's tmp_path).
         logs: directory for one log file per process (default ``home/logs``).
-        startup_timeout: seconds to wait for the SuperLink to answer.
+        startup_timeout: seconds to wait for the SuperLink to answer, and for each
+            ``flwr supernode register``.
+        tls: the deployment's certificates (None: insecure).
+        node_keys: ``i -> `` the private key of SuperNode ``i`` (OpenSSH-format EC key; its
+            public key beside it as ``<key>.pub``), passed as ``--auth-supernode-private-key``.
+        authenticate: the SuperLink admits only registered SuperNodes (needs ``tls``).
+        register: the nodes whose public keys are registered before the nodes start (default:
+            every node of ``node_keys``); a node started with an unregistered key is refused by
+            the SuperLink and exits.
+
+    Raises:
+        ValueError: ``num_nodes`` < 1; ``authenticate`` without ``tls``; a node of
+            ``register`` without a key; a key or certificate file missing; a certificate
+            whose subjectAltName lacks 127.0.0.1 (all before anything starts).
     """
 
     def __init__(
@@ -114,9 +184,18 @@ class LocalDeployment:
         node_config: Callable[[int], dict[str, Any]] | None = None,
         logs: str | Path | None = None,
         startup_timeout: float = 60.0,
+        tls: TLSFiles | None = None,
+        node_keys: dict[int, str | Path] | None = None,
+        authenticate: bool = False,
+        register: Iterable[int] | None = None,
     ):
         if num_nodes < 1:
             raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
+        self.tls = tls
+        self.node_keys = {int(i): Path(k) for i, k in (node_keys or {}).items()}
+        self.authenticate = authenticate
+        self.register = sorted(self.node_keys if register is None else {int(i) for i in register})
+        _check_security(num_nodes, tls, self.node_keys, authenticate, self.register)
         self.num_nodes = num_nodes
         self.home = Path(home)
         self.logs = Path(logs) if logs else self.home / "logs"
@@ -128,6 +207,7 @@ class LocalDeployment:
         self.nodes: list[subprocess.Popen | None] = []
         self._files: list[Any] = []
         self.startup_s = 0.0
+        self.node_ids: dict[int, int] = {}
 
     # ------------------------------------------------------------------ processes
     def _start(self, args: list[str], log_name: str) -> subprocess.Popen:
@@ -145,7 +225,7 @@ class LocalDeployment:
             self.superlink = self._start(
                 [
                     _bin("flower-superlink"),
-                    "--insecure",
+                    *self._server_security(),
                     "--host",
                     "127.0.0.1",
                     "--port",
@@ -155,7 +235,9 @@ class LocalDeployment:
                 "superlink",
             )
             self._wait_superlink()
-            write_connection(self.home, "local-deployment", self.address)
+            write_connection(self.home, "local-deployment", self.address, self.tls.ca if self.tls else None)
+            for i in self.register:
+                self.node_ids[i] = self.register_key(self.node_keys[i].with_name(self.node_keys[i].name + ".pub"))
             for i in range(self.num_nodes):
                 self.nodes.append(self._start_node(i))
         except BaseException:
@@ -164,11 +246,20 @@ class LocalDeployment:
         self.startup_s = time.perf_counter() - t0
         return self
 
+    def _server_security(self) -> list[str]:
+        if self.tls is None:
+            return ["--insecure"]
+        args = ["--ssl-ca-certfile", str(self.tls.ca), "--ssl-certfile", str(self.tls.cert), "--ssl-keyfile", str(self.tls.key)]
+        return args + (["--enable-supernode-auth"] if self.authenticate else [])
+
     def _start_node(self, i: int) -> subprocess.Popen:
+        security = ["--insecure"] if self.tls is None else ["--root-certificates", str(self.tls.ca)]
+        if i in self.node_keys:
+            security += ["--auth-supernode-private-key", str(self.node_keys[i])]
         return self._start(
             [
                 _bin("flower-supernode"),
-                "--insecure",
+                *security,
                 "--superlink",
                 self.address,
                 "--port",
@@ -179,9 +270,29 @@ class LocalDeployment:
             f"supernode-{i}",
         )
 
+    def register_key(self, public_key: str | Path) -> int:
+        """``flwr supernode register PUBLIC_KEY local-deployment``: the SuperLink admits the
+        SuperNode holding the matching private key; returns the node id it was given.
+
+        Raises:
+            RuntimeError: the CLI failed (its output in the message).
+            subprocess.TimeoutExpired: no answer within ``startup_timeout`` seconds.
+        """
+        args = [_bin("flwr"), "supernode", "register", str(public_key), "local-deployment", "--format", "json"]
+        res = subprocess.run(
+            args, capture_output=True, text=True, timeout=self.startup_timeout, env=flower_env(self.home, {"NO_COLOR": "1"})
+        )
+        found = re.search(r'"node-id":\s*(\d+)', res.stdout)
+        if res.returncode != 0 or found is None:
+            raise RuntimeError(f"flwr supernode register {public_key} failed ({res.returncode}): {res.stdout}{res.stderr}")
+        return int(found.group(1))
+
     def _wait_superlink(self) -> None:
+        import ssl
+
         import httpx
 
+        scheme, verify = ("https", ssl.create_default_context(cafile=str(self.tls.ca))) if self.tls else ("http", True)
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.superlink.poll() is not None:
@@ -189,7 +300,7 @@ class LocalDeployment:
                     f"flower-superlink exited with code {self.superlink.returncode}; see {self.logs / 'superlink.log'}"
                 )
             try:
-                if httpx.get(f"http://{self.address}/health", timeout=0.5).is_success:
+                if httpx.get(f"{scheme}://{self.address}/health", timeout=0.5, verify=verify).is_success:
                     return
             except httpx.HTTPError:
                 pass
@@ -261,6 +372,31 @@ class LocalDeployment:
         """The text of a process's log (``superlink``, ``supernode-0`` ...)."""
         p = self.logs / f"{name}.log"
         return p.read_text(errors="replace") if p.exists() else ""
+
+
+def _check_security(num_nodes: int, tls: TLSFiles | None, keys: dict[int, Path], authenticate: bool, register: list[int]) -> None:
+    """LocalDeployment's security settings, checked before anything starts (its Raises)."""
+    if authenticate and tls is None:
+        raise ValueError(
+            "authenticate=True needs tls: Flower authenticates SuperNodes only over TLS (flower-superlink refuses "
+            "--enable-supernode-auth with --insecure)"
+        )
+    bad = sorted(set(register) - set(keys)) + sorted(i for i in keys if not 0 <= i < num_nodes)
+    if bad:
+        raise ValueError(f"nodes {bad}: register names a node without a key, or a key names no node 0..{num_nodes - 1}")
+    files = [*(keys.values()), *(k.with_name(k.name + ".pub") for i, k in keys.items() if i in register)]
+    files += [tls.ca, tls.cert, tls.key] if tls else []
+    missing = [str(f) for f in files if not Path(f).is_file()]
+    if missing:
+        raise ValueError(f"missing key or certificate files: {missing}")
+    if tls is not None:
+        ips, names = certificate_addresses(tls.cert)
+        if "127.0.0.1" not in ips:
+            raise ValueError(
+                f"{tls.cert}: its subjectAltName (IP {ips}, DNS {names}) lacks IP:127.0.0.1, where this SuperLink "
+                "listens and where its own flower-superexec dials it; with such a certificate `flwr run` stays "
+                "pending forever. Add IP:127.0.0.1 to the certificate"
+            )
 
 
 def _kill_group(p: subprocess.Popen, sig: int) -> None:

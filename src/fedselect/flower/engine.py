@@ -25,6 +25,7 @@ from fedselect.config import ExperimentConfig, dump_config
 from fedselect.federation import build_federation
 from fedselect.flower.client_app import make_client_app
 from fedselect.flower.grid_run import run_on_grid
+from fedselect.flower.logs import flower_console
 from fedselect.flower.nodes import FlowerOptions
 from fedselect.flower.settings import CONFIG_FILE_KEY
 from fedselect.resolve import resolve
@@ -66,7 +67,7 @@ def _simulate(cfg: ExperimentConfig, main: Callable[[Grid, threading.Event], Any
         settings = node_settings(cfg, Path(tmp) / "experiment.yaml")
         log.info("fedselect on Flower: simulation engine, %d SuperNodes", cfg.data.num_clients)
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), flower_console():
                 warnings.simplefilter("ignore")
                 run_simulation(
                     server_app=server,

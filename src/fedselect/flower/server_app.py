@@ -43,6 +43,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedselect.config import ConfigError, ExperimentConfig, apply_overrides
+from fedselect.flower.logs import quiet_flower_logs
 from fedselect.flower.nodes import ARRIVAL_MODES, LATENCY_MODES
 from fedselect.flower.settings import set_threads, settings_document
 from fedselect.flower.strategy import FedselectStrategy
@@ -51,6 +52,7 @@ from fedselect.resolve import parse_experiment
 __all__ = ["app", "make_server_app", "server_experiment", "strategy_settings", "SERVER_KEYS"]
 
 log = logging.getLogger("fedselect.flower")
+quiet_flower_logs()  # plain Flower lines in `flwr run --stream`, no deprecation notices
 
 #: run-config keys of the ServerApp (beside the experiment's dotted keys) and their types
 SERVER_KEYS: dict[str, type | tuple[type, ...]] = {

@@ -50,6 +50,31 @@ log = logging.getLogger("fedselect.flower")
 __all__ = ["FedselectStrategy", "FlowerOptions", "NodeDirectory", "LATENCY_MODES", "ARRIVAL_MODES", "DROPOUT_CODES"]
 
 
+def _num(v: Any, digits: int) -> str:
+    return "-" if not isinstance(v, (int, float)) else f"{v:.{digits}f}"
+
+
+def round_line(ev) -> str:
+    """One round in the ServerApp's log: ``round 3/10: accuracy 0.8123, end-to-end latency
+    12.3 s, 2 of 3 clients aggregated, failed: 1:dropout`` (the figures of its metrics.csv row;
+    no accuracy in a round without evaluation, nor for an algorithm whose rounds do not score the
+    clients' own models, e.g. CEFL)."""
+    row = ev.row
+    parts = [f"round {ev.round}/{ev.rounds}:"]
+    acc = row.get("accuracy")
+    if not getattr(ev, "round_scores", None) and isinstance(acc, (int, float)) and acc == acc:
+        parts.append(f"accuracy {acc:.4f},")
+    parts.append(f"end-to-end latency {_num(row.get('e2e_latency_s'), 1)} s")
+    selected = list(row.get("selected") or [])
+    if selected:
+        parts[-1] += ","
+        parts.append(f"{row.get('aggregated', len(selected))} of {len(selected)} clients aggregated")
+    if row.get("failed"):
+        parts[-1] += ","
+        parts.append("failed: " + " ".join(row["failed"]))
+    return " ".join(parts)
+
+
 class FedselectStrategy(Strategy):
     """A Flower strategy running a fedselect experiment (module docstring).
 
@@ -127,9 +152,20 @@ class FedselectStrategy(Strategy):
         def keep(sim: Simulation) -> None:
             self.run = sim
 
-        opts = {"resume": self.resume, "overwrite": self.overwrite, "on_simulation": keep}
-        opts["on_round"] = lambda ev: self.results.append(ev.result)
+        def on_round(ev) -> None:  # the ServerApp's output (`flwr run --stream`) shows each round
+            self.results.append(ev.result)
+            log.info("%s", round_line(ev))
+
+        opts = {"resume": self.resume, "overwrite": self.overwrite, "on_simulation": keep, "on_round": on_round}
         self.summary_json = run_on_grid(grid, cfg, self.run_dir, self.options, federation=self.fed, **opts)
+        s = self.summary_json
+        log.info(
+            "done: %s rounds, final accuracy %s, end-to-end latency %s s; run directory %s",
+            s.get("rounds"),
+            _num(s.get("final_accuracy"), 4),
+            _num(s.get("e2e_latency_s"), 1),
+            self.run_dir.resolve(),
+        )
         import torch
 
         result = Result()

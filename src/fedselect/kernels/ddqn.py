@@ -1,4 +1,4 @@
-"""Double deep Q-learning agent with multi-action selection (SPEC 1.3; FLASH-RL Section III-C2).
+"""Double deep Q-learning agent with multi-action selection (FLASH-RL Section III-C2).
 
 Shared by the FLASH-RL and FAVOR selectors (:mod:`fedselect.selectors.flashrl`, :mod:`fedselect.selectors.favor`).
 
@@ -57,7 +57,8 @@ def rank_scores(q) -> np.ndarray:
 
 
 def linear_epsilon(round_: int, eps_init: float = 0.9, eps_end: float = 0.2, decay_rounds: int = 100) -> float:
-    """Exploration rate of round ``round_`` (1-based), linear decay (SPEC 1.3).
+    """Exploration rate of round ``round_`` (1-based), linear decay from FLASH-RL Table IV's eps_init to eps_end
+    (the paper does not give the schedule's shape).
 
     ``eps(1) = eps_init``, ``eps(decay_rounds) = eps_end``, linear in between and ``eps_end``
     afterwards. ``decay_rounds = 1`` means ``eps_end`` from round 1 on.
@@ -80,7 +81,7 @@ def linear_epsilon(round_: int, eps_init: float = 0.9, eps_end: float = 0.2, dec
 
 @dataclass
 class DDQNConfig:
-    """Agent hyper-parameters; defaults are FLASH-RL Table IV (SPEC 1.3).
+    """Agent hyper-parameters; defaults are FLASH-RL Table IV.
 
     Attributes:
         hidden: width of the single hidden layer (512).
@@ -94,8 +95,9 @@ class DDQNConfig:
         target_sync: P, rounds between hard copies main -> target (10).
         eps_init, eps_end: exploration rate at round 1 and at ``eps_decay_rounds``.
         eps_decay_rounds: rounds of linear decay; ``None`` = all rounds of the run.
-        uniform_first_round: round 1 picks U clients uniformly at random (SPEC 1.3).
-        learn_steps: Adam steps per round (SPEC 1.3: 1); each on a fresh minibatch. A tuning
+        uniform_first_round: round 1 picks U clients uniformly at random (fedselect's choice:
+            the agent has seen nothing yet).
+        learn_steps: Adam steps per round (default 1); each on a fresh minibatch. A tuning
             knob (replay ratio), not in the paper.
         q_network: ``"full"`` (the paper's ``state_dim -> hidden -> N``) or ``"shared"``
             (:class:`SharedQNetwork`, needs the state layout, see :class:`DDQNAgent`).
@@ -145,7 +147,7 @@ class DDQNConfig:
 
 
 class ReplayMemory:
-    """Ring buffer of transitions ``(s, a, r, s', done)`` (SPEC 1.3).
+    """Ring buffer of transitions ``(s, a, r, s', done)`` (FLASH-RL Section III-C2's replay memory).
 
     Shapes: ``s, s'`` ``(state_dim,)`` float32; ``a`` ``(U,)`` int64; ``r`` ``(U,)`` float32;
     ``done`` bool. ``a``, ``r`` are ``(capacity, U)`` arrays allocated on the first push, U
@@ -342,7 +344,7 @@ def build_shared_q_network(
 
 
 def build_q_network(state_dim: int, num_actions: int, hidden: int, generator: torch.Generator) -> nn.Module:
-    """The Q network of SPEC 1.3: ``state_dim -> hidden -> ReLU -> num_actions``, initialised
+    """The main or target Q network (FLASH-RL Section III-C2): ``state_dim -> hidden -> ReLU -> num_actions``, initialised
     from ``generator`` (PyTorch's default uniform rule, no global RNG)."""
     net = MLP(state_dim, num_actions, hidden=(int(hidden),))
     reset_parameters(net, generator)
@@ -352,7 +354,7 @@ def build_q_network(state_dim: int, num_actions: int, hidden: int, generator: to
 def double_q_targets(
     main: nn.Module, target: nn.Module, r: torch.Tensor, s2: torch.Tensor, done: torch.Tensor, gamma: float
 ) -> torch.Tensor:
-    """Double-Q targets for every taken action, FR-eq 16 (SPEC 1.3).
+    """Double-Q targets for every taken action, FR-eq 16.
 
     ``Y[b, j] = r[b, j] + gamma * Q_target(s2[b], argmax_a Q_main(s2[b], a)) * (1 - done[b])``.
 
@@ -371,7 +373,7 @@ def double_q_targets(
 
 
 class DDQNAgent:
-    """DDQN client selector with multi-action selection (SPEC 1.3; FR-eq 15, 16).
+    """DDQN client selector with multi-action selection (FR-eq 15, 16).
 
     Args:
         state_dim: length D of the state vector.
@@ -454,7 +456,7 @@ class DDQNAgent:
             return self.main(s)[0].double().numpy()
 
     def select(self, state, k: int, round_: int, among=None) -> list[int]:
-        """Choose ``k`` distinct clients, epsilon-greedy per slot (SPEC 1.3).
+        """Choose ``k`` distinct clients, epsilon-greedy per slot (FLASH-RL Section III-C2: the U actions of highest Q).
 
         For each of the k slots, with probability eps a uniformly random not-yet-chosen client,
         else the not-yet-chosen client with the highest Q (ties: lowest id; a NaN or infinite Q

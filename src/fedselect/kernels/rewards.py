@@ -1,4 +1,4 @@
-"""FLASH-RL reward ingredients as pure functions (SPEC 1.1; FLASH-RL Section III-B).
+"""FLASH-RL reward ingredients as pure functions (FLASH-RL Section III-B).
 
 * :func:`normalised_divergence` — normalised model divergence, FR-eq 7, with a zero guard.
 * :func:`signed_mean_divergence` — the FLASH-RL authors' code's form of it: |mean of the signed ratios|.
@@ -7,8 +7,8 @@
 * :func:`reputation_utility` — reputation-based utility without latency, FR-eq 9.
 * :func:`reputation_accuracy` — accuracy-based reputation, FR-eq 6.
 * :func:`update_reputations` — applies one of the three to the selected clients only.
-* :func:`normalise_latency` — min-max normalised latency (SPEC 0.3) used in FR-eq 10.
-* :func:`favor_reward` — FAVOR's scalar reward 64^(acc - target) - 1 (SPEC 1.5).
+* :func:`normalise_latency` — min-max normalised latency used in FR-eq 10.
+* :func:`favor_reward` — FAVOR's scalar reward 64^(acc - target) - 1 (Wang et al., INFOCOM 2020).
 
 Nothing here touches a random number generator or a model: inputs are arrays and floats.
 """
@@ -32,7 +32,7 @@ def normalised_divergence(local: np.ndarray, global_: np.ndarray, guard: float =
     ``d = (1/|J|) * sum_{j in J} |(w_k[j] - w[j]) / w[j]|`` with
     ``J = {j : |w[j]| >= guard}``. The paper divides by every ``w[j]``; a coordinate of the
     global model that is (numerically) zero would make the sum infinite, so such coordinates
-    are excluded and the mean is taken over the remaining ones (SPEC 1.1).
+    are excluded and the mean is taken over the remaining ones (fedselect's guard: the paper divides by every w[j]).
 
     Args:
         local: client k's local weights ``w_k``, any shape (flattened here).
@@ -139,7 +139,7 @@ def update_reputations(
     alpha1: float = 1.0,
     alpha2: float = 1.0,
 ) -> np.ndarray:
-    """One round of reputation updates: only the clients selected in round t change (SPEC 1.1).
+    """One round of reputation updates: only the clients selected in round t change (FR-eq 6, 9, 10).
 
     Args:
         psi: reputations of all N clients, shape ``(N,)`` (Psi_0 = 1/N).
@@ -191,7 +191,7 @@ EMPTY_RANGE_RTOL = 1e-9
 
 
 def normalise_latency(latency, l_min: float, l_max: float):
-    """Min-max normalised latency for FR-eq 10 (SPEC 0.3): ``clip((l - L_min) / (L_max - L_min), 0, 1)``.
+    """Min-max normalised latency for FR-eq 10: ``clip((l - L_min) / (L_max - L_min), 0, 1)``.
 
     **Empty range** (``L_max == L_min``: every client alike, one device class and one network
     without spread): the limit of the clipped formula as the range shrinks to 0, i.e. 0 for a
@@ -219,7 +219,7 @@ def normalise_latency(latency, l_min: float, l_max: float):
 
 
 def favor_reward(accuracy: float, target: float, base: float = 64.0) -> float:
-    """FAVOR's reward (Wang et al. 2020; SPEC 1.5): ``base ** (accuracy - target) - 1``.
+    """FAVOR's reward (Wang et al. 2020): ``base ** (accuracy - target) - 1``.
 
     Accuracy and target are fractions in [0, 1]; the reward is in (-1, base - 1], 0 at the target.
     """

@@ -1,7 +1,7 @@
 """Budgeted online selection: the secretary-style rule and its baselines, as pure functions.
 
 Source: Mohammed et al., "Budgeted Online Selection of Candidate IoT Clients to Participate in
-Federated Learning" (seed ``budgeted-online-selection.txt``; SPEC section 3).
+Federated Learning": its Algorithm 1 (Section IV) and BO-eq 6-7 (Section V).
 
 Candidates arrive one at a time (positions ``0 .. N-1`` here; the paper numbers them
 ``C_1 .. C_N``, so paper candidate ``C_i`` is position ``i - 1``). Each arriving candidate gets a
@@ -68,7 +68,7 @@ def _check_budget(budget: int, n: int) -> None:
 
 
 def alpha_star(n: int, r1: int = 1, r2: int = 1, budget: int | None = None) -> int:
-    """Optimal stopping index alpha* (BO-eq 7; SPEC 3).
+    """Optimal stopping index alpha* (BO-eq 7).
 
     ``alpha* = floor(N * exp(-(r2! / (r1 - 1)!) ** (1 / (r2 - r1 + 1))))``; with ``r1 = 1`` this
     is ``floor(N * exp(-(r2!) ** (1 / r2)))``. The factorial ratio is computed in log space
@@ -160,7 +160,7 @@ class StoppingDecision:
 
 
 def secretary_rule(scores: Sequence[float], budget: int, alpha: int) -> StoppingDecision:
-    """The paper's three-stage heuristic, stages 1-2 (Algorithm 1; SPEC 3).
+    """The paper's three-stage heuristic, stages 1-2 (Algorithm 1).
 
     Stage 1: observe and reject the first ``alpha`` candidates; the threshold is their best
     score (``-inf`` when ``alpha = 0``). Stage 2: accept a candidate iff its score is strictly
@@ -218,7 +218,7 @@ def secretary_rule(scores: Sequence[float], budget: int, alpha: int) -> Stopping
 
 
 def online_random_rule(n: int, budget: int, rng: np.random.Generator) -> StoppingDecision:
-    """Online random baseline (SPEC 3): accept each arriving candidate with probability
+    """Online random baseline (the paper's): accept each arriving candidate with probability
     ``R / N`` without looking at its score, with the same tail-fill as the secretary rule.
 
     Args:
@@ -250,7 +250,7 @@ def online_random_rule(n: int, budget: int, rng: np.random.Generator) -> Stoppin
 
 
 def offline_best_rule(scores: Sequence[float], budget: int) -> StoppingDecision:
-    """Offline best baseline (SPEC 3): evaluate all ``N`` candidates, accept the top ``R``.
+    """Offline best baseline (the paper's): evaluate all ``N`` candidates, accept the top ``R``.
 
     Ties are broken by arrival position (earlier first; stable sort); non-finite scores rank
     last. Accepted positions are returned in arrival order.
@@ -268,7 +268,7 @@ def offline_best_rule(scores: Sequence[float], budget: int) -> StoppingDecision:
 
 def competitive_ratio(scores: Sequence[float], accepted: Sequence[int], budget: int) -> float:
     """Sum of the accepted candidates' scores divided by the offline best's (sum of the top
-    ``R`` scores) (SPEC 3). 1.0 means as good as offline best. A non-finite score counts as 0.
+    ``R`` scores), as the paper reports it. 1.0 means as good as offline best. A non-finite score counts as 0.
 
     Raises:
         ValueError: bad ``R``, or the offline best's sum is not positive.

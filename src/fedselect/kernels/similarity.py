@@ -1,6 +1,6 @@
 """CEFL's client-similarity graph, Louvain clustering into K communities, and leaders.
 
-Implements steps 1-3 of CEFL (SPEC 2, items 2-4):
+Implements CEFL's Steps 1-3 (the similarity graph, Louvain clustering, the leaders):
 
 * :func:`layer_groups` — the "layers" of a model: every named parameter tensor grouped by the
   module that owns it (weight + bias of one module form one layer).
@@ -185,7 +185,8 @@ def louvain_k(
     resolution_bounds: tuple[float, float] = (1e-4, 1e4),
     max_iter: int = 60,
 ) -> tuple[list[list[int]], dict]:
-    """Cluster the similarity graph into exactly ``k`` communities (SPEC 2 item 3).
+    """Cluster the similarity graph into exactly ``k`` communities (CEFL Step 2: the number
+    of clusters is given; the resolution search that yields it is fedselect's).
 
     1. Louvain (``networkx.community.louvain_communities``, weight ``S``, one integer seed
        drawn once from ``rng`` and reused for every call, so the search is deterministic) at

@@ -218,7 +218,7 @@ def run_sweep_entry(entry: Entry, job: Job) -> EntryResult:
         )
         before = _runs_wall(d)
         with session(d, worked=lambda: _runs_wall(d) != before):  # a finished sweep only rebuilds its table
-            run_sweep(sc, d)
+            run_sweep(sc, d, plots=False)  # the entry draws the paper's plots (sweep_plots below)
     else:
         check_sweep_runs(d)
         build_sweep_table(d, sc)

@@ -3,14 +3,15 @@
 * ``prepare`` (once): every client trains ``warmup_epochs`` (1) local epoch(s) from the initial
   global model (the shared warm-up, :meth:`SelectorContext.warmup`); a PCA (scikit-learn,
   ``svd_solver="full"``) is fitted once on those N flattened weight vectors (the uploaded
-  entries) with ``n_components = min(N, pca_components)`` (SPEC 1.2).
+  entries) with ``n_components = min(N, pca_components)`` (FLASH-RL Section III-C1 reduces the
+  weights by PCA; the number of components is fedselect's).
 * ``select``: state s_t -> the DDQN agent (:mod:`fedselect.kernels.ddqn`) chooses U distinct
   clients, epsilon-greedy per slot.
 * ``observe``: rewards of the U selected (subclass), the participants' PCA rows are refreshed,
   s_{t+1} is built from round t+1's draws, the transition is stored and the agent learns
   (FR-eq 15, 16); target sync every P rounds.
 
-State features (a documented departure, SPEC 1.2): ``sigma_1`` is the standard deviation of the
+State features (a documented departure): ``sigma_1`` is the standard deviation of the
 first principal component on the warm-up models (one fixed scalar, so relative PCA geometry is
 kept and the values are O(1)); device features are standardised with fixed *fleet statistics*:
 for n and c the mean and standard deviation over the N clients, for f and b the mean and
@@ -98,7 +99,7 @@ SCHEDULES: dict[str, dict[str, Any]] = {
 
 
 class DDQNOptions(BaseModel):
-    """Agent and state options shared by FLASH-RL and FAVOR (defaults: FR Table IV, SPEC 1.3,
+    """Agent and state options shared by FLASH-RL and FAVOR (defaults: FR Table IV,
     except ``eps_end`` 0.2).
 
     ``schedule`` (``paper`` / ``tuned`` / ``code``, :data:`SCHEDULES`) writes a named agent
@@ -377,7 +378,7 @@ class DDQNSelector(Selector):
         )
 
     def prepare(self) -> Prepared:
-        """Warm-up of all N clients and the PCA fit (SPEC 1.2). Charges the warm-up's bytes and
+        """Warm-up of all N clients and the PCA fit (FLASH-RL Section III-C1). Charges the warm-up's bytes and
         straggler latency (s) (and, as ``latency_sum_s``, the sum of the N clients' warm-up
         latencies; both 0 with ``count_warmup: false``); reports the PCA's explained-variance ratio."""
         self._warmup_and_fit()
@@ -426,7 +427,7 @@ class DDQNSelector(Selector):
         return Selection(self.agent.select(self.current_state, view.how_many(self.settings), view.round, among))
 
     def refresh_rows(self, outcomes: Sequence[ClientOutcome]) -> None:
-        """Replace the PCA rows of the participants by those of their new local weights (SPEC 1.2)."""
+        """Replace the PCA rows of the participants by those of their new local weights."""
         for o in outcomes:
             if o.failed is None and o.state is not None:
                 self.client_rows[o.client_id] = self.project(o.state)

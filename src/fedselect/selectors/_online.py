@@ -1,5 +1,5 @@
 """Budgeted online client selection: candidate arrival and evaluation shared by the ``secretary``,
-``online_random`` and ``offline_best`` selectors (SPEC 3; BO-eq 6, 7).
+``online_random`` and ``offline_best`` selectors (BO-eq 6, 7).
 
 Mohammed et al., "Budgeted Online Selection of Candidate IoT Clients to Participate in Federated
 Learning", Algorithm 1:
@@ -39,14 +39,14 @@ Options:
 Reported (summary fields from :meth:`OnlineSelection.finish`; the round-0 row carries the
 evaluation traffic): ``candidates_evaluated`` (candidates the server had to contact: up to the
 R-th acceptance for the online rules, all N for offline best), ``competitive_ratio`` (sum of the
-accepted candidates' accuracies / offline best's, SPEC 3; the mean over runs with re-runs),
+accepted candidates' accuracies / offline best's; the mean over runs with re-runs),
 ``accepted_clients``, ``accepted_scores``, ``alpha``, ``threshold``, ``tail_filled`` and
 ``selection_runs`` (the same per run). For the ratio every available candidate's accuracy is
 computed by the simulation, whatever the selector's own cost; those evaluations are memoised per
 federation and shared by the three selectors when a comparison reuses one federation.
 
 Evaluation traffic (download + upload of the whole model per contacted candidate) and latency
-(the contacted candidates one after another, SPEC 0.3 with the round-0 draws, or the run's start
+(the contacted candidates one after another, FLASH-RL's latency model with the round-0 draws, or the run's start
 draws) are charged before round 1, for every run.
 """
 

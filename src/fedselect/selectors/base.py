@@ -159,7 +159,7 @@ class SelectorContext(Protocol):
         """``(N,)`` latency (s) of each client at its profiles' mean frequency and bandwidth."""
 
     def latency_bounds(self) -> tuple[float, float]:
-        """(L_min, L_max) of the latency min-max normalisation (SPEC 0.3)."""
+        """(L_min, L_max) of the latency min-max normalisation (FR-eq 10)."""
 
     def initial_state(self) -> State:
         """A copy of the freshly initialised global model."""

@@ -1,5 +1,5 @@
 """CEFL's selector: cluster the clients by the similarity of their warm-up models and train one
-leader per cluster (Chu, Jaafar, Yanikomeroglu; SPEC 2; CE-eq 3, 4, 5).
+leader per cluster (Chu, Jaafar, Yanikomeroglu; CE-eq 3, 4, 5).
 
 ``prepare``: warm-up — every client trains ``warmup_epochs`` (2) local epochs from the common
 initialisation and uploads its whole model (communication part 1: N whole models, no
@@ -32,7 +32,8 @@ log = logging.getLogger("fedselect.selectors.cefl_leaders")
 
 
 class CeflLeadersOptions(BaseModel):
-    """Options of the clustering (defaults: SPEC 2 and the paper)."""
+    """Options of the clustering (K = 2 as in the paper; the warm-up length is fedselect's: the
+    paper trains "for a small number of episodes")."""
 
     model_config = ConfigDict(extra="forbid")
     clusters: int = Field(2, ge=1, description="K, the number of clusters (= leaders); must be <= N")

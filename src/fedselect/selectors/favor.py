@@ -1,4 +1,4 @@
-"""FAVOR (Wang, Kaplan, Niu, Li, INFOCOM 2020; cited by FLASH-RL as [13]; SPEC 1.5).
+"""FAVOR (Wang, Kaplan, Niu, Li, INFOCOM 2020; cited by FLASH-RL as [13]).
 
 Same DDQN machinery, warm-up and PCA as FLASH-RL (:mod:`fedselect.selectors._ddqn`), with
 FAVOR's own state and reward:
@@ -26,7 +26,7 @@ from fedselect.kernels.rewards import favor_reward
 from fedselect.selectors import register_selector
 from fedselect.selectors._ddqn import DDQNOptions, DDQNSelector
 
-#: SPEC 1.5 default targets per data set name
+#: default target accuracy per data set name (the targets of Wang et al.'s experiments)
 DEFAULT_TARGETS = {"mnist": 0.99, "mnist-embedded": 0.99, "fashion-mnist": 0.85, "cifar10": 0.55}
 
 
@@ -38,7 +38,7 @@ class FavorOptions(DDQNOptions):
 
 @register_selector
 class Favor(DDQNSelector):
-    """FAVOR (SPEC 1.5). Extra columns as FLASH-RL's (``epsilon``, ``mean_reward``, ``td_loss``,
+    """FAVOR (Wang et al., INFOCOM 2020). Extra columns as FLASH-RL's (``epsilon``, ``mean_reward``, ``td_loss``,
     ``selected_devices``, ``selected_networks``).
 
     Raises:

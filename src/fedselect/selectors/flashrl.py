@@ -1,5 +1,5 @@
 """FLASH-RL: double deep Q-learning client selection with a reputation-based utility
-(Bouaziz et al.; SPEC 1; seed ``flash-rl.txt``).
+(Bouaziz et al., Section III).
 
 Per round t, on top of the DDQN machinery (:mod:`fedselect.selectors._ddqn`):
 
@@ -29,7 +29,7 @@ from fedselect.selectors._ddqn import DDQNOptions, DDQNSelector
 
 
 class FlashRLOptions(DDQNOptions):
-    """FLASH-RL options (SPEC 1.1): reward kind and FR-eq 10 weights."""
+    """FLASH-RL options (Section III-B): reward kind and FR-eq 10 weights."""
 
     reward: Literal["utility_latency", "utility", "reputation_accuracy"] = Field(
         "utility_latency", description="FR-eq 10 (default), FR-eq 9 or FR-eq 6"
@@ -50,7 +50,7 @@ class FlashRLOptions(DDQNOptions):
 
 @register_selector
 class FlashRL(DDQNSelector):
-    """FLASH-RL (SPEC 1): DDQN selection rewarded by the reputation-based utility FR-eq 10.
+    """FLASH-RL (Bouaziz et al.): DDQN selection rewarded by the reputation-based utility FR-eq 10.
 
     Options (:class:`FlashRLOptions`): Table IV defaults (``eps_end`` 0.2); ``schedule: paper`` /
     ``tuned`` / ``code`` write the paper's, our tuned or the authors' code's agent setting

@@ -1,4 +1,4 @@
-"""Offline best baseline of budgeted online selection (SPEC 3).
+"""Offline best baseline of budgeted online selection (Mohammed et al.).
 
 Same arrival order, evaluations and rounds as ``secretary``
 (:class:`fedselect.selectors._online.OnlineSelection`), but it waits for and evaluates all N

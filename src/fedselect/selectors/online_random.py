@@ -1,4 +1,4 @@
-"""Online random baseline of budgeted online selection (SPEC 3).
+"""Online random baseline of budgeted online selection (Mohammed et al.).
 
 Same arrival order, evaluations and rounds as ``secretary``
 (:class:`fedselect.selectors._online.OnlineSelection`); each arriving candidate is accepted

@@ -1,4 +1,4 @@
-"""The budgeted online selection rule (Mohammed et al.; SPEC 3; BO-eq 6, 7): candidates arrive
+"""The budgeted online selection rule (Mohammed et al.; BO-eq 6, 7): candidates arrive
 one by one, the first alpha* (BO-eq 7, clamped to [0, N - R]) are observed and rejected, the
 threshold is their best accuracy, strictly better candidates are accepted irrevocably, and the
 tail is filled when the candidates left equal the budget left (:mod:`fedselect.selectors._online`
