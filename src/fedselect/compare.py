@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fedselect.config import ConfigError, ExperimentConfig, MethodSpec, apply_overrides, validate_model
-from fedselect.experiment import RoundEvent, check_saved_runs
+from fedselect.experiment import RoundEvent, check_saved_runs, with_pre_validation_values, with_validation_keys
 from fedselect.federation import Federation
 from fedselect.fl.metrics import read_json, write_json_atomic
 from fedselect.resolve import parse_experiment
@@ -265,6 +265,7 @@ def saved_compare(directory: str | Path) -> CompareConfig:
     if not (d / "compare.json").is_file():
         raise FileNotFoundError(f"--resume {d}: no compare.json there (not a comparison directory)")
     spec = read_json(d / "compare.json")
+    spec = {**spec, "base": with_pre_validation_values(spec.get("base") or {})}  # one saved before them lacks them
     return parse_compare({k: v for k, v in spec.items() if k != "runs"}, str(d / "compare.json"))
 
 
@@ -316,7 +317,8 @@ def run_comparison(
         for s in cc.seeds
         for e in cc.methods
     ]
-    write_json_atomic(out / "compare.json", {**cc.model_dump(mode="json"), "runs": runs})
+    spec = cc.model_dump(mode="json")
+    write_json_atomic(out / "compare.json", {**spec, "base": with_validation_keys(spec["base"]), "runs": runs})
     specs = []
     for seed in cc.seeds:
         group = f"seed={seed}"  # every method of a seed shares the federation (FEDERATION_KEYS are fixed)

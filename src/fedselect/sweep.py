@@ -58,7 +58,7 @@ from fedselect.config import (
     read_yaml_file,
     validate_model,
 )
-from fedselect.experiment import check_saved_runs
+from fedselect.experiment import check_saved_runs, with_pre_validation_values, with_validation_keys
 from fedselect.fl.metrics import atomic_write, read_json, write_json_atomic
 from fedselect.resolve import parse_experiment
 from fedselect.stats import mean_std
@@ -202,6 +202,7 @@ def check_sweep_runs(directory: str | Path) -> None:
     if not (d / "sweep.json").is_file() or (d / "compare.json").exists():
         return
     spec = read_json(d / "sweep.json")
+    spec = {**spec, "base": with_pre_validation_values(spec.get("base") or {})}  # one saved before them lacks them
     sc = parse_sweep({k: v for k, v in spec.items() if k != "runs"}, str(d / "sweep.json"))
     items = []
     for seed in sc.seeds:
@@ -258,7 +259,8 @@ def run_sweep(
         f"sweep directory {out}",
         "Restore the sweep config, or run the sweep into another --out (or delete those runs to run them again)",
     )
-    write_json_atomic(out / "sweep.json", {**sc.model_dump(mode="json"), "runs": len(jobs)})
+    spec = sc.model_dump(mode="json")
+    write_json_atomic(out / "sweep.json", {**spec, "base": with_validation_keys(spec["base"]), "runs": len(jobs)})
     specs = [
         RunSpec(cfg, run_dir_for(out, m.label, rp, seed), f"{m.label} {rp or ''} seed {seed}", group)
         for group, members in groups.items()

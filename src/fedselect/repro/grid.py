@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from fedselect.repro.manifest import Entry, EntryResult, Job
-from fedselect.repro.record import _machines, _runs_wall, recorded_wall, session, where
+from fedselect.repro.record import _machines, _runs_wall, recorded_wall, session, test_decisions_caution, where
 
 #: axis titles of the budgeted-online grid keys in the sweep plots
 AXIS_TITLES = {
@@ -198,7 +198,8 @@ def run_sweep_entry(entry: Entry, job: Job) -> EntryResult:
     Raises:
         FileNotFoundError: the entry's config is missing. ConfigError: it is invalid.
     """
-    from fedselect.sweep import _restrict, build_sweep_table, check_sweep_runs, run_sweep
+    from fedselect.sweep import _restrict, build_sweep_table, check_sweep_runs, run_dir_for, run_sweep
+    from fedselect.tables import run_selection_eval
 
     out, quick, run = job.out, job.quick, job.run
     sc = _sweep_config(entry, job)
@@ -227,6 +228,11 @@ def run_sweep_entry(entry: Entry, job: Job) -> EntryResult:
     res.grid = sweep_grid_summary(d, sc)
     res.plots = sweep_plots(res.grid, d / "plots")
     res.machines = _machines(d)
+    res.test_decisions = [
+        m.label
+        for m in sc.methods
+        if any(run_selection_eval(run_dir_for(d, m.label, _restrict(p, m), s)) == "test" for p in sc.points() for s in sc.seeds)
+    ]
     expected = len(
         {(m.label, repr(sorted(_restrict(p, m).items())), s) for p in sc.points() for m in sc.methods for s in sc.seeds}
     )
@@ -244,6 +250,7 @@ def render_sweep(r: EntryResult, quick: bool, image_dir: str | None) -> list[str
     lines = []
     if r.incomplete:
         lines += ["Caution, incomplete sweep: " + ", ".join(r.incomplete) + " (the cells use the runs there are).", ""]
+    lines += test_decisions_caution(r)
 
     def f(v, d=4):
         return "-" if v is None else f"{v:.{d}f}"
