@@ -320,7 +320,7 @@ def round_scores_notes(table: list[dict[str, Any]], columns=COLUMNS) -> list[str
     return [f"{', '.join(heads)} are blank (-) for {', '.join(labels)}: {reason}." for reason, labels in by_reason.items()]
 
 
-def test_set_note(table: list[dict[str, Any]]) -> str | None:
+def selection_eval_note(table: list[dict[str, Any]]) -> str | None:
     """The caution line under a table whose methods' decisions read the test set
     (``selection_eval: test``, the papers' protocol; None when none did)."""
     labels = [e["label"] for e in table if e.get("test_decisions")]
@@ -542,8 +542,8 @@ def render_markdown(
     )
     if missing:
         lines.append(missing)
-    if test_set_note(table):
-        lines.append(test_set_note(table))
+    if selection_eval_note(table):
+        lines.append(selection_eval_note(table))
     lastk = next((h for k, h, _, _ in columns if k.startswith("last_k_")), None)
     if lastk:
         lines.append(
