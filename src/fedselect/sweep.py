@@ -318,11 +318,15 @@ def build_sweep_table(out_dir: str | Path, sc: SweepConfig | None = None) -> dic
         return f"{m:.{d}f} ± {s:.{d}f}" if r["seeds"] > 1 else f"{m:.{d}f}"
 
     heads = [k.split(".")[-1] for k in keys] + ["method", "seeds"] + sc.columns
+    from fedselect.tables import selection_eval_note
+
+    caution = selection_eval_note([{"label": lab, "test_decisions": True} for lab in labels_deciding_on_test(out, sc)])
     lines = [
         f"# {sc.name}",
         "",
         f"mean ± sample std over seeds {sc.seeds}",
         "",
+        *([caution, ""] if caution else []),
         "| " + " | ".join(heads) + " |",
         "|" + "---|" * len(heads),
     ]
@@ -359,6 +363,22 @@ def build_sweep_table(out_dir: str | Path, sc: SweepConfig | None = None) -> dic
         "paired": paired,
         "html": html,
     }
+
+
+def labels_deciding_on_test(out: str | Path, sc: SweepConfig) -> list[str]:
+    """The methods of the sweep in ``out`` some of whose runs decided on the test set
+    (``selection_eval: test``; :func:`fedselect.tables.run_selection_eval`), in method order."""
+    from fedselect.tables import run_selection_eval
+
+    return [
+        m.label
+        for m in sc.methods
+        if any(
+            run_selection_eval(run_dir_for(Path(out), m.label, _restrict(p, m), sd)) == "test"
+            for p in sc.points()
+            for sd in sc.seeds
+        )
+    ]
 
 
 def _summaries(out: Path, label: str, rp: dict[str, Any], seeds: list[int]) -> dict[int, dict[str, Any]]:

@@ -198,8 +198,7 @@ def run_sweep_entry(entry: Entry, job: Job) -> EntryResult:
     Raises:
         FileNotFoundError: the entry's config is missing. ConfigError: it is invalid.
     """
-    from fedselect.sweep import _restrict, build_sweep_table, check_sweep_runs, run_dir_for, run_sweep
-    from fedselect.tables import run_selection_eval
+    from fedselect.sweep import _restrict, build_sweep_table, check_sweep_runs, labels_deciding_on_test, run_sweep
 
     out, quick, run = job.out, job.quick, job.run
     sc = _sweep_config(entry, job)
@@ -228,11 +227,7 @@ def run_sweep_entry(entry: Entry, job: Job) -> EntryResult:
     res.grid = sweep_grid_summary(d, sc)
     res.plots = sweep_plots(res.grid, d / "plots")
     res.machines = _machines(d)
-    res.test_decisions = [
-        m.label
-        for m in sc.methods
-        if any(run_selection_eval(run_dir_for(d, m.label, _restrict(p, m), s)) == "test" for p in sc.points() for s in sc.seeds)
-    ]
+    res.test_decisions = labels_deciding_on_test(d, sc)
     expected = len(
         {(m.label, repr(sorted(_restrict(p, m).items())), s) for p in sc.points() for m in sc.methods for s in sc.seeds}
     )
