@@ -364,40 +364,37 @@ EXECUTION_KEYS = ("train.workers", "engine", "log.tensorboard")
 PRE_VALIDATION_VALUES = {"data.validation": 0, "selection_eval": "test"}
 
 
-def _dotted(doc: dict[str, Any], key: str) -> tuple[dict[str, Any], str]:
-    *parents, leaf = key.split(".")
-    for k in parents:
-        doc = doc.setdefault(k, {}) if isinstance(doc.get(k, {}), dict) else {}
-    return doc, leaf
+def _with_keys(doc: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``doc`` with each dotted key of ``values`` it lacks set to its value."""
+    import copy
+
+    out = copy.deepcopy(doc)
+    for key, value in values.items():
+        *parents, leaf = key.split(".")
+        node = out
+        for k in parents:
+            node = node.setdefault(k, {}) if isinstance(node.get(k, {}), dict) else {}
+        node.setdefault(leaf, value)
+    return out
 
 
 def with_pre_validation_values(doc: dict[str, Any]) -> dict[str, Any]:
     """A copy of ``doc`` (a saved config, or a saved comparison's / sweep's ``base``) with each
     key of :data:`PRE_VALIDATION_VALUES` it lacks set to the value it was made with."""
-    import copy
-
-    out = copy.deepcopy(doc)
-    for key, value in PRE_VALIDATION_VALUES.items():
-        node, leaf = _dotted(out, key)
-        node.setdefault(leaf, value)
-    return out
+    return _with_keys(doc, PRE_VALIDATION_VALUES)
 
 
 def with_validation_keys(base: dict[str, Any]) -> dict[str, Any]:
     """A comparison's / sweep's ``base`` as it is saved (compare.json, sweep.json): the keys of
     :data:`PRE_VALIDATION_VALUES` stated, their default where ``base`` leaves them out, so that
     reading it back (:func:`with_pre_validation_values`) never takes it for one saved before them."""
-    import copy
-
     from fedselect.config import DataConfig
 
-    defaults = {"data.validation": DataConfig.model_fields["validation"].default}
-    defaults["selection_eval"] = ExperimentConfig.model_fields["selection_eval"].default
-    out = copy.deepcopy(base)
-    for key, value in defaults.items():
-        node, leaf = _dotted(out, key)
-        node.setdefault(leaf, value)
-    return out
+    defaults = {
+        "data.validation": DataConfig.model_fields["validation"].default,
+        "selection_eval": ExperimentConfig.model_fields["selection_eval"].default,
+    }
+    return _with_keys(base, defaults)
 
 
 def no_effect_keys(cfg: ExperimentConfig) -> tuple[str, ...]:

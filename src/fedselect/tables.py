@@ -74,10 +74,10 @@ def round_scores_of(cfg: dict[str, Any]) -> str | None:
 
 def selection_eval_of(cfg: dict[str, Any]) -> str | None:
     """The set a run's choices read model quality on, from its resolved ``config.yaml`` (for
-    runs whose summary does not say it): its ``selection_eval`` (``test`` for a run saved before
-    the option existed, when they all did) if its selector's choices depend on model quality
-    (:func:`fedselect.selectors.base.decides_on_quality`), else None; None too for a selector
-    that cannot be looked up here."""
+    runs whose summary does not say it): its ``selection_eval`` (``test`` when the config lacks
+    it: saved before the option existed, its decisions read the test set) if its selector's
+    choices depend on model quality (:func:`fedselect.selectors.base.decides_on_quality`), else
+    None; None too for a selector that cannot be looked up here."""
     from fedselect.selectors import SELECTORS
     from fedselect.selectors.base import decides_on_quality
 
