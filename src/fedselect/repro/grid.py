@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from fedselect.repro.manifest import Entry, EntryResult, Job
-from fedselect.repro.record import _machines, _runs_wall, recorded_wall, session, test_decisions_caution, where
+from fedselect.repro.record import _machines, _runs_wall, decisions_caution, recorded_wall, session, where
 
 #: axis titles of the budgeted-online grid keys in the sweep plots
 AXIS_TITLES = {
@@ -245,7 +245,7 @@ def render_sweep(r: EntryResult, quick: bool, image_dir: str | None) -> list[str
     lines = []
     if r.incomplete:
         lines += ["Caution, incomplete sweep: " + ", ".join(r.incomplete) + " (the cells use the runs there are).", ""]
-    lines += test_decisions_caution(r)
+    lines += decisions_caution(r)
 
     def f(v, d=4):
         return "-" if v is None else f"{v:.{d}f}"

@@ -108,7 +108,7 @@ def _runs_wall(directory: Path) -> float:
     return total
 
 
-def test_decisions_caution(r: EntryResult) -> list[str]:
+def decisions_caution(r: EntryResult) -> list[str]:
     """The document's caution lines for an entry whose methods' decisions read the test set
     (``selection_eval: test``, the papers' protocol; [] when none did)."""
     if not r.test_decisions:
