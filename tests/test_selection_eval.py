@@ -223,6 +223,20 @@ def test_a_run_saved_before_the_validation_set_is_read_as_it_was_made():
     assert "data.validation (0 in the saved run, 0.1 now)" in config_differences(saved, today)
 
 
+def test_a_comparison_saved_now_is_not_read_as_one_saved_before_the_validation_set():
+    """compare.json / sweep.json bases state both keys when written, so reading one back keeps
+    today's defaults; a base that lacks them (saved before) reads as no validation set, test."""
+    from fedselect.experiment import with_pre_validation_values, with_validation_keys
+
+    saved_now = with_validation_keys({"rounds": 3, "data": {"num_clients": 8}})
+    assert saved_now == {"rounds": 3, "data": {"num_clients": 8, "validation": 0.1}, "selection_eval": "validation"}
+    assert with_pre_validation_values(saved_now) == saved_now
+    old = with_pre_validation_values({"rounds": 3})
+    assert old == {"rounds": 3, "data": {"validation": 0}, "selection_eval": "test"}
+    stated = {"data": {"validation": 250}, "selection_eval": "test"}
+    assert with_validation_keys(stated) == stated == with_pre_validation_values(stated)
+
+
 def test_the_tables_carry_a_caution_line_where_decisions_read_the_test_set():
     table = [{"label": "FedAvg", "test_decisions": False}, {"label": "FLASH-RL", "test_decisions": True}]
     note = selection_eval_note(table)
