@@ -55,10 +55,11 @@ def test_three_methods_share_arrivals_and_evaluations(shared):
     # the same candidate accuracies for everyone (all 12 computed for the competitive ratio)
     acc = sums["offline_best"]["candidate_accuracy"]
     assert len(acc) == 12 and all(sums[m]["candidate_accuracy"] == acc for m in METHODS)
-    # offline best: the top 3 by accuracy, ratio 1, everyone contacted
+    # offline best: the top 3 by accuracy (94 validation rows: scores tie, any of the tied may be taken), ratio 1,
+    # everyone contacted
     scores = np.array([acc[str(k)] for k in range(12)])
-    top = set(np.argsort(-scores, kind="stable")[:3].tolist())
-    assert set(sums["offline_best"]["accepted_clients"]) == top
+    best = sorted(scores[sums["offline_best"]["accepted_clients"]].tolist())
+    assert best == sorted(scores.tolist())[-3:]
     assert sums["offline_best"]["competitive_ratio"] == pytest.approx(1.0)
     assert sums["offline_best"]["candidates_evaluated"] == 12
     for m in METHODS:
@@ -203,8 +204,6 @@ def test_summary_counts_the_fat_clients_accepted(shared):
     for m, (s, _) in shared.items():
         n = sum(k in set(fat.tolist()) for k in s["accepted_clients"])
         assert s["fat_selected"] == n and s["fat_selected_share"] == n / 3, m
-    # offline best takes the top 3 candidates: both fat clients score above every thin one here
-    assert shared["offline_best"][0]["fat_selected"] == 2
     assert fat_selection(None, [1, 2]) == {} and fat_selection(np.array([1]), None) == {}
     assert fat_selection(np.array([0, 5]), [5, 1, 0, 7]) == {"fat_selected": 2, "fat_selected_share": 0.5}
     assert fat_selection(np.array([0]), []) == {"fat_selected": 0, "fat_selected_share": None}

@@ -34,15 +34,15 @@ def _cfg(**over):
 def test_expected_latency_by_hand_and_the_two_fast_clients_win():
     sim = make_simulation(_cfg())
     sizes = [c.num_samples for c in sim.fed.clients]
-    assert sizes == [800] * 4  # iid: 1000 each, 20% held out
-    # |D| = 800 x 784 x 32 bits; g = 20; E = 1. MLP 784-8-10: 6370 float32 = 25480 B = 203840 bits at 10 Mb/s
-    fast = 800 * 784 * 32 * 20 / (4 * 1000e6) + 203840 / 10e6  # 0.100352 + 0.020384
-    slow = 800 * 784 * 32 * 20 / (1 * 100e6) + 203840 / 10e6  # 4.01408 + 0.020384
+    assert sizes == [720] * 4  # 4,000 images less 400 for the server's validation set; iid: 900 each, 20% held out
+    # |D| = 720 x 784 x 32 bits; g = 20; E = 1. MLP 784-8-10: 6370 float32 = 25480 B = 203840 bits at 10 Mb/s
+    fast = 720 * 784 * 32 * 20 / (4 * 1000e6) + 203840 / 10e6  # 0.0903168 + 0.020384
+    slow = 720 * 784 * 32 * 20 / (1 * 100e6) + 203840 / 10e6  # 3.612672 + 0.020384
     names = [d.name for d in sim.fed.fleet.devices]
     assert sorted(names) == ["fast", "fast", "slow", "slow"]
     exp = sim.ctx.expected_latency_s()
     assert exp.tolist() == pytest.approx([fast if n == "fast" else slow for n in names])
-    assert fast == pytest.approx(0.120736) and slow == pytest.approx(4.034464)
+    assert fast == pytest.approx(0.1107008) and slow == pytest.approx(3.633056)
     sel = sim.selector.select(RoundView(1, sim.fed.fleet.draw(1)))
     assert list(sel.clients) == sorted(k for k, n in enumerate(names) if n == "fast")
 
@@ -73,5 +73,5 @@ def test_fastest_runs_and_beats_random_on_latency(tmp_path):
 
     fast = run_experiment(_cfg(rounds=3), tmp_path / "fast")
     rand = run_experiment(_cfg(rounds=3, method="fedavg"), tmp_path / "rand")
-    assert fast["e2e_latency_s"] == pytest.approx(3 * 0.120736)
+    assert fast["e2e_latency_s"] == pytest.approx(3 * 0.1107008)
     assert rand["e2e_latency_s"] >= fast["e2e_latency_s"]

@@ -172,7 +172,9 @@ def test_resume_gives_identical_rows(fed, tmp_path, method, extra):
 def test_favor_reward_and_target(fed, tmp_path):
     run_experiment(_cfg("favor", rounds=2, target=0.5), tmp_path, federation=fed)
     for r in _rows(tmp_path)[1:]:
-        assert float(r["mean_reward"]) == pytest.approx(64 ** (float(r["accuracy"]) - 0.5) - 1)
+        # the reward reads the server's validation set, not the reported test accuracy
+        assert float(r["mean_reward"]) == pytest.approx(64 ** (float(r["val_accuracy"]) - 0.5) - 1)
+        assert float(r["mean_reward"]) != pytest.approx(64 ** (float(r["accuracy"]) - 0.5) - 1)
 
 
 def test_flashrl_needs_every_round_evaluated(fed):

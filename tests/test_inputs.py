@@ -61,7 +61,9 @@ def test_resume_on_changed_data_is_refused_naming_the_file(tmp_path):
     train = str((d / "mnist_train.csv").resolve())
     assert [f["path"] for f in rec["files"]] == [str((d / "mnist_test.csv").resolve()), train]
     assert rec["files"][1]["size"] == (d / "mnist_train.csv").stat().st_size
-    assert rec["client_samples"] == [16, 16] and rec["train_size"] == 40 and rec["test_size"] == 10
+    # 40 rows: 4 (data.validation 0.1) to the server's validation set, 18 a client, 14 of them trained on
+    assert rec["client_samples"] == [14, 14] and rec["train_size"] == 40 and rec["test_size"] == 10
+    assert rec["validation_size"] == 4
 
     _append_rows(d / "mnist_train.csv")
     before = _snapshot(run)
@@ -70,7 +72,7 @@ def test_resume_on_changed_data_is_refused_naming_the_file(tmp_path):
     msg = " ".join(res.output.split())
     assert f"cannot resume {run}: its input data changed since the run started: {train} changed" in msg
     assert f"({rec['files'][1]['size']} -> {(d / 'mnist_train.csv').stat().st_size} bytes" in msg
-    assert "the federation built from them differs" in msg and "[16, 16] then, [24, 24] now" in msg
+    assert "the federation built from them differs" in msg and "[14, 14] then, [22, 22] now" in msg
     assert _snapshot(run) == before  # refused before anything was written
 
 

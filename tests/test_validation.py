@@ -186,7 +186,10 @@ def write(tmp_path, doc, name="cfg.yaml"):
             "mnist: no data found; looked at ['/nonexistent/mnist/mnist_train.csv'",
         ),
         (with_(system__profiles_file="/nonexistent/p.yaml"), "profile file not found: /nonexistent/p.yaml"),
-        (with_(data__partition__min_size=5000), "dirichlet: 6 clients x min_size 5000 = 30000 > 4000 samples"),
+        (
+            with_(data__partition__min_size=5000),
+            "dirichlet: 6 clients x min_size 5000 = 30000 > 3600 samples",
+        ),  # 400 of 4,000 kept for validation
         (
             with_(method_options={"foo": 1}),
             "method_options.foo: unknown key (not allowed here); method 'fedavg' = selector 'random'",

@@ -273,7 +273,7 @@ def compare(
 ) -> None:
     """Run several methods (and seeds) on one shared federation; write table and plots.
 
-    Every method sees the same partition, device profiles, per-round draws and test set.
+    Every method sees the same partition, device profiles, per-round draws, validation set and test set.
     A method entry may run its own number of rounds (`rounds: N` in the entry, e.g. CEFL 100
     beside Regular FL 350); the table then takes each method's own last round and totals.
     Output: <out>/table.md, table.csv, paired.csv (differences vs the baseline over seeds with

@@ -30,7 +30,7 @@ from fedselect.contenders import (
     problems_of,
     validate_contenders,
 )
-from fedselect.experiment import RoundEvent, check_saved_runs
+from fedselect.experiment import RoundEvent, check_saved_runs, with_pre_validation_values, with_validation_keys
 from fedselect.federation import Federation
 from fedselect.fl.metrics import read_json, write_json_atomic
 from fedselect.resolve import resolve_doc
@@ -253,6 +253,7 @@ def saved_compare(directory: str | Path) -> CompareConfig:
     spec.pop("runs", None)
     if isinstance(spec.get("base"), dict):  # saved before they were refused: they were not used then either
         spec["base"] = {k: v for k, v in spec["base"].items() if k not in BASE_REFUSED}
+    spec["base"] = with_pre_validation_values(spec.get("base") or {})  # one saved before them lacks them
     return parse_compare(spec, str(d / "compare.json"))
 
 
@@ -305,7 +306,8 @@ def run_comparison(
         for s in cc.seeds
         for e in cc.methods
     ]
-    write_json_atomic(out / "compare.json", {**cc.model_dump(mode="json"), "runs": runs})
+    spec = cc.model_dump(mode="json")
+    write_json_atomic(out / "compare.json", {**spec, "base": with_validation_keys(spec["base"]), "runs": runs})
     specs = []
     for seed in cc.seeds:
         group = f"seed={seed}"  # every method of a seed shares the federation (FEDERATION_KEYS are fixed)

@@ -99,6 +99,21 @@ class DataConfig(_Strict):
     holdout_fraction: float = Field(
         0.2, ge=0.0, lt=1.0, description="share of each client's data held out for per-client evaluation"
     )
+    validation: int | float = Field(
+        0.1,
+        description="the server's validation set, carved from the training set before partitioning (stratified by "
+        "label): a fraction in [0, 1) of the training rows, or a count of rows; 0 = none. Every decision that reads "
+        "model quality reads it (selection_eval: validation); the test set is only reported",
+    )
+
+    @field_validator("validation")
+    @classmethod
+    def _validation(cls, v: int | float) -> int | float:
+        if isinstance(v, float) and not 0.0 <= v < 1.0:
+            raise ValueError(f"a fraction of the training rows must be in [0, 1), got {v}; or give a count of rows (an integer)")
+        if isinstance(v, int) and v < 0:
+            raise ValueError(f"a count of training rows must be >= 0 (0 = no validation set), got {v}")
+        return v
 
 
 class ModelConfig(_Strict):
@@ -366,6 +381,13 @@ class ExperimentConfig(_Strict):
         default_factory=AsyncConfig,
         alias="async",
         description="mode: async only: concurrency, buffer_size, server_lr, staleness {function, a, b}",
+    )
+    selection_eval: Literal["validation", "test"] = Field(
+        "validation",
+        description="the set every decision that reads model quality scores on (selector rewards and scores, "
+        "budgeted-online candidates, any selector through its context): 'validation' (data.validation, disjoint from "
+        "the test set) or 'test' (the papers' protocol: the reported test set also steers the selection; tables then "
+        "carry a caution line)",
     )
     comment: str | None = None
 

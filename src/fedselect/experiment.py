@@ -357,15 +357,68 @@ _MISSING = object()
 #: settings of how a run is executed, not of what it computes: results are identical for any
 #: value, so comparisons of saved and current configs leave them out
 EXECUTION_KEYS = ("train.workers", "engine", "log.tensorboard")
+#: the options that came with the server's validation set, and the values a run saved before
+#: them was made with: no validation set, decisions reading the test set. Their defaults change
+#: the results, so a saved config (or a saved comparison's / sweep's base) that lacks them is
+#: read with these values, never with the defaults
+PRE_VALIDATION_VALUES = {"data.validation": 0, "selection_eval": "test"}
+
+
+def _with_keys(doc: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``doc`` with each dotted key of ``values`` it lacks set to its value."""
+    import copy
+
+    out = copy.deepcopy(doc)
+    for key, value in values.items():
+        *parents, leaf = key.split(".")
+        node = out
+        for k in parents:
+            node = node.setdefault(k, {}) if isinstance(node.get(k, {}), dict) else {}
+        node.setdefault(leaf, value)
+    return out
+
+
+def with_pre_validation_values(doc: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``doc`` (a saved config, or a saved comparison's / sweep's ``base``) with each
+    key of :data:`PRE_VALIDATION_VALUES` it lacks set to the value it was made with."""
+    return _with_keys(doc, PRE_VALIDATION_VALUES)
+
+
+def with_validation_keys(base: dict[str, Any]) -> dict[str, Any]:
+    """A comparison's / sweep's ``base`` as it is saved (compare.json, sweep.json): the keys of
+    :data:`PRE_VALIDATION_VALUES` stated, their default where ``base`` leaves them out, so that
+    reading it back (:func:`with_pre_validation_values`) never takes it for one saved before them."""
+    from fedselect.config import DataConfig
+
+    defaults = {
+        "data.validation": DataConfig.model_fields["validation"].default,
+        "selection_eval": ExperimentConfig.model_fields["selection_eval"].default,
+    }
+    return _with_keys(base, defaults)
+
+
+def no_effect_keys(cfg: ExperimentConfig) -> tuple[str, ...]:
+    """Keys that cannot change the results of ``cfg``'s run, which comparisons of saved and
+    current configs leave out: ``selection_eval`` when none of its selector's decisions reads
+    model quality (:func:`fedselect.selectors.base.reads_quality`)."""
+    from fedselect.selectors.base import reads_quality
+
+    try:
+        sel = resolve(cfg).selector
+    except (ValueError, TypeError):
+        return ()
+    return () if reads_quality(sel) else ("selection_eval",)
 
 
 def with_current_defaults(saved: dict[str, Any]) -> dict[str, Any]:
     """A saved resolved config resolved again by this fedselect: options added since the run was
     made appear with their defaults (by the project's rule a new option's default keeps the
-    earlier results), so only real differences remain. A saved config this version cannot read
-    (a removed key, say) is returned unchanged, and its differences show."""
+    earlier results), so only real differences remain; the options of the validation set, whose
+    defaults do change results, with the values the run was made with
+    (:data:`PRE_VALIDATION_VALUES`). A saved config this version cannot read (a removed key, say)
+    is returned unchanged, and its differences show."""
     try:
-        return resolve(parse_config(saved, "<saved run>")).config.model_dump(mode="json")
+        return resolve(parse_config(with_pre_validation_values(saved), "<saved run>")).config.model_dump(mode="json")
     except (ValueError, TypeError):  # ConfigError is a ValueError
         return saved
 
@@ -397,9 +450,8 @@ def saved_run_differences(run_dir: str | Path, cfg: ExperimentConfig, finished: 
     if not p.is_file():
         return []
     saved = yaml.safe_load(p.read_text()) or {}
-    return config_differences(
-        saved, cfg.model_dump(mode="json"), ignore=EXECUTION_KEYS if finished else ("rounds", *EXECUTION_KEYS)
-    )
+    ignore = (*EXECUTION_KEYS, *no_effect_keys(cfg))
+    return config_differences(saved, cfg.model_dump(mode="json"), ignore=ignore if finished else ("rounds", *ignore))
 
 
 def check_saved_runs(items: list[tuple[Path, ExperimentConfig]], where: str, how: str, inputs: bool = True) -> None:
@@ -476,7 +528,8 @@ def _load_resume_point(run_dir: Path, r: Resolved, sim: Simulation) -> dict[str,
             f"{ck.get('format_version', 1)}; this one needs {FORMAT_VERSION}); start the run again with --overwrite"
         )
     cfg = r.config
-    diff = config_differences(ck.get("config") or {}, cfg.model_dump(mode="json"), ignore=("rounds", *EXECUTION_KEYS))
+    ignore = ("rounds", *EXECUTION_KEYS, *no_effect_keys(cfg))
+    diff = config_differences(ck.get("config") or {}, cfg.model_dump(mode="json"), ignore=ignore)
     if diff:
         raise ValueError(
             f"cannot resume {run_dir}: the config differs from the one the checkpoint was written with at "

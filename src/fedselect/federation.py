@@ -1,8 +1,12 @@
-"""A federation: the clients' data and held-out splits, the test set, and the fleet.
+"""A federation: the clients' data and held-out splits, the server's validation set, the test
+set, and the fleet.
 
 Built once per experiment from the config and seed; every method compared on it sees the same
-partition, the same held-out splits, the same device/network profiles and the same per-round
-draws.
+validation set, partition, held-out splits, device/network profiles and per-round draws. The
+validation set (``data.validation``) is carved from the training set before partitioning
+(:func:`validation_split`), so no client trains on it and it shares no row with the test set:
+decisions that read model quality score on it, the test set is only reported (docs/core.md,
+"Which set a decision reads").
 """
 
 from __future__ import annotations
@@ -86,12 +90,16 @@ class Client:
 
 
 class Federation:
-    """Clients, test set and fleet of one experiment (see module docstring).
+    """Clients, validation set, test set and fleet of one experiment (see module docstring).
 
     Attributes:
         data, model, system: the config sections it was built from (its identity).
         seed: the experiment seed.
-        train_set, test_set: the whole training set and the server's test set.
+        train_set, test_set: the whole training set as loaded (the clients' rows and the
+            validation rows) and the server's test set.
+        validation_indices: int64 ``(v,)`` sorted rows of ``train_set`` carved out as the
+            server's validation set (empty with ``data.validation: 0``); no client holds them.
+        validation_set: those rows as a data set (``train_set[validation_indices]``).
         clients: the N clients, ids 0..N-1.
         fleet: the clients' device/network profiles and per-round draws.
     """
@@ -106,9 +114,12 @@ class Federation:
         test_set: ArrayDataset,
         clients: list[Client],
         fleet: Fleet,
+        validation_indices: np.ndarray | None = None,
     ):
         self.data, self.model, self.system, self.seed = data, model, system, int(seed)
         self.train_set, self.test_set, self.clients, self.fleet = train_set, test_set, clients, fleet
+        self.validation_indices = np.zeros(0, dtype=np.int64) if validation_indices is None else validation_indices
+        self.validation_set = train_set.subset(self.validation_indices, f"{train_set.name}/validation")
         #: the data and profile files the federation was built from: ``[{"path", "size",
         #: "sha256"}]`` ([] for embedded or generated data; see :mod:`fedselect.inputs`)
         self.source_files: list[dict] = []
@@ -225,6 +236,46 @@ def capacity_fleet(system: SystemConfig, n: int, seed: int, bits_per_sample: flo
     return Fleet(devices, networks, seed)
 
 
+def validation_split(labels: np.ndarray, size: int | float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The server's validation rows, carved from a training set before partitioning, stratified
+    by label (``data.validation``).
+
+    ``size``: a fraction in [0, 1) of the ``n`` rows (``m = round(size x n)``) or a count ``m``
+    (an int). The ``m`` rows are shared among the classes in proportion to their counts
+    ``n_c``: class c gets ``floor(m n_c / n)``, and the rows left over go one each to the classes
+    of largest remainder ``(m n_c) mod n`` (ties to the lower label), so the shares add up to
+    ``m`` exactly; within a class the rows are the first of a permutation drawn from ``rng``
+    (one permutation per class, in label order). Example: labels 0 x 6, 1 x 3, 2 x 1 (n = 10)
+    and ``m = 5``: quotas 3, 1.5, 0.5, floors 3, 1, 0; the one row left goes to label 1 (the
+    remainders 5 and 5 of labels 1 and 2 tie): 3, 2 and 0 rows.
+
+    Returns:
+        (rest, validation): int64 sorted row indices; ``rest`` is what the partition splits.
+
+    Raises:
+        ValueError: ``m`` not below ``n`` (no training row would remain; names data.validation).
+    """
+    y = np.asarray(labels)
+    n = len(y)
+    m = int(round(size * n)) if isinstance(size, float) else int(size)
+    if m >= n:
+        raise ValueError(
+            f"data.validation: {size} asks for {m} validation rows of a training set of {n}; no row would remain for the "
+            f"clients (give a fraction in [0, 1) or a count below {n})"
+        )
+    if m <= 0:
+        return np.arange(n, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    classes, counts = np.unique(y, return_counts=True)
+    share = m * counts.astype(np.int64)
+    take = share // n
+    order = np.lexsort((classes, -(share % n)))  # largest remainder first, ties to the lower label
+    take[order[: m - int(take.sum())]] += 1
+    picked = [np.flatnonzero(y == c)[rng.permutation(int(k))][:t] for c, k, t in zip(classes, counts, take)]
+    validation = np.sort(np.concatenate(picked)).astype(np.int64)
+    rest = np.setdiff1d(np.arange(n, dtype=np.int64), validation, assume_unique=True)
+    return rest, validation
+
+
 def build_federation(cfg: ExperimentConfig) -> Federation:
     """The federation of ``cfg``: built from its ``data``, ``model`` and ``system`` sections and
     its seed only (:func:`make_federation`)."""
@@ -232,26 +283,34 @@ def build_federation(cfg: ExperimentConfig) -> Federation:
 
 
 def make_federation(d: DataConfig, model: ModelConfig, system: SystemConfig, seed: int) -> Federation:
-    """Load the data, partition it, split each client's hold-out, assign profiles.
+    """Load the data, carve the server's validation set (:func:`validation_split`, generator
+    ``np_rng(seed, "validation")``), partition the rest, split each client's hold-out, assign
+    profiles. With ``data.validation: 0`` the partition sees the whole training set, exactly as
+    before the validation set existed.
 
     Raises:
-        ValueError: an impossible partition (message gives the numbers).
+        ValueError: an impossible partition (message gives the numbers), a validation set that
+            leaves no training row.
         DatasetNotFoundError: data missing.
     """
     with recording_reads() as reads:  # every data file the loader reads, with size and SHA-256
         train_set, test_set = load_dataset(d.dataset, seed=seed, **d.options)
         devices, networks, device_mix, network_mix = _profile_tables(system)
+    rest, validation = validation_split(train_set.y, d.validation, np_rng(seed, "validation"))
+    labels, groups = train_set.y, train_set.groups
+    if len(validation):  # the partition splits the rows left; its indices are mapped back to the training set's
+        labels, groups = labels[rest], None if groups is None else groups[rest]
     partitioner = make_partitioner(d.partition.scheme, **d.partition.params())
-    parts = partitioner.split(train_set.y, d.num_clients, np_rng(seed, "partition"), groups=train_set.groups)
+    parts = partitioner.split(labels, d.num_clients, np_rng(seed, "partition"), groups=groups)
     if len(parts) != d.num_clients:
         raise ValueError(f"partition {d.partition.scheme!r} returned {len(parts)} clients, expected {d.num_clients}")
     hold_rng = np_rng(seed, "holdout")
     clients = []
     for k, idx in enumerate(parts):
-        tr, ho = local_holdout(idx, d.holdout_fraction, hold_rng)
+        tr, ho = local_holdout(rest[np.asarray(idx, dtype=np.int64)] if len(validation) else idx, d.holdout_fraction, hold_rng)
         clients.append(Client.view(k, train_set, tr, ho))
     fleet = Fleet.create(d.num_clients, seed, devices, networks, device_mix, network_mix)
-    fed = Federation(d, model, system, seed, train_set, test_set, clients, fleet)
+    fed = Federation(d, model, system, seed, train_set, test_set, clients, fleet, validation)
     if system.capacity.model != "profiles":
         fed.fleet = capacity_fleet(system, d.num_clients, seed, data_bits(1, fed.features))
     fed.source_files = sorted(reads.values(), key=lambda f: f["path"])

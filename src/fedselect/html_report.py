@@ -351,7 +351,7 @@ def wall_html(results: list[Any], labels: list[str]) -> str:
 
 def results_html(rep: dict[str, Any]) -> str:
     """The table of :func:`fedselect.report.aggregate_table` and the 'vs baseline' lines."""
-    from fedselect.tables import _cell, censored_note, relative_phrases, round_scores_notes, rounds_note
+    from fedselect.tables import _cell, censored_note, relative_phrases, round_scores_notes, rounds_note, selection_eval_note
 
     cols = rep["columns"]
     heads = ["method", "seeds"] + [h for _, h, _, _ in cols]
@@ -373,6 +373,8 @@ def results_html(rep: dict[str, Any]) -> str:
             out.append(f'<p class="note">{esc(line)}</p>')
     if rep.get("missing_note"):
         out.append(f'<p class="warn">{esc(rep["missing_note"])}</p>')
+    if selection_eval_note(rep["table"]):
+        out.append(f'<p class="warn">{esc(selection_eval_note(rep["table"]))}</p>')
     base = rep.get("baseline")
     if base and len(rep["table"]) > 1:
         items = [

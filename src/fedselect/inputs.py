@@ -57,8 +57,8 @@ FORMAT = 1
 
 def federation_digest(fed: Federation) -> str:
     """SHA-256 over what the federation's clients train and are evaluated on: per client its
-    training and held-out indices into the training set and their sizes, the training set's and
-    the test set's labels and sizes, the input shape, the number of classes, and every client's
+    training and held-out indices into the training set and their sizes, the server's validation
+    rows (when there are any), the training set's and the test set's labels and sizes, the input shape, the number of classes, and every client's
     device and network profile names. Two builds that give the same clients the same samples
     give the same digest; appending rows to a data file, a re-drawn partition or another test
     set change it."""
@@ -73,6 +73,8 @@ def federation_digest(fed: Federation) -> str:
     add("num_classes", np.asarray([fed.num_classes], dtype=np.int64))
     add("train_y", fed.train_set.y.astype(np.int64))
     add("test_y", fed.test_set.y.astype(np.int64))
+    if len(fed.validation_indices):  # (none: the digest of a federation made before the validation set existed)
+        add("validation", np.asarray(fed.validation_indices, dtype=np.int64))
     for c in fed.clients:
         add(f"client{c.id}/train", np.asarray(c.train_indices, dtype=np.int64))
         add(f"client{c.id}/holdout", np.asarray(c.holdout_indices, dtype=np.int64))
@@ -91,6 +93,7 @@ def describe_inputs(fed: Federation) -> dict[str, Any]:
         "num_clients": fed.num_clients,
         "client_samples": [int(c.num_samples) for c in fed.clients],
         "train_size": len(fed.train_set),
+        "validation_size": len(fed.validation_indices),
         "test_size": len(fed.test_set),
     }
     if not files:

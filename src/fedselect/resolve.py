@@ -29,7 +29,7 @@ from fedselect.fl.types import RunSettings
 from fedselect.models import MODELS
 from fedselect.presets import PRESETS, Preset
 from fedselect.selectors import SELECTORS
-from fedselect.selectors.base import Selector
+from fedselect.selectors.base import Selector, reads_quality
 
 #: a problem of a config: (dotted key, what is wrong); key "" when the message names its keys
 Problem = tuple[str, str]
@@ -244,11 +244,13 @@ def resolve(cfg: ExperimentConfig, source: str = "<config>") -> Resolved:
         count_download=cfg.system.count_download,
         cycles_per_bit=cfg.system.cycles_per_bit,
         optimizer=cfg.train.optimizer,
+        selection_eval=cfg.selection_eval,
     )
     sel_cls, sel_name, sel_opts = found["selector"]
     alg_cls, alg_name, alg_opts = found["algorithm"]
     if sel_opts is not None and alg_opts is not None:
         errors += [("", m) for m in _compatibility(sel_cls, sel_name, alg_cls, alg_name, settings)]
+        errors += [("", m) for m in _decision_set(sel_cls, sel_name, cfg)]
         if cfg.mode == "async":
             errors += [("", m) for m in _async_compatibility(sel_cls, sel_name, alg_cls, alg_name)]
         errors += [("", f"selector {sel_name!r}: {m}") for m in sel_cls.check(sel_opts, settings)]
@@ -403,6 +405,18 @@ def _compatibility(sel: type[Selector], sname: str, alg: type[Algorithm], aname:
             f"set eval_every: 1 (got {settings.eval_every})"
         )
     return out
+
+
+def _decision_set(sel: type[Selector], sname: str, cfg: ExperimentConfig) -> list[str]:
+    """A selector whose decisions read model quality (:func:`fedselect.selectors.base.reads_quality`)
+    with ``selection_eval: validation`` needs a validation set (``data.validation`` > 0)."""
+    if cfg.selection_eval != "validation" or cfg.data.validation != 0 or not reads_quality(sel):
+        return []
+    return [
+        f"selector {sname!r} decides on model quality, which selection_eval: validation reads on the server's validation "
+        f"set, but data.validation is 0 (none); give data.validation a fraction (e.g. 0.1) or a count of training rows, "
+        f"or set selection_eval: test to let its decisions read the test set (the papers' protocol)"
+    ]
 
 
 def _async_compatibility(sel: type[Selector], sname: str, alg: type[Algorithm], aname: str) -> list[str]:

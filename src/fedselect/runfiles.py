@@ -39,7 +39,7 @@ from fedselect.fl.metrics import (
 from fedselect.fl.round import RoundResult
 from fedselect.fl.types import Evaluation
 from fedselect.resolve import Resolved
-from fedselect.selectors.base import Prepared
+from fedselect.selectors.base import Prepared, decides_on_quality
 from fedselect.simulation import Simulation
 from fedselect.tblog import open_tensorboard
 
@@ -179,6 +179,7 @@ class RunFiles:
             "aggregated": 0,
             "aggregated_ids": [],
             "round_failed": 0,
+            **_validation_cells(before),
         }
         self._append(row, 0)
 
@@ -221,6 +222,8 @@ class RunFiles:
                 probe_download_bytes=cost.download_bytes,
                 candidates_probed=cost.candidates,
             )
+        if result.evaluated:
+            row.update(_validation_cells(ev))
         if result.evaluated and ev.per_client is not None:
             row["accuracy_std"] = ev.per_client["accuracy_std"]
             row["client_accuracy"] = [round(a, 6) for a in ev.per_client["client_accuracy"]]
@@ -270,8 +273,8 @@ class RunFiles:
         state = {k: v.detach().clone() for k, v in finished.state.model.items()}
         atomic_write(self.dir / "model.pt", lambda fh: torch.save(state, fh), mode="wb")
         final: dict[str, Any] = {}
-        if finished.evaluation is not None:
-            final.update(finished.evaluation.as_dict())
+        if finished.evaluation is not None:  # the reported figures (the validation ones are in metrics.csv)
+            final.update(replace(finished.evaluation, validation=None).as_dict())
         final.update(finished.summary)
         final.update(selector_summary or {})
         phases = {
@@ -283,6 +286,13 @@ class RunFiles:
             },
         }
         return write_summary(self.dir, self.r, self.sim, final, self.prep_info, self.cum["wall"], phases)
+
+
+def _validation_cells(ev: Evaluation) -> dict[str, float]:
+    """The ``val_*`` cells of a row (:data:`fedselect.simulation.VALIDATION_COLUMNS`): ``ev``'s
+    figures on the server's validation set, {} when it has none."""
+    v = ev.validation
+    return {} if v is None else {"val_accuracy": v.accuracy, "val_f1_macro": v.f1_macro, "val_loss": v.loss}
 
 
 def failure_counts(rows: list[dict[str, str]]) -> dict[str, Any]:
@@ -375,6 +385,8 @@ def write_summary(
             "wall_s": wall,
             "complete": True,
             "data_dropped_rows": sim.fed.data_dropped_rows,  # rows dropped at load by a loader's drop_invalid
+            # the set the selector's choices read model quality on; None: they read none
+            "selection_eval": cfg.selection_eval if decides_on_quality(type(sim.selector)) else None,
         }
     )
     summary.update(failure_counts(rows))

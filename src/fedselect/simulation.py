@@ -14,6 +14,7 @@ import copy
 import logging
 import math
 import os
+from dataclasses import replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -29,6 +30,7 @@ from fedselect.fl.faults import FaultModel, Injection
 from fedselect.fl.metrics import CORE_COLUMNS
 from fedselect.fl.pool import ClientTrainer, usable_cores
 from fedselect.fl.services import FederationContext
+from fedselect.fl.types import Evaluation
 from fedselect.fl.work import LocalTransport
 from fedselect.resolve import Resolved
 from fedselect.selectors.base import RoundView, Selection, Selector
@@ -41,6 +43,9 @@ log = logging.getLogger("fedselect")
 RELIABILITY_COLUMNS = ["aggregated", "aggregated_ids", "round_failed"]
 #: columns of selectors that probe candidates before choosing (``Selector.probes``)
 PROBE_COLUMNS = ["probe_latency_s", "probe_upload_bytes", "probe_download_bytes", "candidates_probed"]
+#: the figures on the server's validation set that a selector's decisions read (a selector that
+#: ``wants_evaluation``, with ``selection_eval: validation``), beside the reported test figures
+VALIDATION_COLUMNS = ["val_accuracy", "val_f1_macro", "val_loss"]
 
 
 def make_fault_model(r: Resolved, fed: Federation) -> FaultModel:
@@ -170,9 +175,13 @@ class Simulation:
             raise
         #: ``mode: async``: its settings (:mod:`fedselect.fl.asynchronous`); None for rounds
         self.async_settings = AsyncSettings.from_config(cfg.async_) if cfg.mode == "async" else None
+        #: the round scores the model on the server's validation set for the selector's decisions
+        self.validates = self.selector.wants_evaluation and self.settings.selection_eval == "validation"
         base = CORE_COLUMNS + [c for c in RELIABILITY_COLUMNS if c not in CORE_COLUMNS]
         if self.async_settings is not None:
             base += ASYNC_COLUMNS
+        if self.validates:
+            base += VALIDATION_COLUMNS
         extra = (PROBE_COLUMNS if self.selector.probes else []) + list(self.selector.extra_columns) + self.algorithm.columns()
         self.columns = base + [c for i, c in enumerate(extra) if c not in base and c not in extra[:i]]
 
@@ -185,6 +194,22 @@ class Simulation:
         return self.transport.summary()
 
     # ---------------------------------------------------------------- what the round asks
+    def evaluate(self, t: int, state: ServerState) -> Evaluation:
+        """The figures after round ``t`` (0: before round 1): the algorithm's reported ones (the
+        test set, or the clients' held-out splits) and, when the selector's decisions read model
+        quality on the validation set (:attr:`validates`), the same model(s) on the server's
+        validation set as ``Evaluation.validation`` (:meth:`Algorithm.validate`)."""
+        ev = self.algorithm.evaluate(t, state)
+        return replace(ev, validation=self.algorithm.validate(t, state)) if self.validates else ev
+
+    def decision_figures(self, ev: Evaluation) -> Evaluation | None:
+        """What the selector's decisions may read of the evaluation ``ev``: its validation
+        figures (``selection_eval: validation``), ``ev`` itself (``selection_eval: test``, the
+        papers' protocol), or None for a selector that does not declare ``wants_evaluation``."""
+        if not self.selector.wants_evaluation:
+            return None
+        return ev.validation if self.validates else ev
+
     def view(self, t: int, draws: RoundDraws, state: ServerState, online: np.ndarray | None = None) -> RoundView:
         """What the selector sees at the start of round ``t``: the clients online (``online``,
         ``(N,)`` bool, None = all), how many to pick (``ceil(overselect x U)``), the global model

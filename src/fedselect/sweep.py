@@ -72,14 +72,12 @@ from fedselect.contenders import (
     problems_of,
     validate_contenders,
 )
-from fedselect.experiment import check_saved_runs
+from fedselect.experiment import check_saved_runs, with_pre_validation_values, with_validation_keys
 from fedselect.fl.metrics import atomic_write, read_json, write_json_atomic
 from fedselect.resolve import resolve_doc
 from fedselect.stats import mean_std, to_target
 from fedselect.tables import COLUMNS, OPTIONAL_COLUMNS
-
-#: times to the target and the summary figure where a run that never reached it is censored
-_TO_TARGET = {"rounds_to_target": "rounds", "latency_to_target_s": "e2e_latency_s"}
+from fedselect.tables import TO_TARGET as _TO_TARGET
 
 #: the columns a sweep without ``columns`` chooses from (those some run has): a comparison's
 #: table columns and its method-specific ones (fedselect.tables), wall time last
@@ -259,6 +257,7 @@ def saved_sweep(directory: str | Path) -> SweepConfig:
     spec.pop("runs", None)
     if isinstance(spec.get("base"), dict):  # saved before they were refused: they were not used then either
         spec["base"] = {k: v for k, v in spec["base"].items() if k not in BASE_REFUSED}
+    spec["base"] = with_pre_validation_values(spec.get("base") or {})  # one saved before them lacks them
     return parse_sweep(spec, str(Path(directory) / "sweep.json"))
 
 
@@ -352,7 +351,8 @@ def run_sweep(
         f"sweep directory {out}",
         "Restore the sweep config, or run the sweep into another --out (or delete those runs to run them again)",
     )
-    write_json_atomic(out / "sweep.json", {**sc.model_dump(mode="json"), "runs": len(jobs)})
+    spec = sc.model_dump(mode="json")
+    write_json_atomic(out / "sweep.json", {**spec, "base": with_validation_keys(spec["base"]), "runs": len(jobs)})
     specs = [
         RunSpec(cfg, run_dir_for(out, m.label, rp, seed), f"{m.label} {rp or ''} seed {seed}", group)
         for group, members in groups.items()
@@ -442,7 +442,10 @@ def build_sweep_table(out_dir: str | Path, sc: SweepConfig | None = None, plots:
     table = render.table_cells(sc, rows, columns)
     paired = sweep_paired(out, sc, columns=columns)
     ptable = render.paired_cells(sc, paired, columns)
-    md = render.markdown(sc, rows, table, ptable, paired)
+    from fedselect.tables import selection_eval_note
+
+    caution = selection_eval_note([{"label": lab, "test_decisions": True} for lab in labels_deciding_on_test(out, sc)])
+    md = render.markdown(sc, rows, table, ptable, paired, caution)
     atomic_write(out / "table.md", lambda fh: fh.write(md))
     drawn = sweep_plots(out, sc) if plots else []
     html = render.write_html(out, sc, rows, paired, columns, table, ptable, *_html_runs(out, sc))
@@ -501,6 +504,22 @@ def sweep_plots(out: str | Path, sc: SweepConfig) -> list[str]:
         files = make_plots(out / "plots" / sub, results, labels, [feds[s] for s in sorted(feds)])
         written += [f"{sub}/{f}" if sub else f for f in files]
     return written
+
+
+def labels_deciding_on_test(out: str | Path, sc: SweepConfig) -> list[str]:
+    """The methods of the sweep in ``out`` some of whose runs decided on the test set
+    (``selection_eval: test``; :func:`fedselect.tables.run_selection_eval`), in method order."""
+    from fedselect.tables import run_selection_eval
+
+    return [
+        m.label
+        for m in sc.methods
+        if any(
+            run_selection_eval(run_dir_for(Path(out), m.label, _restrict(p, m), sd)) == "test"
+            for p in sc.points()
+            for sd in sc.seeds
+        )
+    ]
 
 
 def _summaries(out: Path, label: str, rp: dict[str, Any], seeds: list[int]) -> dict[int, dict[str, Any]]:

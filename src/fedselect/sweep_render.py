@@ -103,10 +103,14 @@ def markdown(
     table: tuple[list[str], list[list[str]]],
     ptable: tuple[list[str], list[list[str]]],
     paired: list[dict[str, Any]],
+    caution: str | None = None,
 ) -> str:
-    """``table.md``: the table, the paper's figures beside ours, the paired differences."""
+    """``table.md``: the table (after the ``caution`` line, when decisions read the test set),
+    the paper's figures beside ours, the paired differences."""
     heads, cells = table
-    lines = [f"# {sc.name}", "", f"mean ± sample std over seeds {sc.seeds}", "", "| " + " | ".join(heads) + " |"]
+    lines = [f"# {sc.name}", "", f"mean ± sample std over seeds {sc.seeds}", ""]
+    lines += [caution, ""] if caution else []
+    lines += ["| " + " | ".join(heads) + " |"]
     lines += ["|" + "---|" * len(heads)] + ["| " + " | ".join(c) + " |" for c in cells]
     if sc.paper:
         lines += [

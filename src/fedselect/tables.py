@@ -60,6 +60,8 @@ class RunResult:
     round_scores: str | None = None
     #: the config's ``mode``: "sync" (a row per round) or "async" (a row per server version)
     mode: str = "sync"
+    #: the set the run's decisions read model quality on (``validation`` / ``test``), None: none does
+    selection_eval: str | None = None
 
 
 def round_scores_of(cfg: dict[str, Any]) -> str | None:
@@ -74,6 +76,39 @@ def round_scores_of(cfg: dict[str, Any]) -> str | None:
         return getattr(ALGORITHMS.get(name), "round_scores", None)
     except ValueError:  # a user's algorithm that is not importable here: nothing is known
         return None
+
+
+def selection_eval_of(cfg: dict[str, Any]) -> str | None:
+    """The set a run's choices read model quality on, from its resolved ``config.yaml`` (for
+    runs whose summary does not say it): its ``selection_eval`` (``test`` when the config lacks
+    it: saved before the option existed, its decisions read the test set) if its selector's
+    choices depend on model quality (:func:`fedselect.selectors.base.decides_on_quality`), else
+    None; None too for a selector that cannot be looked up here."""
+    from fedselect.selectors import SELECTORS
+    from fedselect.selectors.base import decides_on_quality
+
+    name = (cfg.get("selector") or {}).get("name") if isinstance(cfg.get("selector"), dict) else None
+    if not isinstance(name, str) or not name:
+        return None
+    try:
+        sel = SELECTORS.get(name)
+    except ValueError:  # a user's selector that is not importable here: nothing is known
+        return None
+    return str(cfg.get("selection_eval", "test")) if decides_on_quality(sel) else None
+
+
+def run_selection_eval(run_dir: Path) -> str | None:
+    """The set a saved run's decisions read model quality on: its ``summary.json``'s
+    ``selection_eval`` where it says it, else :func:`selection_eval_of` its ``config.yaml``
+    (None without either)."""
+    from fedselect.config import read_yaml_file
+
+    if (run_dir / "summary.json").is_file():
+        saved = read_json(run_dir / "summary.json")
+        if isinstance(saved, dict) and "selection_eval" in saved:
+            return saved["selection_eval"]
+    cfg = read_yaml_file(run_dir / "config.yaml", "run config") if (run_dir / "config.yaml").is_file() else None
+    return selection_eval_of(cfg) if isinstance(cfg, dict) else None
 
 
 def load_run(
@@ -136,7 +171,8 @@ def load_run(
             s["final_accuracy"] = s["final_f1_macro"] = None
         for k in PER_ROUND_KEYS:
             extra.pop(k, None)
-    return RunResult(label, seed, run_dir, rows, s, complete, planned, extra, metric, note, mode)
+    extra.pop("selection_eval", None)
+    return RunResult(label, seed, run_dir, rows, s, complete, planned, extra, metric, note, mode, run_selection_eval(run_dir))
 
 
 def _value(r: RunResult, key: str):
@@ -209,6 +245,7 @@ def aggregate_table(results: list[RunResult], labels: list[str], baseline: str |
                 }
             ),
             "round_scores": next((r.round_scores for r in rs if r.round_scores), None),
+            "test_decisions": any(r.selection_eval == "test" for r in rs),
         }
         for key, *_ in columns:
             mean, std, n = mean_std(_value(r, key) for r in rs)
@@ -316,6 +353,19 @@ def round_scores_notes(table: list[dict[str, Any]], columns=COLUMNS) -> list[str
         if e.get("round_scores"):
             by_reason.setdefault(e["round_scores"], []).append(e["label"])
     return [f"{', '.join(heads)} are blank (-) for {', '.join(labels)}: {reason}." for reason, labels in by_reason.items()]
+
+
+def selection_eval_note(table: list[dict[str, Any]]) -> str | None:
+    """The caution line under a table whose methods' decisions read the test set
+    (``selection_eval: test``, the papers' protocol; None when none did)."""
+    labels = [e["label"] for e in table if e.get("test_decisions")]
+    if not labels:
+        return None
+    return (
+        f"Caution: the decisions of {', '.join(labels)} read the test set (selection_eval: test, the papers' protocol): "
+        f"their rewards or candidate scores came from the set these figures are measured on, so their test figures are "
+        f"not those of unseen data (selection_eval: validation decides on the server's validation set instead)."
+    )
 
 
 def _cell(e: dict[str, Any], key: str, digits: int) -> str:
@@ -541,6 +591,8 @@ def render_markdown(
     )
     if missing:
         lines.append(missing)
+    if selection_eval_note(table):
+        lines.append(selection_eval_note(table))
     lastk = next((h for k, h, _, _ in columns if k.startswith("last_k_")), None)
     if lastk:
         lines.append(

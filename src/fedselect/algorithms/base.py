@@ -15,7 +15,8 @@ old one, and the loop commits only finite results::
     final = algorithm.finish(state, totals, last)           # e.g. CEFL's transfer to members
 
 Evaluation is an option of the algorithm (``evaluation: global | per_client``): ``global``
-scores the server model on the test set; ``per_client`` scores the model each client would use
+scores the server model on the test set (and, for decisions, on the server's validation set:
+:meth:`Algorithm.validate`); ``per_client`` scores the model each client would use
 (:meth:`Algorithm.eval_state`) on that client's own held-out split and reports the mean over
 clients (the CEFL paper's metric), plus the spread (``accuracy_std``) and every
 client's accuracy (``client_accuracy``) as extra columns.
@@ -247,6 +248,24 @@ class Algorithm:
         if not self.per_client:
             return self.ctx.run([EvalJob(None, state.model, "test")])[0].evaluation()
         return self.evaluate_clients(lambda k: self.eval_state(state, k))
+
+    def validate(self, t: int, state: ServerState) -> Evaluation:
+        """The figures decisions read after round ``t`` (docs/core.md, "Which set a decision
+        reads"): the model(s) :meth:`evaluate` reports, scored on the server's validation set
+        instead. ``global``: the server model; ``per_client``: every client's model
+        (:meth:`eval_state`) on the validation set, the means over clients (the population's
+        data, since a client's own held-out split is what is reported).
+
+        Raises:
+            RuntimeError: the validation set could not score a model (it is empty: data.validation is 0)."""
+        states = [state.model] if not self.per_client else [self.eval_state(state, k) for k in range(self.fed.num_clients)]
+        results = self.ctx.run([EvalJob(None, st, "validation") for st in states])
+        bad = next((r for r in results if r.error is not None), None)
+        if bad is not None:
+            raise RuntimeError(f"round {t}: scoring on the server's validation set failed: {bad.error}")
+        if len(results) == 1:
+            return results[0].evaluation()
+        return Evaluation(*(float(np.mean([getattr(r, k) for r in results])) for k in ("accuracy", "f1_macro", "loss")))
 
     def evaluate_clients(self, state_of) -> Evaluation:
         """Every client's model ``state_of(k)`` on its held-out split (one job per client);

@@ -329,12 +329,15 @@ class ClientTrainer:
     def from_federation(cls, fed, train_cfg: TrainConfig, **kwargs) -> "ClientTrainer":
         """A trainer over a :class:`fedselect.federation.Federation`: its training set shared
         once, client k = ``fed.clients[k].train_indices``, the test set registered as
-        ``"test"``, the model of ``fed.model``."""
+        ``"test"`` and the server's validation set (when it has rows) as ``"validation"``, the
+        model of ``fed.model``."""
         m = fed.model
         spec = ModelSpec(m.name, tuple(fed.input_shape), int(fed.num_classes), dict(m.options))
         data = ClientData.from_arrays(fed.train_set.x, fed.train_set.y, [c.train_indices for c in fed.clients], fed.num_classes)
         eval_sets = dict(kwargs.pop("eval_sets", None) or {})
         eval_sets.setdefault("test", fed.test_set)
+        if len(fed.validation_indices):
+            eval_sets.setdefault("validation", fed.validation_set)
         return cls(spec, data, train_cfg, eval_sets=eval_sets, **kwargs)
 
     def worker_pids(self) -> list[int]:

@@ -293,11 +293,14 @@ def close(run, plan: RoundPlan, settled: Settled, before: Evaluation) -> RoundRe
 def learn(run, t: int, state: ServerState, outcomes: Sequence[ClientOutcome], before: Evaluation):
     """After the aggregation of round (or server version) ``t``: evaluate on the cadence (every
     ``eval_every`` and the last), then let the selector learn from ``outcomes`` (their weights
-    only when it asks for them). Returns (evaluated, the figures after, the selector's columns)."""
+    only when it asks for them) and from the figures its decisions may read: the validation
+    set's, never the reported test figures (``selection_eval: test`` excepted; docs/core.md,
+    "Which set a decision reads"). Returns (evaluated, the figures after, the selector's columns)."""
     evaluated = t % run.settings.eval_every == 0 or t == run.settings.rounds
-    after = run.algorithm.evaluate(t, state) if evaluated else before
+    after = run.evaluate(t, state) if evaluated else before
     seen = outcomes if run.selector.wants_weights else [replace(o, state=None) for o in outcomes]
-    columns = run.selector.observe(t, list(seen), Feedback(before, after, evaluated, state.model)) or {}
+    feedback = Feedback(run.decision_figures(before), run.decision_figures(after), evaluated, state.model)
+    columns = run.selector.observe(t, list(seen), feedback) or {}
     return evaluated, after, dict(columns)
 
 
@@ -325,7 +328,7 @@ def prepare(run) -> tuple[Any, ServerState, Evaluation]:
     prepared = run.selector.prepare()
     state = run.algorithm.prepare(run.algorithm.initial_state(), prepared)
     run.clock.start(float(prepared.cost.latency_s))
-    return prepared, state, run.algorithm.evaluate(0, state)
+    return prepared, state, run.evaluate(0, state)
 
 
 def run_rounds(run, recorder: Recorder, state: ServerState | None = None, before: Evaluation | None = None, start: int = 0):

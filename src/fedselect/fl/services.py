@@ -3,7 +3,8 @@
 :class:`FederationContext` gives a selector the fleet and its per-round draws, the cost model
 (:class:`fedselect.fl.cost.CostModel`), the seeded initial model, caches shared by the runs on
 one federation, and the client services — the shared warm-up, training a client, scoring on
-the test set, budgeted-online candidate scores, the loss probes of Power-of-Choice — as jobs
+the set decisions read (the server's validation set, or the test set under ``selection_eval:
+test``), budgeted-online candidate scores, the loss probes of Power-of-Choice — as jobs
 (:mod:`fedselect.fl.work`) handed to the run's transport. The same context serves every engine:
 the simulator's transport runs the jobs in the worker pool, Flower's sends them to the nodes.
 """
@@ -87,8 +88,15 @@ class FederationContext:
         return clone_state(self._fed.new_model().state_dict())
 
     def evaluate(self, state: State) -> Evaluation:
-        """``state`` on the server's test set (accuracy, macro-F1, loss)."""
-        return self.transport.run([EvalJob(None, state, "test")])[0].evaluation()
+        """``state`` on the set decisions read (accuracy, macro-F1, loss): the server's
+        validation set, or the test set with ``selection_eval: test``.
+
+        Raises:
+            RuntimeError: the set could not score it (no validation set: data.validation is 0)."""
+        r = self.transport.run([EvalJob(None, state, self.settings.selection_eval)])[0]
+        if r.error is not None:
+            raise RuntimeError(f"scoring a model for the selector on the {self.settings.selection_eval} set failed: {r.error}")
+        return r.evaluation()
 
     def warmup(self, epochs: int, tag: str, clients: Sequence[int] | None = None) -> Iterator[WarmClient]:
         """Every client (or those of ``clients``, in that order) trains ``epochs`` epochs from the
@@ -126,12 +134,15 @@ class FederationContext:
         return [(r.state, r.loss) for r in results]
 
     def evaluate_candidate(self, k: int, epochs: int) -> tuple[float, float, float]:
-        """Budgeted-online candidate evaluation (the paper's Section IV): the initial model trained ``epochs``
-        epochs on client ``k``'s data (stream ``candidate/0/<k>``), then scored on the server's
-        test set. Returns (test accuracy, test loss, mean training loss); memoised per
-        federation, epochs and training settings (shared by every run on the federation). A
-        candidate that cannot be trained scores NaN (never accepted by the rules)."""
-        cache = self.shared_cache(f"candidates/{int(epochs)}/{self.train_cfg!r}")
+        """Budgeted-online candidate evaluation (BO Algorithm 1): the initial model trained
+        ``epochs`` epochs on client ``k``'s data (stream ``candidate/0/<k>``), then scored on the
+        set decisions read (:meth:`evaluate`). Returns (accuracy, loss, mean training loss);
+        memoised per federation, set, epochs and training settings (shared by every run on the
+        federation). A candidate that cannot be trained scores NaN (never accepted by the rules).
+
+        Raises:
+            RuntimeError: no validation set to score on (data.validation is 0)."""
+        cache = self.shared_cache(f"candidates/{self.settings.selection_eval}/{int(epochs)}/{self.train_cfg!r}")
         if k not in cache:
             r = self.transport.run([TrainJob(k, self.initial_state(), int(epochs), self._fed.seed, f"candidate/0/{k}")])[0]
             if r.error is not None:

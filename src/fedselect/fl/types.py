@@ -3,7 +3,8 @@
 * :class:`ClientCost` — what one client costs in one round (seconds and bytes).
 * :class:`ClientOutcome` — what one selected client reports after a round (or why it failed).
 * :class:`Evaluation` — the figures of one evaluation (global model on the test set, or the
-  mean over clients of their own models on their held-out splits).
+  mean over clients of their own models on their held-out splits), with the same model's
+  figures on the server's validation set where a decision reads them.
 * :class:`PhaseCost` — simulated time and traffic of work outside the rounds (a warm-up
   before round 1, a transfer after the last round).
 
@@ -120,12 +121,16 @@ class Evaluation:
         loss: mean cross-entropy.
         per_client: with per-client evaluation, ``{"accuracy_std": float, "client_accuracy":
             [float, ...]}`` (population std over clients; client order); else None.
+        validation: the same model(s) scored on the server's validation set (what decisions
+            read with ``selection_eval: validation``; docs/core.md, "Which set a decision
+            reads"), or None where nothing reads it.
     """
 
     accuracy: float
     f1_macro: float
     loss: float
     per_client: dict[str, Any] | None = None
+    validation: "Evaluation | None" = None
 
     def value(self, metric: str) -> float:
         """``accuracy`` or ``f1_macro`` (the config's ``metrics.metric``).
@@ -139,16 +144,20 @@ class Evaluation:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Evaluation":
-        """From ``{"accuracy", "f1_macro", "loss"[, "accuracy_std", "client_accuracy"]}``."""
+        """From ``{"accuracy", "f1_macro", "loss"[, "accuracy_std", "client_accuracy"][, "validation": {...}]}``."""
         per = None
         if "client_accuracy" in d:
             per = {"accuracy_std": d.get("accuracy_std", math.nan), "client_accuracy": list(d["client_accuracy"])}
-        return cls(float(d["accuracy"]), float(d["f1_macro"]), float(d["loss"]), per)
+        val = cls.from_dict(d["validation"]) if isinstance(d.get("validation"), dict) else None
+        return cls(float(d["accuracy"]), float(d["f1_macro"]), float(d["loss"]), per, val)
 
     def as_dict(self) -> dict[str, Any]:
+        """The figures as plain data (``validation`` nested when present): :meth:`from_dict` reads it back."""
         out: dict[str, Any] = {"accuracy": self.accuracy, "f1_macro": self.f1_macro, "loss": self.loss}
         if self.per_client is not None:
             out.update(self.per_client)
+        if self.validation is not None:
+            out["validation"] = self.validation.as_dict()
         return out
 
 
@@ -200,6 +209,8 @@ class RunSettings:
         count_download: the broadcast counts in a client's latency.
         cycles_per_bit: g of FR-eq 4.
         optimizer: the local optimiser (``train.optimizer``: ``sgd`` or ``adam``).
+        selection_eval: the set decisions that read model quality score on: ``validation``
+            (the server's validation set) or ``test`` (the papers' protocol).
     """
 
     seed: int
@@ -214,6 +225,7 @@ class RunSettings:
     count_download: bool = False
     cycles_per_bit: float = 20.0
     optimizer: str = "sgd"
+    selection_eval: str = "validation"
 
 
 @dataclass(frozen=True)
@@ -270,17 +282,43 @@ class Selection:
 class Feedback:
     """What the server knows at the end of round t, for :meth:`Selector.observe`.
 
+    ``before`` and ``after`` are the figures decisions may read: the server's validation set
+    (``selection_eval: validation``) or the test set (``selection_eval: test``), never the
+    reported test figures otherwise. They are computed only for a selector that declares
+    ``wants_evaluation = True``; reading them without the declaration raises.
+
     Attributes:
         before: the evaluation before the round (the last one made).
         after: the evaluation after it (equal to ``before`` when not evaluated this round).
         evaluated: whether the model was evaluated this round.
         global_state: the server model after this round's aggregation. Read-only.
+
+    Raises:
+        AttributeError: ``before`` / ``after`` read by a selector that did not declare
+            ``wants_evaluation`` (names the declaration).
     """
 
-    before: Evaluation
-    after: Evaluation
+    _before: Evaluation | None
+    _after: Evaluation | None
     evaluated: bool
     global_state: State
+
+    @property
+    def before(self) -> Evaluation:
+        return self._figures(self._before)
+
+    @property
+    def after(self) -> Evaluation:
+        return self._figures(self._after)
+
+    @staticmethod
+    def _figures(e: Evaluation | None) -> Evaluation:
+        if e is None:
+            raise AttributeError(
+                "Feedback.before / after: this selector did not declare wants_evaluation = True, so the model was not scored "
+                "for its decisions; declare it on the selector class to receive the validation-set figures"
+            )
+        return e
 
 
 @dataclass(frozen=True)

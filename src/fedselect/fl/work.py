@@ -10,15 +10,16 @@ job                    what the client does                   used by
                                                               CEFL), candidates (budgeted online),
                                                               Individual
 ``EvalJob``            score a state on its own data          per-client evaluation (CEFL, FedPer,
-                       (held-out split or training samples)   Regular FL), Power-of-Choice probes
-                       or on the test set (``client None``)
+                       (held-out split or training samples)   Regular FL), Power-of-Choice probes;
+                       or on the server's validation / test   decisions (validation), reports
+                       set (``client None``)                  (test)
 ``FineTuneJob``        CEFL's transfer: fine-tune a leader's  CEFL's finish
                        model with early stopping
 =====================  =====================================  ==================================
 
 :class:`LocalTransport` is the simulator's: training in the worker pool
-(:class:`fedselect.fl.pool.ClientTrainer`), test-set scores in the pool, a client's own data
-in this process. A Flower node runs the very same :class:`LocalTransport` on its federation for
+(:class:`fedselect.fl.pool.ClientTrainer`), scores on the server's validation and test sets in
+the pool, a client's own data in this process. A Flower node runs the very same :class:`LocalTransport` on its federation for
 the jobs the server sends it (:mod:`fedselect.flower.transport`), which is what makes both
 engines give the same numbers.
 """
@@ -53,17 +54,22 @@ __all__ = [
     "LocalTransport",
     "Submissions",
     "EVAL_SPLITS",
+    "SERVER_SPLITS",
 ]
 
-#: where an :class:`EvalJob` scores: a client's held-out split, its training data, the test set
-EVAL_SPLITS = ("holdout", "train", "test")
+#: where an :class:`EvalJob` scores: a client's held-out split, its training data, the server's
+#: validation set (what decisions read), the test set (what is reported)
+EVAL_SPLITS = ("holdout", "train", "validation", "test")
+#: the splits the server holds (an :class:`EvalJob` on them has no client)
+SERVER_SPLITS = ("validation", "test")
 
 
 @dataclass(frozen=True)
 class EvalJob:
     """Score ``state`` on client ``client_id``'s ``split`` (``holdout`` or ``train``; only the
-    training ``samples`` when given), or on the server's test set (``client_id`` None, ``split``
-    ``test``). ``loss_only``: only the mean cross-entropy is needed (probes)."""
+    training ``samples`` when given), or on one of the server's sets (``client_id`` None,
+    ``split`` ``validation`` or ``test``). ``loss_only``: only the mean cross-entropy is needed
+    (probes)."""
 
     client_id: int | None
     state: State
@@ -74,8 +80,10 @@ class EvalJob:
     def __post_init__(self) -> None:
         if self.split not in EVAL_SPLITS:
             raise ValueError(f"EvalJob: split must be one of {list(EVAL_SPLITS)}, got {self.split!r}")
-        if (self.client_id is None) != (self.split == "test"):
-            raise ValueError("EvalJob: the test set has no client (client_id None); a client's split needs its id")
+        if (self.client_id is None) != (self.split in SERVER_SPLITS):
+            raise ValueError(
+                f"EvalJob: the server's sets {list(SERVER_SPLITS)} have no client (client_id None); a client's split needs its id"
+            )
         if self.samples is not None and self.split != "train":
             raise ValueError("EvalJob: samples index a client's training data (split 'train')")
 
@@ -253,9 +261,12 @@ class LocalTransport:
         return self._submitted.collect(tickets)
 
     def _evaluate(self, j: EvalJob) -> EvalResult:
-        if j.split == "test":
-            m = self.trainer.evaluate(j.state, "test")
-            return EvalResult(None, float(m["accuracy"]), float(m["f1_macro"]), float(m["loss"]), len(self.fed.test_set))
+        if j.split in SERVER_SPLITS:
+            if j.split == "validation" and not len(self.fed.validation_indices):
+                return EvalResult(None, math.nan, math.nan, math.nan, 0, "no validation set (data.validation is 0)")
+            m = self.trainer.evaluate(j.state, j.split)
+            size = len(self.fed.test_set) if j.split == "test" else len(self.fed.validation_indices)
+            return EvalResult(None, float(m["accuracy"]), float(m["f1_macro"]), float(m["loss"]), size)
         client = self.fed.clients[j.client_id]
         data = client.holdout if j.split == "holdout" else client.train
         if j.samples is not None:

@@ -28,7 +28,7 @@ __all__ = ["run_on_grid", "connect"]
 def connect(grid: Grid, r, fed: Federation, options: FlowerOptions, stop=None) -> FlowerTransport:
     """The Flower transport of the resolved experiment ``r`` on ``grid``, its nodes learnt:
     all N waited for, except for a selector whose candidates stream in (``candidate_stream``)
-    with ``arrival: nodes``. The server's own jobs (test-set scores) run in this process.
+    with ``arrival: nodes``. The server's own jobs (validation- and test-set scores) run in this process.
 
     Raises:
         ConfigError / RuntimeError: a node of another federation, or one whose query failed.

@@ -4,9 +4,9 @@
 ``Grid``: a job for client ``k`` goes to the node serving ``k`` (:class:`NodeDirectory`), as
 the message of :mod:`fedselect.flower.wire`; the node runs it with the simulator's own
 :class:`~fedselect.fl.work.LocalTransport` on its federation and answers with the result.
-Jobs without a client (scores on the test set) run on the server, as in the simulator. With
-the same config and seed a run therefore gives the simulator's ``metrics.csv`` and model,
-byte for byte (simulated latency).
+Jobs without a client (scores on the server's validation and test sets) run on the server, as in
+the simulator. With the same config and seed a run therefore gives the simulator's
+``metrics.csv`` and model, byte for byte (simulated latency).
 
 What can go wrong, and what it becomes (the round turns it into the simulator's failure
 kinds, :mod:`fedselect.fl.round`):
@@ -69,10 +69,10 @@ class FlowerTransport:
 
     Args:
         grid: the ServerApp's grid.
-        fed: the server's federation (its test set, the model's entries, the profiles).
+        fed: the server's federation (its validation and test sets, the model's entries, the profiles).
         train_cfg: local-training settings sent with every job.
         options: :class:`fedselect.flower.nodes.FlowerOptions`.
-        server: the transport of the server's own jobs (test-set scores; a
+        server: the transport of the server's own jobs (validation- and test-set scores; a
             :class:`~fedselect.fl.work.LocalTransport` in this process).
         deadline_s: the round deadline; with measured latency the server waits that long for
             training replies.

@@ -129,6 +129,7 @@ def run_compare_entry(entry: Entry, job: Job) -> EntryResult:
     ]
     res.plots = [p for p in (d / "plots").glob("*.png") if p.stem in ("metric_vs_latency", "latency_vs_round", "metric_vs_round")]
     res.machines = _machines(d)
+    res.test_decisions = [e["label"] for e in rep["table"] if e.get("test_decisions")]
     if entry.table:
         res.markdown = rep["markdown"]
     return res

@@ -11,7 +11,7 @@ from fedselect.repro.alpha import render_alpha, run_alpha_entry
 from fedselect.repro.comparison import run_compare_entry
 from fedselect.repro.grid import render_sweep, run_sweep_entry
 from fedselect.repro.manifest import PAPERS, Entry, EntryResult, Job, _is_fraction, load_manifest
-from fedselect.repro.record import where
+from fedselect.repro.record import decisions_caution, where
 from fedselect.runfiles import atomic_write
 
 #: the runner of each entry kind
@@ -104,6 +104,7 @@ def render(title: str, results: list[EntryResult], quick: bool, image_dir: str |
                 continue
             if r.incomplete:
                 lines += ["Caution, incomplete runs (their existing rounds are used): " + ", ".join(r.incomplete), ""]
+            lines += decisions_caution(r)
             lines += ["| method | figure | paper | ours (95% interval) | seeds | verdict |", "|---|---|---|---|---|---|"]
             for j in r.judged:
                 ours = _fmt(j.mean, j.claim.figure)

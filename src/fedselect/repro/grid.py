@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from fedselect.repro.manifest import Entry, EntryResult, Job
-from fedselect.repro.record import _machines, _runs_wall, recorded_wall, session, where
+from fedselect.repro.record import _machines, _runs_wall, decisions_caution, recorded_wall, session, where
 
 #: axis titles of the budgeted-online grid keys in the sweep plots
 AXIS_TITLES = {
@@ -198,7 +198,7 @@ def run_sweep_entry(entry: Entry, job: Job) -> EntryResult:
     Raises:
         FileNotFoundError: the entry's config is missing. ConfigError: it is invalid.
     """
-    from fedselect.sweep import _restrict, build_sweep_table, check_sweep_runs, run_sweep
+    from fedselect.sweep import _restrict, build_sweep_table, check_sweep_runs, labels_deciding_on_test, run_sweep
 
     out, quick, run = job.out, job.quick, job.run
     sc = _sweep_config(entry, job)
@@ -227,6 +227,7 @@ def run_sweep_entry(entry: Entry, job: Job) -> EntryResult:
     res.grid = sweep_grid_summary(d, sc)
     res.plots = sweep_plots(res.grid, d / "plots")
     res.machines = _machines(d)
+    res.test_decisions = labels_deciding_on_test(d, sc)
     expected = len(
         {(m.label, repr(sorted(_restrict(p, m).items())), s) for p in sc.points() for m in sc.methods for s in sc.seeds}
     )
@@ -244,6 +245,7 @@ def render_sweep(r: EntryResult, quick: bool, image_dir: str | None) -> list[str
     lines = []
     if r.incomplete:
         lines += ["Caution, incomplete sweep: " + ", ".join(r.incomplete) + " (the cells use the runs there are).", ""]
+    lines += decisions_caution(r)
 
     def f(v, d=4):
         return "-" if v is None else f"{v:.{d}f}"

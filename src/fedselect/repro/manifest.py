@@ -138,6 +138,7 @@ class EntryResult:
     alpha: dict[str, Any] | None = None  # alpha entries: the saved alpha.json
     machines: list[str] = field(default_factory=list)  # where the runs were made (RECORD), oldest first
     markdown: str | None = None  # the comparison's own table.md (entries with ``table: true``)
+    test_decisions: list[str] = field(default_factory=list)  # labels whose decisions read the test set
 
 
 @dataclass(frozen=True)

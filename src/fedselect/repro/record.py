@@ -108,6 +108,18 @@ def _runs_wall(directory: Path) -> float:
     return total
 
 
+def decisions_caution(r: EntryResult) -> list[str]:
+    """The document's caution lines for an entry whose methods' decisions read the test set
+    (``selection_eval: test``, the papers' protocol; [] when none did)."""
+    if not r.test_decisions:
+        return []
+    return [
+        f"Caution, decisions read the test set: {', '.join(r.test_decisions)} (selection_eval: test, as the paper did; "
+        "their rewards or candidate scores came from the test set whose figures are reported here).",
+        "",
+    ]
+
+
 def where(r: EntryResult) -> str:
     """Where and how long, for an entry's result ``r``:
     ``"12.3 min on Linux x86_64, 2 CPUs (...) (runs' own wall time 12.1 min)"`` from the machines

@@ -210,6 +210,7 @@ class DDQNSelector(Selector):
     wants_weights = True
     needs_shared_model = True
     needs_every_round_evaluation = True
+    wants_evaluation = True  # the rewards read the global metric (FR-eq 8, 6; FAVOR's 64^(P - target) - 1)
 
     def __init__(self, ctx, options=None):
         super().__init__(ctx, options)

@@ -7,7 +7,8 @@ Learning", Algorithm 1:
 1. Candidates arrive one at a time in a seeded random order (shared by every method compared
    on the same federation and seed). Each arriving candidate is *evaluated*: the freshly
    initialised global model is trained for E epochs on the candidate's data (one round, no
-   averaging) and its accuracy is measured on the server's test set
+   averaging) and its accuracy is measured on the server's validation set (the paper measures
+   it on the test set, BO Section IV-A: ``selection_eval: test``)
    (:meth:`SelectorContext.evaluate_candidate`, memoised per federation).
 2. The rule decides irrevocably: here the secretary rule (reject the first alpha* = BO-eq 7,
    threshold = their best, accept above it, tail-fill; :func:`fedselect.kernels.secretary.secretary_rule`);
@@ -108,6 +109,7 @@ class OnlineSelection(Selector):
     Options: ClassVar[type[BaseModel]] = OnlineOptions
     extra_columns: ClassVar[tuple[str, ...]] = ("selection_run", "competitive_ratio")
     candidate_stream = True
+    scores_candidates = True
 
     def __init__(self, ctx, options=None):
         super().__init__(ctx, options)
@@ -140,8 +142,9 @@ class OnlineSelection(Selector):
         return self.settings.local_epochs if e is None else int(e)
 
     def candidate_accuracy(self, k: int) -> float:
-        """Test accuracy of candidate ``k``: the fresh global model trained E epochs on ``k``'s
-        data, evaluated on the server's test set (memoised per federation)."""
+        """Accuracy of candidate ``k``: the fresh global model trained E epochs on ``k``'s data,
+        scored on the set decisions read (the server's validation set; the test set under
+        ``selection_eval: test``), memoised per federation."""
         score = self.ctx.evaluate_candidate(k, self.eval_epochs)
         self._scores[k] = score
         return score[0]

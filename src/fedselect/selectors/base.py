@@ -14,7 +14,8 @@ it never touches the global model. The round loop (``fedselect.fl.round``) calls
 
 Everything a selector may ask of the system goes through its :class:`SelectorContext`: the
 fleet's profiles and per-round draws, the cost model, and a few services (train a client, score
-a model on the server's test set, the shared warm-up). One implementation serves every engine
+a model on the server's decision set — its validation set, or the test set under
+``selection_eval: test`` —, the shared warm-up). One implementation serves every engine
 (:class:`fedselect.fl.services.FederationContext`): its services are jobs handed to the run's
 transport, the simulator's worker pool or messages to Flower nodes, so the same selector object
 drives either engine. A selector declares what it needs (class attributes below); the engines
@@ -172,11 +173,13 @@ class SelectorContext(Protocol):
         """Client ``k`` trains ``epochs`` epochs from ``start``; returns (state, mean loss)."""
 
     def evaluate(self, state: State) -> Evaluation:
-        """``state`` on the server's test set."""
+        """``state`` on the set decisions read (``RunSettings.selection_eval``: the server's
+        validation set, or the test set)."""
 
     def evaluate_candidate(self, k: int, epochs: int) -> tuple[float, float, float]:
-        """Budgeted-online candidate evaluation: (test accuracy, test loss, training loss) of
-        the initial model trained ``epochs`` epochs on client ``k``'s data (memoised)."""
+        """Budgeted-online candidate evaluation: (accuracy, loss, training loss) of the initial
+        model trained ``epochs`` epochs on client ``k``'s data, scored on the set decisions read
+        (memoised)."""
 
     def shared_cache(self, namespace: str) -> dict:
         """A dict shared by every run on the same federation (memoised candidate scores)."""
@@ -205,6 +208,14 @@ class Selector:
         provides_groups: ``prepare`` returns clusters and leaders (CEFL).
         needs_shared_model: meaningless with an algorithm that exchanges no model (Individual).
         needs_every_round_evaluation: rewards need the global metric every round (eval_every 1).
+        wants_evaluation: ``observe`` reads model quality (``Feedback.before`` / ``after``, or
+            ``ctx.evaluate``): the round then scores the model on the set decisions read (the
+            server's validation set; the test set under ``selection_eval: test``) and hands those
+            figures over, never the reported test figures.
+        scores_candidates: ``prepare`` scores candidate models (``ctx.evaluate_candidate``:
+            budgeted online selection) on the set decisions read.
+        choice_ignores_scores: its choice does not depend on the candidate scores it computes
+            (online random: they only feed its reported competitive ratio).
         candidate_stream: candidates arrive one by one (budgeted online selection): an engine
             with real nodes may let them arrive as the nodes connect instead of waiting for all.
         uses_count: picks ``RoundView.count`` clients (U, or more with ``overselect``); False
@@ -224,6 +235,9 @@ class Selector:
     provides_groups: ClassVar[bool] = False
     needs_shared_model: ClassVar[bool] = False
     needs_every_round_evaluation: ClassVar[bool] = False
+    wants_evaluation: ClassVar[bool] = False
+    scores_candidates: ClassVar[bool] = False
+    choice_ignores_scores: ClassVar[bool] = False
     candidate_stream: ClassVar[bool] = False
     uses_count: ClassVar[bool] = True
 
@@ -296,3 +310,20 @@ def top_u(scores: Sequence[float] | np.ndarray, u: int, among: Sequence[int] | N
     key = np.where(np.isfinite(s[ids]), s[ids], -np.inf)
     order = np.lexsort((ids, -key))
     return [int(ids[i]) for i in order[: max(0, min(int(u), len(ids)))]]
+
+
+def reads_quality(selector: type) -> bool:
+    """Whether a selector scores models on the set decisions read (it declares
+    ``wants_evaluation`` or ``scores_candidates``): only then does ``selection_eval`` change its
+    results, and ``selection_eval: validation`` needs a validation set."""
+    return bool(getattr(selector, "wants_evaluation", False) or getattr(selector, "scores_candidates", False))
+
+
+def decides_on_quality(selector: type) -> bool:
+    """Whether a selector's choices depend on those scores (:func:`reads_quality`, less a
+    selector whose choice ignores its candidates' scores): with ``selection_eval: test`` its
+    choices then depend on the test set, which the tables' caution line says."""
+    return bool(
+        getattr(selector, "wants_evaluation", False)
+        or (getattr(selector, "scores_candidates", False) and not getattr(selector, "choice_ignores_scores", False))
+    )

@@ -18,6 +18,7 @@ from fedselect.selectors._online import OnlineSelection
 class OnlineRandom(OnlineSelection):
     name = "online_random"
     summary = "budgeted online baseline: accepts R arriving candidates at random"
+    choice_ignores_scores = True  # the scores feed only the competitive ratio
 
     def choose(self, scores, budget):
         return online_random_rule(len(scores), budget, self.rng)
