@@ -211,7 +211,7 @@ def test_a_sweep_gives_censored_rounds_to_target_as_a_median(tmp_path):
 @pytest.mark.slow
 def test_adaptive_deadline_on_a_real_run_holds_its_share(tmp_path):
     """A real 50-round run on a stationary fleet known in closed form: 8 clients of 500 samples
-    (iid; 400 train, data.holdout_fraction 0.2), all selected, one device class f ~ N(1000, 200)
+    (iid; 400 train, data.holdout_fraction 0.2, no validation set), all selected, one device class f ~ N(1000, 200)
     MHz drawn per client and round, one network of 10 Mb/s without spread, an MLP of 6,370
     parameters. Latency (FR-eq 3-5) L = A / f + tx with A = 400 x 784 x 32 bits x 20 cycles /
     1e6 = 200.704 MHz s and tx = 6,370 x 32 / 10e6 = 0.020384 s, so F(x) = 1 - Phi((A / (x - tx)
@@ -230,7 +230,7 @@ def test_adaptive_deadline_on_a_real_run_holds_its_share(tmp_path):
         "rounds": 50,
         "clients_per_round": 8,
         "checkpoint_every": 0,
-        "data": {"dataset": "mnist-embedded", "num_clients": 8, "partition": {"scheme": "iid"}},
+        "data": {"dataset": "mnist-embedded", "num_clients": 8, "partition": {"scheme": "iid"}, "validation": 0},
         "model": {"name": "mlp", "options": {"hidden": [8]}},
         "train": {"local_epochs": 1, "batch_size": 50, "lr": 0.05, "workers": 0},
         "system": {

@@ -452,7 +452,8 @@ def test_sweep_options_reach_every_run_and_a_rerun_with_other_values_is_refused(
     assert res.exit_code == 2 and "train.momentum (0.5 in the saved run, 0.6 now)" in text, text
     assert {r.name: (r / "metrics.csv").read_bytes() for r in runs} == before
     res = runner.invoke(app, [*args])  # without -q: a line per run (both finished: nothing to run, the table)
-    assert res.exit_code == 0 and "| lr | method | seeds | final_accuracy |" in res.output
+    assert res.exit_code == 0 and "sweep directory:" in res.output  # (the console's table: tests/test_outputs.py)
+    assert "| lr | method | seeds | final_accuracy |" in (out / "table.md").read_text()
 
 
 def test_sweep_refuses_a_set_of_a_grid_key_and_points_that_share_a_directory(tmp_path):

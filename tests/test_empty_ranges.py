@@ -95,7 +95,15 @@ def test_every_selector_runs_on_a_fleet_alike(tmp_path):
             "overrides": {"mode": "async", "async.concurrency": 4, "async.buffer_size": 2},
         }
     )
-    cc = parse_compare({"name": "alike", "seeds": [0, 1], "baseline": "random", "base": _base(), "methods": methods})
+    cc = parse_compare(
+        {
+            "name": "alike",
+            "seeds": [0, 1],
+            "baseline": "random",
+            "base": {k: v for k, v in _base().items() if k != "name"},
+            "methods": methods,
+        }
+    )
     out = run_comparison(cc, tmp_path / "c")
     for m in methods:
         for seed in (0, 1):

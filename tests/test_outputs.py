@@ -301,7 +301,7 @@ def test_a_sweep_tables_the_figures_of_its_methods_and_draws_the_comparison_plot
     assert build_sweep_table(tmp_path / "sw", parse_sweep(spec))["heads"][3:] == ["final_accuracy", "candidates_evaluated"]
 
 
-def test_flower_log_lines_are_plain_and_shown_once(capfd):
+def test_flower_log_lines_are_plain_and_shown_once():
     """While fedselect drives Flower, a Flower warning reaches the console once, through the
     logging root, without colour codes; Flower's notices about fedselect's own use of it
     (deprecations, an actor's routine end) are dropped. In any process running fedselect's
@@ -322,22 +322,29 @@ def test_flower_log_lines_are_plain_and_shown_once(capfd):
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.WARNING)
     root.addHandler(handler)
+    # Flower's console handler writes to the stream it was created with (under pytest, whatever
+    # sys.stderr was when flwr was first imported, perhaps in another test): give it one to read
+    consoles = [h for h in logging.getLogger("flwr").handlers if isinstance(h, ConsoleHandler)]
+    assert consoles
+    flower_out = io.StringIO()
+    streams = [h.setStream(flower_out) for h in consoles]
     try:
-        capfd.readouterr()
         with flower_console():
             warn_deprecated_feature("The `run_simulation` function")
             log(logging.WARNING, "Manually terminating ClientAppActor")
             log(logging.WARNING, "node 3 is slow")
-        inside = capfd.readouterr()
+        inside = flower_out.getvalue()
         log(logging.WARNING, "after")
-        after = capfd.readouterr()
+        after = flower_out.getvalue()[len(inside) :]
     finally:
         root.removeHandler(handler)
+        for h, stream in zip(consoles, streams):
+            h.setStream(stream)
     shown = buf.getvalue()
     assert shown.count("node 3 is slow") == 1 and "WARNING flwr: node 3 is slow" in shown
     assert "DEPRECATED" not in shown and "terminating" not in shown and "\x1b[" not in shown
-    assert "node 3 is slow" not in inside.err + inside.out  # Flower's own handler was off
-    assert "after" in after.err and "\x1b[" not in after.err  # back, plain: stderr is not a terminal here
+    assert "node 3 is slow" not in inside  # Flower's own handler was off
+    assert "after" in after and "\x1b[" not in after  # back, plain: its stream is not a terminal
 
     class Terminal(io.StringIO):
         def isatty(self):

@@ -387,7 +387,11 @@ def test_registered_model_and_data_set_run_and_carry_an_importable_path(tmp_path
     from fedselect.models import MODELS
 
     __import__(user_module)
-    d = doc(data={**doc()["data"], "dataset": "two_blobs", "options": {"n": 300}}, model={"name": "linear_probe"}, rounds=3)
+    d = doc(
+        data={**doc()["data"], "dataset": "two_blobs", "options": {"n": 300}, "validation": 0},
+        model={"name": "linear_probe"},
+        rounds=3,
+    )
     d["train"].update(local_epochs=3, lr=0.2)
     res = fedselect.run(d, tmp_path / "r", workers=0)
     assert res.config.data.options == {"n": 300, "dims": 6} and res.config.model.options == {"bias": True}
