@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from fedselect.fl.fairness import selection_counts
+
 
 def _plt():
     import matplotlib
@@ -164,11 +166,7 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
             runs = [r for r in by_label[lab] if r.seed == seed0]
             if not runs:
                 continue
-            counts = np.zeros(len(lat))
-            for row in runs[0].rows:
-                if row["selected"]:
-                    for k in row["selected"].split(";"):
-                        counts[int(k)] += 1
+            counts = selection_counts(runs[0].rows, len(lat))
             jitter = (j - (len(labels) - 1) / 2) * 0.04
             ax.scatter(lat * (1 + jitter), counts, s=22, color=colors[lab], alpha=0.75, label=lab)
         ax.set_xscale("log")
@@ -178,6 +176,7 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
         ax.set_title(f"selection vs client latency (seed {seed0}): stragglers are on the right")
         ax.legend()
         save(fig, "selection_vs_latency.png")
+        participation_by_speed(plt, save, results, labels, feds, colors)
 
         # 4b. device / network class of the selected clients per round (mean over seeds)
         for kind in ("device", "network"):
@@ -234,6 +233,33 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
         save(fig, f"cefl_similarity_{r.label.replace(' ', '_')}_s{r.seed}.png")
         break
     return written
+
+
+def participation_by_speed(plt, save, results, labels: list[str], feds: list[dict[str, Any]], colors) -> None:
+    """``participation_by_speed.png``: the times each client was selected (mean over the seeds)
+    against its rank by expected latency in its seed's federation (0 = fastest): a selector
+    that prefers fast clients piles up on the left, uniform selection is flat."""
+    by_seed = {int(f["seed"]): np.asarray(f["expected_latency_s"], dtype=float) for f in feds if "seed" in f}
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    seeds = set()
+    for lab in labels:
+        curves = []
+        for r in results:
+            lat = by_seed.get(r.seed, np.asarray(feds[0]["expected_latency_s"], dtype=float))
+            if r.label != lab:
+                continue
+            order = np.lexsort((np.arange(lat.size), lat))  # fastest first, ties: lowest id
+            curves.append(selection_counts(r.rows, lat.size)[order])
+            seeds.add(r.seed)
+        if curves:
+            ax.plot(
+                np.arange(curves[0].size), np.mean(curves, axis=0), color=colors[lab], lw=1.5, label=lab, drawstyle="steps-mid"
+            )
+    ax.set_xlabel("client, ranked by expected latency (0 = fastest)")
+    ax.set_ylabel("times selected" + (f" (mean of {len(seeds)} seeds)" if len(seeds) > 1 else ""))
+    ax.set_title("participation by client, fastest first")
+    ax.legend()
+    save(fig, "participation_by_speed.png")
 
 
 def class_speed(fed: dict[str, Any], kind: str) -> list[float]:

@@ -33,7 +33,7 @@ import torch
 from fedselect.algorithms.base import Finished, RunTotals, ServerState
 from fedselect.config import dump_config
 from fedselect.fl.checkpoint import save_checkpoint
-from fedselect.fl.fairness import client_accuracy_figures, participation_figures
+from fedselect.fl.fairness import client_accuracy_figures, participation_figures, selection_counts
 from fedselect.fl.metrics import (
     LATER_CORE_COLUMNS,
     PER_ROUND_KEYS,
@@ -294,17 +294,6 @@ class RunFiles:
             },
         }
         return write_summary(self.dir, self.r, self.sim, final, self.prep_info, self.cum["wall"], phases)
-
-
-def selection_counts(rows: list[dict[str, str]], num_clients: int) -> np.ndarray:
-    """``(N,)`` times each client was selected in the rounds (>= 1) of ``rows`` (metrics rows as
-    strings; their ``selected`` column, ids separated by ``;``)."""
-    counts = np.zeros(num_clients, dtype=np.int64)
-    for r in rows:
-        if int(r.get("round") or 0) >= 1:
-            for k in filter(None, (r.get("selected") or "").split(";")):
-                counts[int(k)] += 1
-    return counts
 
 
 def final_client_accuracy(sim: Simulation, finished: Finished) -> list[float] | None:

@@ -32,6 +32,7 @@ __all__ = [
     "worst_share_mean",
     "participation_figures",
     "client_accuracy_figures",
+    "selection_counts",
 ]
 
 #: the per-round participation columns of ``metrics.csv`` (over rounds 1..t) and summary keys
@@ -125,3 +126,20 @@ def client_accuracy_figures(accuracies: Sequence[float] | np.ndarray) -> dict[st
         "client_accuracy_worst10": worst_share_mean(v, 0.1),
         "client_accuracy_std": float(np.std(v)),
     }
+
+
+def selection_counts(rows: Sequence[dict[str, str]], num_clients: int) -> np.ndarray:
+    """``(N,)`` int64 times each client was selected in the rounds (>= 1) of ``rows`` (metrics
+    rows as strings; their ``selected`` column, ids separated by ``;``).
+
+    Raises:
+        ValueError: an id outside 0..N-1 (the rows belong to another federation).
+    """
+    counts = np.zeros(int(num_clients), dtype=np.int64)
+    for r in rows:
+        if int(r.get("round") or 0) >= 1:
+            for k in filter(None, (r.get("selected") or "").split(";")):
+                if not 0 <= int(k) < num_clients:
+                    raise ValueError(f"selected client {k} in round {r.get('round')} is outside 0..{num_clients - 1}")
+                counts[int(k)] += 1
+    return counts
