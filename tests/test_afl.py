@@ -82,5 +82,5 @@ def test_afl_runs(tmp_path):
     s = run_experiment(tiny_experiment("afl"), tmp_path / "r")
     rows = (tmp_path / "r" / "metrics.csv").read_text().splitlines()
     head = rows[0].split(",")
-    valued = [int(r.split(",")[head.index("valued_clients")]) for r in rows[1:]]
+    valued = [int(r.split(",")[head.index("valued_clients")]) for r in rows[2:]]  # rounds 1..4
     assert valued[0] == 0 and valued == sorted(valued) and s["rounds"] == 4
