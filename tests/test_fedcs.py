@@ -10,6 +10,7 @@ from fedselect.experiment import make_simulation
 from fedselect.resolve import parse_experiment
 from fedselect.selectors.base import RoundView
 from fedselect.selectors.fedcs import greedy_schedule
+from test_fastest import _cfg as fastest_cfg
 
 
 def test_algorithm_2_sequential_by_hand():
@@ -36,28 +37,10 @@ def test_parallel_schedule_takes_clients_by_latency():
     assert greedy_schedule([4, 1, 2], [2, 1, 1], [0, 0, 0], 6.0, "parallel") == ([1, 2, 0], pytest.approx(6.0))
 
 
-def _cfg(**over):
-    doc = {
-        "name": "fedcs",
-        "seed": 4,
-        "method": "fedcs",
-        "rounds": 2,
-        "clients_per_round": 2,
-        "data": {"dataset": "mnist-embedded", "num_clients": 4, "partition": {"scheme": "iid"}},
-        "model": {"name": "mlp", "options": {"hidden": [8]}},
-        "train": {"local_epochs": 1, "batch_size": 50, "lr": 0.05},
-        "system": {
-            "devices": [
-                {"name": "fast", "mean_mhz": 1000, "std_mhz": 0, "cores": 4},
-                {"name": "slow", "mean_mhz": 100, "std_mhz": 0, "cores": 1},
-            ],
-            "networks": [{"name": "net", "mean_mbps": 10, "std_mbps": 0}],
-            "round_deadline_s": 0.2,
-        },
-        "method_options": {"request_fraction": 1.0},
-    }
-    doc.update(over)
-    return parse_experiment(doc)
+def _cfg(**options):
+    """The fleet of tests/test_fastest.py (two 4 x 1000 MHz clients, two 1 x 100 MHz ones, 10 Mb/s),
+    FedCS asking every client, with a 0.2 s deadline unless ``options`` say otherwise."""
+    return fastest_cfg(method="fedcs", method_options={"request_fraction": 1.0, "deadline_s": 0.2, **options})
 
 
 # the fleet of tests/test_fastest.py: 800 samples per client; t_UD 0.100352 s fast (4 x 1000 MHz),
@@ -74,7 +57,7 @@ def test_on_a_fleet_whose_times_are_known():
     assert sorted(sel.clients) == fast
     assert sim.selector.pending["estimated_round_s"] == pytest.approx(FAST_UD + 2 * UL)
     sim.close()
-    sim = make_simulation(_cfg(method_options={"request_fraction": 1.0, "deadline_s": 5.0}))
+    sim = make_simulation(_cfg(deadline_s=5.0))
     sel = sim.selector.select(RoundView(1, sim.fed.fleet.draw(1)))
     assert sorted(sel.clients) == [0, 1, 2, 3]  # all four fit 5 s
     # the slow pair: the first slow upload starts when its update ends (4.01408), the second follows it
@@ -107,5 +90,8 @@ def test_fedcs_needs_a_deadline_and_refuses_async():
         )
     ok = parse_experiment({"method": "fedcs", "method_options": {"deadline_s": 3.0}})
     assert ok.selector.options["deadline_s"] == 3.0
+    sim = make_simulation(parse_experiment({"method": "fedcs", "system": {"round_deadline_s": 2.5}}))
+    assert sim.selector.deadline == 2.5  # no deadline of its own: the system's
+    sim.close()
     with pytest.raises(ConfigError, match="fixed set of clients"):
         parse_experiment({"method": "fedcs", "mode": "async", "method_options": {"deadline_s": 3.0}})
