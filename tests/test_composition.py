@@ -96,7 +96,6 @@ def test_presets_are_the_documented_pairs():
         "fastest": ("fastest", "fedavg"),
         "clustered_sampling": ("clustered_sampling", "fedavg"),
         "divfl": ("divfl", "fedavg"),
-        "fedcs": ("fedcs", "fedavg"),
         "afl": ("afl", "fedavg"),
         "fedprox": ("random", "fedprox"),
         "fedadam": ("random", "fedadam"),

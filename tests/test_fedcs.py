@@ -40,7 +40,9 @@ def test_parallel_schedule_takes_clients_by_latency():
 def _cfg(**options):
     """The fleet of tests/test_fastest.py (two 4 x 1000 MHz clients, two 1 x 100 MHz ones, 10 Mb/s),
     FedCS asking every client, with a 0.2 s deadline unless ``options`` say otherwise."""
-    return fastest_cfg(method="fedcs", method_options={"request_fraction": 1.0, "deadline_s": 0.2, **options})
+    return fastest_cfg(
+        method=None, selector={"name": "fedcs", "options": {"request_fraction": 1.0, "deadline_s": 0.2, **options}}
+    )
 
 
 # the fleet of tests/test_fastest.py: 800 samples per client; t_UD 0.100352 s fast (4 x 1000 MHz),
@@ -83,15 +85,15 @@ def test_fedcs_needs_a_deadline_and_refuses_async():
     with pytest.raises(ConfigError, match="needs a round deadline"):
         parse_experiment(
             {
-                "method": "fedcs",
+                "selector": {"name": "fedcs"},
                 "data": {"num_clients": 4, "partition": {"scheme": "iid"}},
                 "clients_per_round": 2,
             }
         )
-    ok = parse_experiment({"method": "fedcs", "method_options": {"deadline_s": 3.0}})
+    ok = parse_experiment({"selector": {"name": "fedcs", "options": {"deadline_s": 3.0}}})
     assert ok.selector.options["deadline_s"] == 3.0
-    sim = make_simulation(parse_experiment({"method": "fedcs", "system": {"round_deadline_s": 2.5}}))
+    sim = make_simulation(parse_experiment({"selector": {"name": "fedcs"}, "system": {"round_deadline_s": 2.5}}))
     assert sim.selector.deadline == 2.5  # no deadline of its own: the system's
     sim.close()
     with pytest.raises(ConfigError, match="fixed set of clients"):
-        parse_experiment({"method": "fedcs", "mode": "async", "method_options": {"deadline_s": 3.0}})
+        parse_experiment({"selector": {"name": "fedcs", "options": {"deadline_s": 3.0}}, "mode": "async"})

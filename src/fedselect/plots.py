@@ -235,30 +235,40 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
     return written
 
 
+#: at most this many points per line in participation_by_speed.png (larger fleets: groups of clients)
+PARTICIPATION_POINTS = 50
+
+
 def participation_by_speed(plt, save, results, labels: list[str], feds: list[dict[str, Any]], colors) -> None:
     """``participation_by_speed.png``: the times each client was selected (mean over the seeds)
-    against its rank by expected latency in its seed's federation (0 = fastest): a selector
-    that prefers fast clients piles up on the left, uniform selection is flat."""
+    against its rank by expected latency in its seed's federation (0 = fastest); with more than
+    :data:`PARTICIPATION_POINTS` clients, the mean over consecutive groups of ranks (the title
+    says how many clients a point stands for). Uniform selection is flat, a selector that
+    prefers fast clients piles up on the left; the y axis is logarithmic above 1."""
     by_seed = {int(f["seed"]): np.asarray(f["expected_latency_s"], dtype=float) for f in feds if "seed" in f}
+    first = np.asarray(feds[0]["expected_latency_s"], dtype=float)
+    n = first.size
+    groups = np.array_split(np.arange(n), min(n, PARTICIPATION_POINTS))
     fig, ax = plt.subplots(figsize=(7, 4.2))
     seeds = set()
     for lab in labels:
         curves = []
-        for r in results:
-            lat = by_seed.get(r.seed, np.asarray(feds[0]["expected_latency_s"], dtype=float))
-            if r.label != lab:
-                continue
+        for r in (r for r in results if r.label == lab):
+            lat = by_seed.get(r.seed, first)
             order = np.lexsort((np.arange(lat.size), lat))  # fastest first, ties: lowest id
-            curves.append(selection_counts(r.rows, lat.size)[order])
+            ranked = selection_counts(r.rows, lat.size)[order]
+            curves.append([ranked[g].mean() for g in groups])
             seeds.add(r.seed)
         if curves:
-            ax.plot(
-                np.arange(curves[0].size), np.mean(curves, axis=0), color=colors[lab], lw=1.5, label=lab, drawstyle="steps-mid"
-            )
+            x = [float(g.mean()) for g in groups]
+            ax.plot(x, np.mean(curves, axis=0), color=colors[lab], lw=1.5, marker=".", label=lab)
+    ax.set_yscale("symlog", linthresh=1.0)
     ax.set_xlabel("client, ranked by expected latency (0 = fastest)")
     ax.set_ylabel("times selected" + (f" (mean of {len(seeds)} seeds)" if len(seeds) > 1 else ""))
-    ax.set_title("participation by client, fastest first")
-    ax.legend()
+    lo, hi = n // len(groups), -(-n // len(groups))
+    per = f" (a point: the mean of {lo if lo == hi else f'{lo}-{hi}'} clients)" if len(groups) < n else ""
+    ax.set_title("participation by client, fastest first" + per)
+    ax.legend(fontsize=8)
     save(fig, "participation_by_speed.png")
 
 

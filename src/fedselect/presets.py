@@ -53,7 +53,6 @@ PRESETS: dict[str, Preset] = {
             description="clustered sampling: one client per cluster-built distribution, unbiased 1/m weights",
         ),
         Preset("divfl", "divfl", "fedavg", description="DivFL: greedy facility location on the clients' updates"),
-        Preset("fedcs", "fedcs", "fedavg", description="FedCS: as many clients as fit the round deadline"),
         Preset("afl", "afl", "fedavg", description="AFL: softmax of loss-based valuations, lowest cut, a share uniform"),
         Preset("fedprox", "random", "fedprox", description="FedProx: random U of N, proximal term in the local loss"),
         Preset("fedadam", "random", "fedadam", description="FedAdam: random U of N, Adam step on the server"),
