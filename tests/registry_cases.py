@@ -23,6 +23,7 @@ TINY_OPTIONS = {
     "secretary": {"rerun_every": 2},
     "online_random": {"rerun_every": 2},
     "offline_best": {"rerun_every": 2},
+    "fedcs": {"deadline_s": 0.1, "request_fraction": 1.0},
 }
 
 #: the algorithms every selector is paired with

@@ -94,6 +94,9 @@ def test_presets_are_the_documented_pairs():
         "oort": ("oort", "fedavg"),
         "power_of_choice": ("power_of_choice", "fedavg"),
         "fastest": ("fastest", "fedavg"),
+        "clustered_sampling": ("clustered_sampling", "fedavg"),
+        "divfl": ("divfl", "fedavg"),
+        "afl": ("afl", "fedavg"),
         "fedprox": ("random", "fedprox"),
         "fedadam": ("random", "fedadam"),
         "fedyogi": ("random", "fedyogi"),
@@ -140,3 +143,40 @@ def test_comparison_mixes_selectors_and_algorithms_on_one_federation(tmp_path):
         len({rows(out / "runs" / f"{lab}-s0" / "metrics.csv")[0]["accuracy"] for lab in labels if lab != "FLASH-RL+FedPer"}) == 1
     )
     assert (out / "table.md").exists() and (out / "report.html").exists()
+
+
+# the baselines of issue 38: which algorithms each composes with, and why the others are refused
+BASELINE_PAIRS = {
+    "clustered_sampling": {"cefl": "cluster leaders", "individual": "shared global model", "scaffold": "its own weights"},
+    "divfl": {"cefl": "cluster leaders", "individual": "shared global model"},
+    "fedcs": {"cefl": "cluster leaders"},
+    "afl": {"cefl": "cluster leaders"},
+}
+
+
+@pytest.mark.parametrize("selector", sorted(BASELINE_PAIRS))
+def test_the_baselines_compose_with_every_algorithm_that_fits(selector):
+    from fedselect.algorithms import ALGORITHMS
+
+    opts = {"deadline_s": 1.0} if selector == "fedcs" else {}
+    for alg in sorted(ALGORITHMS.builtin_names()):
+        doc = base(selector={"name": selector, "options": opts}, algorithm={"name": alg})
+        why = BASELINE_PAIRS[selector].get(alg)
+        if why is None:
+            parse_experiment(doc)
+        else:
+            with pytest.raises(ConfigError, match=why):
+                parse_experiment(doc)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "selector,algorithm",
+    [("clustered_sampling", "fedadam"), ("divfl", "scaffold"), ("fedcs", "fedprox"), ("afl", "fedyogi")],
+)
+def test_a_baseline_runs_with_another_algorithm(tmp_path, selector, algorithm):
+    opts = {"deadline_s": 1.0, "request_fraction": 1.0} if selector == "fedcs" else {}
+    doc = base(rounds=2, selector={"name": selector, "options": opts}, algorithm={"name": algorithm})
+    doc["model"] = {"name": "mlp", "options": {"hidden": [16]}}
+    s = run_experiment(parse_experiment(doc), tmp_path / "r")
+    assert s["rounds"] == 2 and s["algorithm"] == algorithm and 0 < s["final_accuracy"] <= 1

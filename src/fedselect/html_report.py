@@ -32,6 +32,7 @@ PLOT_CAPTIONS = {
     "selection_device_per_round.png": "Device class of the selected clients per round (stacked; slowest classes on top, red). A selector that learns to avoid slow devices loses the red.",
     "selection_network_per_round.png": "Network class of the selected clients per round (stacked; slowest links on top, red).",
     "selection_vs_latency.png": "How often each client was selected against its expected per-round latency (first seed): stragglers are on the right.",
+    "participation_by_speed.png": "Participation by client: times selected (mean over seeds) with the clients ranked by expected latency, fastest first. Uniform selection is flat; a selector that favours fast clients piles up on the left and leaves the right at 0.",
     "label_distribution.png": "Training samples per client, stacked by label (first seed): the non-IID-ness of the partition.",
 }
 

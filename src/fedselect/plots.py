@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from fedselect.fl.fairness import selection_counts
+
 
 def _plt():
     import matplotlib
@@ -176,11 +178,7 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
             runs = [r for r in by_label[lab] if r.seed == seed0]
             if not runs:
                 continue
-            counts = np.zeros(len(lat))
-            for row in runs[0].rows:
-                if row["selected"]:
-                    for k in row["selected"].split(";"):
-                        counts[int(k)] += 1
+            counts = selection_counts(runs[0].rows, len(lat))
             jitter = (j - (len(labels) - 1) / 2) * 0.04
             ax.scatter(lat * (1 + jitter), counts, s=22, color=colors[lab], alpha=0.75, label=lab)
         ax.set_xscale("log")
@@ -190,6 +188,7 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
         ax.set_title(f"selection vs client latency (seed {seed0}): stragglers are on the right")
         ax.legend()
         save(fig, "selection_vs_latency.png")
+        participation_by_speed(plt, save, results, labels, feds, colors)
 
         # 4b. device / network class of the selected clients per round (mean over seeds)
         for kind in ("device", "network"):
@@ -248,6 +247,43 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
         save(fig, f"cefl_similarity_{file_name(r.label)}_s{r.seed}.png")
         break
     return written
+
+
+#: at most this many points per line in participation_by_speed.png (larger fleets: groups of clients)
+PARTICIPATION_POINTS = 50
+
+
+def participation_by_speed(plt, save, results, labels: list[str], feds: list[dict[str, Any]], colors) -> None:
+    """``participation_by_speed.png``: the times each client was selected (mean over the seeds)
+    against its rank by expected latency in its seed's federation (0 = fastest); with more than
+    :data:`PARTICIPATION_POINTS` clients, the mean over consecutive groups of ranks (the title
+    says how many clients a point stands for). Uniform selection is flat, a selector that
+    prefers fast clients piles up on the left; the y axis is logarithmic above 1."""
+    by_seed = {int(f["seed"]): np.asarray(f["expected_latency_s"], dtype=float) for f in feds if "seed" in f}
+    first = np.asarray(feds[0]["expected_latency_s"], dtype=float)
+    n = first.size
+    groups = np.array_split(np.arange(n), min(n, PARTICIPATION_POINTS))
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    seeds = set()
+    for lab in labels:
+        curves = []
+        for r in (r for r in results if r.label == lab):
+            lat = by_seed.get(r.seed, first)
+            order = np.lexsort((np.arange(lat.size), lat))  # fastest first, ties: lowest id
+            ranked = selection_counts(r.rows, lat.size)[order]
+            curves.append([ranked[g].mean() for g in groups])
+            seeds.add(r.seed)
+        if curves:
+            x = [float(g.mean()) for g in groups]
+            ax.plot(x, np.mean(curves, axis=0), color=colors[lab], lw=1.5, marker=".", label=lab)
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_xlabel("client, ranked by expected latency (0 = fastest)")
+    ax.set_ylabel("times selected" + (f" (mean of {len(seeds)} seeds)" if len(seeds) > 1 else ""))
+    lo, hi = n // len(groups), -(-n // len(groups))
+    per = f" (a point: the mean of {lo if lo == hi else f'{lo}-{hi}'} clients)" if len(groups) < n else ""
+    ax.set_title("participation by client, fastest first" + per)
+    ax.legend(fontsize=8)
+    save(fig, "participation_by_speed.png")
 
 
 def class_speed(fed: dict[str, Any], kind: str) -> list[float]:

@@ -245,6 +245,7 @@ def resolve(cfg: ExperimentConfig, source: str = "<config>") -> Resolved:
         cycles_per_bit=cfg.system.cycles_per_bit,
         optimizer=cfg.train.optimizer,
         selection_eval=cfg.selection_eval,
+        round_deadline_s=cfg.system.round_deadline_s,
     )
     sel_cls, sel_name, sel_opts = found["selector"]
     alg_cls, alg_name, alg_opts = found["algorithm"]
@@ -399,6 +400,12 @@ def _compatibility(sel: type[Selector], sname: str, alg: type[Algorithm], aname:
             f"selector {sname!r} scores clients against the shared global model, which algorithm {aname!r} does not have "
             f"(its clients exchange nothing); use an algorithm that shares a model (fedavg, fedper, cefl)"
         )
+    if sel.sets_aggregation_weights and not alg.takes_selection_weights:
+        ok = [n for n in ALGORITHMS.builtin_names() if ALGORITHMS.get(n).takes_selection_weights]
+        out.append(
+            f"selector {sname!r} gives the aggregate its own weights (unbiased for its sampling), which algorithm "
+            f"{aname!r} does not use (it weighs the updates its own way); use {', '.join(repr(n) for n in ok)}"
+        )
     if sel.needs_every_round_evaluation and settings.eval_every != 1:
         out.append(
             f"selector {sname!r} needs the global metric every round (rewards, FR-eq 8 / FAVOR); "
@@ -430,6 +437,11 @@ def _async_compatibility(sel: type[Selector], sname: str, alg: type[Algorithm], 
             f"selector {sname!r} trains a fixed set of clients, which has no meaning with mode: async (the server asks "
             f"for as many clients as there are free slots); use a selector that picks a number of clients "
             f"({', '.join(repr(n) for n in ok)}) or mode: sync"
+        )
+    if sel.sets_aggregation_weights:
+        out.append(
+            f"selector {sname!r} gives each round's aggregate its own weights, defined for the m draws of a "
+            f"synchronous round, while mode: async weighs the buffered updates by n_k and staleness; use mode: sync"
         )
     if alg.aggregate is not Algorithm.aggregate or not alg.shares_model or alg.needs_groups:
         ok = [

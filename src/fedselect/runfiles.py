@@ -8,6 +8,14 @@
 * ``checkpoint.pt`` / ``checkpoint.prev.pt`` — everything needed to continue exactly (atomic);
 * ``model.pt`` — the final server model's ``state_dict``; ``summary.json`` — written atomically
   at the end; ``run.log``.
+
+Fairness (:mod:`fedselect.fl.fairness`): every round's row has the participation figures over
+rounds 1..t (``participation_jain``, ``participation_gini``, ``never_selected_share``, from the
+times each client was selected), and the summary has them for the whole run with every client's
+count (``participation_counts``), plus, where every client has a held-out split, the final
+model's per-client accuracy on it (``client_accuracy_mean``, ``client_accuracy_worst10``,
+``client_accuracy_std``, ``final_client_accuracy``: the model each client ends with, the global
+one for FedAvg-like algorithms).
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import torch
 from fedselect.algorithms.base import Finished, RunTotals, ServerState
 from fedselect.config import dump_config
 from fedselect.fl.checkpoint import save_checkpoint
+from fedselect.fl.fairness import client_accuracy_figures, participation_figures, selection_counts
 from fedselect.fl.metrics import (
     LATER_CORE_COLUMNS,
     PER_ROUND_KEYS,
@@ -129,6 +138,7 @@ class RunFiles:
         # live curves (log.tensorboard): every row also goes to tb/ (fedselect.tblog)
         at = None if resume is None else resume["round"]
         self.tb = open_tensorboard(self.dir, cfg.log.tensorboard, self.columns, sim.selector.extra_columns, at)
+        self.counts = selection_counts(self.mrows, sim.settings.num_clients)  # times each client was selected
         self._t0 = time.perf_counter()
 
     # ---------------------------------------------------------------- the loop's records
@@ -227,6 +237,8 @@ class RunFiles:
         if result.evaluated and ev.per_client is not None:
             row["accuracy_std"] = ev.per_client["accuracy_std"]
             row["client_accuracy"] = [round(a, 6) for a in ev.per_client["client_accuracy"]]
+        self.counts[list(result.selection.clients)] += 1
+        row.update(participation_figures(self.counts))
         row.update({k: v for k, v in result.columns.items() if k in self.columns and k not in row})
         self._append(row, t)
         every = self.r.config.checkpoint_every
@@ -268,7 +280,9 @@ class RunFiles:
 
     # ---------------------------------------------------------------- the end
     def finish(self, finished: Finished, selector_summary: dict[str, Any]) -> dict[str, Any]:
-        """``model.pt`` and ``summary.json``; returns the summary."""
+        """``model.pt`` and ``summary.json`` (with the fairness figures: module docstring);
+        returns the summary."""
+        clients_acc = final_client_accuracy(self.sim, finished)
         self.cum["wall"] += time.perf_counter() - self._t0  # the finish counts in the run's wall time
         state = {k: v.detach().clone() for k, v in finished.state.model.items()}
         atomic_write(self.dir / "model.pt", lambda fh: torch.save(state, fh), mode="wb")
@@ -277,6 +291,9 @@ class RunFiles:
             final.update(replace(finished.evaluation, validation=None).as_dict())
         final.update(finished.summary)
         final.update(selector_summary or {})
+        final.update(participation_figures(self.counts), participation_counts=[int(c) for c in self.counts])
+        if clients_acc is not None:
+            final.update(client_accuracy_figures(clients_acc), final_client_accuracy=[round(a, 6) for a in clients_acc])
         phases = {
             "prepare": dict(self.prep_cost),
             "finish": {
@@ -293,6 +310,22 @@ def _validation_cells(ev: Evaluation) -> dict[str, float]:
     figures on the server's validation set, {} when it has none."""
     v = ev.validation
     return {} if v is None else {"val_accuracy": v.accuracy, "val_f1_macro": v.f1_macro, "val_loss": v.loss}
+
+
+def final_client_accuracy(sim: Simulation, finished: Finished) -> list[float] | None:
+    """Each client's accuracy on its own held-out split with the model it ends with
+    (``Algorithm.eval_state`` of the final state): the final per-client evaluation when the
+    algorithm made one (per-client evaluation, CEFL's transfer), else one held-out evaluation
+    job per client now. None when some client has no held-out split (``data.holdout_fraction``
+    0)."""
+    ev = finished.evaluation
+    if ev is not None and ev.per_client is not None:
+        return [float(a) for a in ev.per_client["client_accuracy"]]
+    if any(len(c.holdout_indices) == 0 for c in sim.fed.clients):
+        return None
+    alg = sim.algorithm
+    scored = alg.evaluate_clients(lambda k: alg.eval_state(finished.state, k))
+    return [float(a) for a in scored.per_client["client_accuracy"]]
 
 
 def failure_counts(rows: list[dict[str, str]]) -> dict[str, Any]:

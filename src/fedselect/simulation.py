@@ -26,6 +26,7 @@ from fedselect.federation import Federation
 from fedselect.fl.asynchronous import ASYNC_COLUMNS, AsyncSettings
 from fedselect.fl.availability import make_availability
 from fedselect.fl.clock import FleetClock
+from fedselect.fl.fairness import PARTICIPATION_COLUMNS
 from fedselect.fl.faults import FaultModel, Injection
 from fedselect.fl.metrics import CORE_COLUMNS
 from fedselect.fl.pool import ClientTrainer, usable_cores
@@ -180,6 +181,7 @@ class Simulation:
         base = CORE_COLUMNS + [c for c in RELIABILITY_COLUMNS if c not in CORE_COLUMNS]
         if self.async_settings is not None:
             base += ASYNC_COLUMNS
+        base += list(PARTICIPATION_COLUMNS)  # every run: how evenly the clients took part so far
         if self.validates:
             base += VALIDATION_COLUMNS
         extra = (PROBE_COLUMNS if self.selector.probes else []) + list(self.selector.extra_columns) + self.algorithm.columns()

@@ -29,14 +29,28 @@ COLUMNS = [
 #: method-specific summary figures, shown only when some run in the report has them
 OPTIONAL_COLUMNS = [
     ("latency_sum_s", "latency sum (s)", 1, False),  # every participant's latency over the run (none: runs saved before it)
-    ("client_accuracy_std", "client acc std", 4, False),
     ("candidates_evaluated", "candidates evaluated", 1, False),
     ("competitive_ratio", "competitive ratio", 3, True),
+    # fairness (fedselect.fl.fairness): participation over the run, the final model per client
+    ("participation_jain", "Jain (participation)", 3, True),
+    ("participation_gini", "Gini (participation)", 3, False),
+    ("never_selected_share", "never selected", 3, False),
+    ("client_accuracy_mean", "client acc mean", 4, True),
+    ("client_accuracy_worst10", "client acc worst 10%", 4, True),
+    ("client_accuracy_std", "client acc std", 4, False),
 ]
 #: figures that runs saved by an earlier fedselect may lack (their metrics.csv has no such
 #: column): a mean over only some of a method's seeds is marked, and no change vs the baseline
 #: is given unless every seed on both sides has the figure
-LATER_KEYS = {"latency_sum_s"}
+LATER_KEYS = {
+    "latency_sum_s",
+    "participation_jain",
+    "participation_gini",
+    "never_selected_share",
+    "client_accuracy_mean",
+    "client_accuracy_worst10",
+    "client_accuracy_std",
+}
 #: keys whose change vs the baseline is reported in points (x100), not percent
 POINT_KEYS = {"final_accuracy", "best_accuracy", "final_f1_macro"}
 #: times to the target, and the summary figure a run that never reached it is censored at

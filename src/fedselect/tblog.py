@@ -18,6 +18,8 @@ written to ``metrics.csv`` in that round (TensorBoard stores them as float32):
   ``bytes/cum_download_bytes``;
 * ``train/aggregated`` (updates averaged), ``train/round_failed`` (0/1), ``train/failed_clients``
   (the number of entries in the ``failed`` column);
+* ``fairness/participation_jain``, ``fairness/participation_gini``,
+  ``fairness/never_selected_share`` (participation over rounds 1..t; round 0 has none);
 * ``probe/<column>`` for selectors that probe (Power-of-Choice: ``probe_latency_s`` ...);
 * ``selector/<column>``: every numeric extra column of the selector (FLASH-RL / FAVOR:
   ``epsilon``, ``mean_reward``, ``td_loss``; Oort: ``epsilon``, ``exploited``, ``explored``,
@@ -64,6 +66,9 @@ CORE_GROUPS = {
     "cum_download_bytes": "bytes",
     "aggregated": "train",
     "round_failed": "train",
+    "participation_jain": "fairness",
+    "participation_gini": "fairness",
+    "never_selected_share": "fairness",
 }
 PROBE_COLUMNS = ("probe_latency_s", "probe_upload_bytes", "probe_download_bytes", "candidates_probed")
 

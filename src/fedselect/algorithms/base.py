@@ -135,6 +135,10 @@ class Algorithm:
             rounds (best, last-k mean, rounds / latency to target:
             :data:`fedselect.fl.metrics.PER_ROUND_KEYS`) are blank in the run's summary and in
             the tables, whose notes give this reason; only the final figures are reported.
+        takes_selection_weights: the aggregate honours the selection's aggregation weights
+            (:attr:`ClientOutcome.weight`); False where the rule weighs its own way (SCAFFOLD's
+            uniform server step, CEFL's leaders, Individual's none), and a selector that sets
+            weights (``Selector.sets_aggregation_weights``) is refused with it.
     """
 
     name: ClassVar[str] = ""
@@ -143,6 +147,7 @@ class Algorithm:
     needs_groups: ClassVar[bool] = False
     shares_model: ClassVar[bool] = True
     round_scores: ClassVar[str | None] = None
+    takes_selection_weights: ClassVar[bool] = True
 
     def __init__(self, ctx: AlgorithmContext, options: BaseModel | None = None):
         self.ctx, self.fed, self.train_cfg, self.settings = ctx, ctx.fed, ctx.train_cfg, ctx.settings
@@ -205,11 +210,13 @@ class Algorithm:
         return {}
 
     def aggregate(self, t: int, state: ServerState, outcomes: Sequence[ClientOutcome]) -> ServerState | None:
-        """FedAvg (McMahan et al. 2017) of the surviving updates: w = sum_k n_k / sum n * w_k.
+        """FedAvg (McMahan et al. 2017) of the surviving updates: w = sum_k n_k / sum n * w_k, or with the
+        selection's aggregation weights a_k in place of n_k when it set them
+        (:attr:`ClientOutcome.weight`; clustered sampling).
 
         Returns the new state, or None to keep ``state`` (never mutates it)."""
         keys = self.upload_keys()
-        avg = fedavg([o.state for o in outcomes], [o.num_samples for o in outcomes], keys=keys)
+        avg = fedavg([o.state for o in outcomes], [o.weight for o in outcomes], keys=keys)
         if any(o.local_steps is not None for o in outcomes):  # stragglers' partial work (straggler: partial)
             avg.update(self._fednova(state, outcomes, keys))
         return replace(state, model={**state.model, **avg})
@@ -218,16 +225,16 @@ class Algorithm:
         """FedNova's normalised averaging (Wang et al. 2020, eq. 6 with the momentum form of
         a_k): ``w - tau_eff * sum_k p_k (w - w_k) / a_k`` with ``p_k = n_k / sum n``,
         ``a_k = (tau_k - rho (1 - rho^tau_k) / (1 - rho)) / (1 - rho)`` for SGD momentum rho
-        (``a_k = tau_k`` without), ``tau_eff = sum_k p_k a_k``; ``tau_k`` the local steps done.
-        Floating entries only (the others keep FedAvg's average)."""
+        (``a_k = tau_k`` without), ``tau_eff = sum_k p_k a_k``; ``tau_k`` the local steps done
+        (``p_k`` from the selection's aggregation weights when it set them). Floating entries only (the others keep FedAvg's average)."""
         import math as _m
 
         rho = self.train_cfg.momentum if self.train_cfg.optimizer == "sgd" else 0.0
         b = self.train_cfg.batch_size
         taus = [o.local_steps if o.local_steps is not None else o.epochs * _m.ceil(o.num_samples / b) for o in outcomes]
         a = [(t - rho * (1 - rho**t) / (1 - rho)) / (1 - rho) if rho > 0 else float(t) for t in taus]
-        total = float(sum(o.num_samples for o in outcomes))
-        p = [o.num_samples / total for o in outcomes]
+        total = float(sum(o.weight for o in outcomes))
+        p = [o.weight / total for o in outcomes]
         tau_eff = sum(pk * ak for pk, ak in zip(p, a))
         out = {}
         for name in keys if keys is not None else state.model.keys():

@@ -163,6 +163,7 @@ class CEFL(Personalised):
     summary = "CEFL: FL among cluster leaders on the base layers, then transfer to members"
     Options = CEFLOptions
     needs_groups = True
+    takes_selection_weights = False
     round_scores = (
         "during the rounds a member is scored with its leader's current model, which it receives only in the transfer "
         "after the last round; scoring every round with the model a member would have after a transfer would mean "

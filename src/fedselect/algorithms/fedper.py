@@ -121,8 +121,9 @@ class Personalised(Algorithm):
         return self.shared_keys()
 
     def aggregation_weights(self, outcomes: Sequence[ClientOutcome]) -> list[float]:
-        """Weights a_k of the participants in the average (default: n_k, as FedAvg)."""
-        return [float(o.num_samples) for o in outcomes]
+        """Weights a_k of the participants in the average (default: n_k, as FedAvg, or the
+        selection's aggregation weights when it set them: :attr:`ClientOutcome.weight`)."""
+        return [o.weight for o in outcomes]
 
     def initial_state(self) -> ServerState:
         st = super().initial_state()

@@ -24,6 +24,7 @@ class Individual(Personalised):
     name = "individual"
     summary = "each client trains alone, no communication"
     shares_model = False
+    takes_selection_weights = False
 
     def shared_keys(self) -> list[str]:
         return []

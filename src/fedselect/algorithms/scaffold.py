@@ -80,6 +80,7 @@ class Scaffold(Algorithm):
     name = "scaffold"
     summary = "SCAFFOLD: control variates correct client drift (Karimireddy et al. 2020, option II)"
     Options = ScaffoldOptions
+    takes_selection_weights = False  # the server step averages the model changes uniformly (Algorithm 1, line 16)
 
     @classmethod
     def check(cls, options, settings) -> list[str]:

@@ -14,6 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from fedselect.fl.fairness import PARTICIPATION_COLUMNS
+
 #: the columns every method records, in order
 CORE_COLUMNS = [
     "round",
@@ -34,9 +36,11 @@ CORE_COLUMNS = [
     "available",
     "waited_s",
 ]
-#: core columns added after runs were already being saved: a run directory whose metrics.csv
-#: lacks them is still read (report, compare) and resumed with the columns it started with
-LATER_CORE_COLUMNS = ("latency_sum_s", "waited_s")
+#: columns every run writes that were added after runs were already being saved (the latency
+#: sum, the wait for clients to come online, the participation figures over rounds 1..t,
+#: fedselect.fl.fairness): a run directory whose metrics.csv lacks them is still read (report,
+#: compare) and resumed with the columns it started with
+LATER_CORE_COLUMNS = ("latency_sum_s", "waited_s", *PARTICIPATION_COLUMNS)
 TIMING_COLUMNS = ["round", "wall_s", "cum_wall_s"]
 
 

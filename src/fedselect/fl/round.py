@@ -229,9 +229,12 @@ def _plan(
 
 
 def outcomes_of(run, plan: RoundPlan, results: Sequence[TrainResult]) -> tuple[ClientOutcome, ...]:
-    """One outcome per chosen client, selection order, from the jobs' results."""
+    """One outcome per chosen client, selection order, from the jobs' results; each carries the
+    aggregation weight the selection gave it (``Selection.weights``), when it gave one."""
     got = {r.client_id: r for r in results}
-    return tuple(_outcome(run, plan, k, got.get(k)) for k in plan.selection.clients)
+    out = tuple(_outcome(run, plan, k, got.get(k)) for k in plan.selection.clients)
+    weights = plan.selection.weights
+    return out if weights is None else tuple(replace(o, aggregation_weight=w) for o, w in zip(out, weights))
 
 
 def outcome_of(run, plan: RoundPlan, k: int, result: TrainResult | None) -> ClientOutcome:

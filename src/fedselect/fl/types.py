@@ -74,6 +74,9 @@ class ClientOutcome:
             simulator reports to Oort for a straggler; None for everyone else and where it is
             not known (a timeout a real transport reported, an injected hang). ``latency_s``
             stays what the round charged it (the cut).
+        aggregation_weight: the weight the selection gave this client in the aggregate
+            (:attr:`Selection.weights`, e.g. clustered sampling's unbiased weights), or None:
+            its sample count n_k (:attr:`weight`).
     """
 
     client_id: int
@@ -93,6 +96,13 @@ class ClientOutcome:
     sample_loss_count: int = 0
     local_steps: int | None = None
     planned_latency_s: float | None = None
+    aggregation_weight: float | None = None
+
+    @property
+    def weight(self) -> float:
+        """The client's weight in the aggregate: :attr:`aggregation_weight` when the selection
+        set one, else n_k (FedAvg's ``n_k / sum n`` once normalised)."""
+        return float(self.num_samples) if self.aggregation_weight is None else float(self.aggregation_weight)
 
     @property
     def ok(self) -> bool:
@@ -211,6 +221,7 @@ class RunSettings:
         optimizer: the local optimiser (``train.optimizer``: ``sgd`` or ``adam``).
         selection_eval: the set decisions that read model quality score on: ``validation``
             (the server's validation set) or ``test`` (the papers' protocol).
+        round_deadline_s: ``system.round_deadline_s`` (s of simulated latency), or None.
     """
 
     seed: int
@@ -226,6 +237,7 @@ class RunSettings:
     cycles_per_bit: float = 20.0
     optimizer: str = "sgd"
     selection_eval: str = "validation"
+    round_deadline_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -268,14 +280,31 @@ class Selection:
         cost: the probing cost charged to the round (recorded in its row).
         restart: ask the algorithm to start again from the initial model before training
             (budgeted online selection re-runs, BO Algorithm 1).
+        weights: the aggregation weight of each client of ``clients`` (same order), or None:
+            the algorithm weighs by sample count (FedAvg's n_k). Set by selectors whose
+            sampling needs its own weights to keep the aggregate unbiased (clustered
+            sampling, Fraboni et al., ICML 2021: 1/m for each of the m draws); they reach the
+            algorithm as :attr:`ClientOutcome.aggregation_weight`.
+
+    Raises:
+        ValueError: ``weights`` of another length than ``clients``, or not finite and >= 0.
     """
 
     clients: tuple[int, ...]
     cost: SelectionCost = SelectionCost()
     restart: bool = False
+    weights: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "clients", tuple(int(k) for k in self.clients))
+        if self.weights is not None:
+            w = tuple(float(x) for x in self.weights)
+            if len(w) != len(self.clients):
+                raise ValueError(f"Selection: {len(w)} aggregation weights for {len(self.clients)} clients")
+            bad = [x for x in w if not (math.isfinite(x) and x >= 0)]
+            if bad:
+                raise ValueError(f"Selection: aggregation weights must be finite and >= 0, got {bad}")
+            object.__setattr__(self, "weights", w)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,11 @@
 * :mod:`~fedselect.kernels.oort` — Oort's statistical utility, speed penalty, staleness bonus,
   preferred duration and pacer.
 * :mod:`~fedselect.kernels.sampling` — weighted draws without replacement with a given generator.
+* :mod:`~fedselect.kernels.clustered` — clustered sampling's distributions (Fraboni et al.
+  Algorithms 1, 2) and their unbiased aggregation weights.
+* :mod:`~fedselect.kernels.facility` — DivFL's greedy (and stochastic greedy) facility location.
+* :mod:`~fedselect.kernels.representatives` — the clients' representative updates and their
+  dissimilarity matrix, updated incrementally.
 
 Inputs are arrays, tensors, floats and the generators the caller hands in; nothing here reads a
 config, a federation or a global RNG.

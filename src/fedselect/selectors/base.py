@@ -221,6 +221,10 @@ class Selector:
         uses_count: picks ``RoundView.count`` clients (U, or more with ``overselect``); False
             for selectors with a fixed set (all clients, CEFL's leaders, budgeted online's
             accepted ones), which over-selection leaves alone.
+        sets_aggregation_weights: its selections carry aggregation weights
+            (:attr:`Selection.weights`, clustered sampling's unbiased 1/m per draw): refused
+            with an algorithm that weighs its own way (``Algorithm.takes_selection_weights``)
+            and with ``mode: async`` (FedBuff weighs the buffered updates by n_k and staleness).
     """
 
     name: ClassVar[str] = ""
@@ -240,6 +244,7 @@ class Selector:
     choice_ignores_scores: ClassVar[bool] = False
     candidate_stream: ClassVar[bool] = False
     uses_count: ClassVar[bool] = True
+    sets_aggregation_weights: ClassVar[bool] = False
 
     def __init__(self, ctx: SelectorContext, options: BaseModel | None = None):
         self.ctx = ctx
