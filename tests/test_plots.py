@@ -60,7 +60,7 @@ def test_async_runs_are_plotted_per_server_version(tmp_path, monkeypatch):
     monkeypatch.setattr(matplotlib.axes.Axes, "set_xlabel", lambda self, text, *a, **k: labels.append(text))
     fed = _fed(0, ["jetson-nano", "intel-i9", "jetson-nano"], ["wifi-1", "wifi-4", "wifi-1"])
     make_plots(tmp_path / "a", [_result("FedBuff", 0, "async")], ["FedBuff"], [fed])
-    others = {"end-to-end latency (s, simulated)", "client id"}
+    others = {"end-to-end latency (s, simulated)", "client id", "client, ranked by expected latency (0 = fastest)"}
     per_row = [x for x in labels if x not in others and not x.startswith("client's expected latency")]
     assert len(per_row) == 5 and set(per_row) == {"server version (one per aggregation)"}  # 3 metric/latency, 2 class panels
     assert round_axis([_result("FedAvg", 0), _result("FedBuff", 0, "async")])[0] == "round (sync) / server version (async)"

@@ -4,6 +4,7 @@ allowed, before anything is written, and no run already on disk is damaged."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import yaml
@@ -364,3 +365,34 @@ def test_a_sweep_names_each_problem_by_where_it_was_given():
     assert "  methods.1.overrides.train.momentm: unknown key (not allowed here)" in text
     assert "  set.train.lr: Input should be greater than 0" in text
     assert "  grid.method_options.mu: unknown key (not allowed here); method 'fedavg'" in text  # FedAvg has no mu
+
+
+# -- every shipped config is valid ------------------------------------------------------------
+
+SHIPPED = sorted(p for p in (Path(__file__).resolve().parent.parent / "configs").rglob("*.yaml") if p.name != "reproduce.yaml")
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_every_shipped_config_resolves(path):
+    """Each config under configs/ is accepted by the command its kind belongs to (the schema,
+    every registry name, every component's options), before any data is loaded."""
+    from fedselect.compare import parse_compare
+    from fedselect.config import config_kind, read_yaml_file
+    from fedselect.resolve import load_experiment
+    from fedselect.sweep import parse_sweep
+
+    root = path.parents[1] if path.parent.name != "configs" else path.parent
+    manifest = read_yaml_file(root / "reproduce.yaml")["entries"]
+    alpha = {e["config"] for e in manifest if e.get("kind") == "alpha"}
+    doc = read_yaml_file(path)
+    kind = config_kind(doc)
+    if str(path.relative_to(root.parent)) in alpha:  # the optimal-stopping table (no experiment)
+        from fedselect.repro.alpha import load_alpha_config
+
+        assert load_alpha_config(path)
+    elif kind == "compare":
+        assert parse_compare(doc, str(path)).methods
+    elif kind == "sweep":
+        assert parse_sweep(doc, str(path)).methods
+    else:
+        assert load_experiment(path).rounds >= 1
