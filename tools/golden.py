@@ -2,7 +2,8 @@
 
 A refactor proves itself by byte-identical ``metrics.csv`` and ``model.pt`` before and after,
 for the same config and seed (DEVELOPERS.md). This script runs each method through the real
-CLI (``fedselect run CONFIG -o DIR --threads 1 -q``) on two embedded-MNIST configs:
+CLI (``fedselect run CONFIG -o DIR -q``) on two embedded-MNIST configs, for every method preset
+(``fedselect list``) and every selector without one (run with FedAvg):
 
 * ``mlp``: N = 6, U = 2, T = 5, an MLP, options that exercise each method's state;
 * ``cnn-faults``: N = 8, U = 3, T = 4, the MNIST CNN, ``eval_every: 2``, 15% dropout, an
@@ -31,22 +32,13 @@ from pathlib import Path
 
 import yaml
 
-METHODS = [
-    "fedavg",
-    "full",
-    "regular_fl",
-    "flashrl",
-    "favor",
-    "cefl",
-    "fedper",
-    "individual",
-    "budgeted_online",
-    "online_random",
-    "offline_best",
-    "oort",
-    "power_of_choice",
-    "fastest",
-]
+from fedselect.presets import PRESETS
+
+#: every method preset (``fedselect list``), plus the selectors that have none (run with FedAvg)
+METHODS = list(PRESETS) + ["fedcs"]
+
+#: selectors without a preset: their ``selector`` section (FedCS needs its deadline)
+SELECTOR_ONLY = {"fedcs": {"name": "fedcs", "options": {"deadline_s": 5.0}}}
 
 #: options that make each method exercise its state on the tiny configs
 OPTIONS = {
@@ -58,6 +50,7 @@ OPTIONS = {
     "online_random": {"rerun_every": 2},
     "offline_best": {"rerun_every": 2, "initial_available": 0.7, "mean_stay": 3.0},
     "power_of_choice": {"d": 4},
+    "divfl": {"warmup_epochs": 1},
 }
 
 
@@ -105,7 +98,16 @@ def configs(method: str) -> dict[str, dict]:
     }
     if method in ("flashrl", "favor"):
         cnn["eval_every"] = 1  # the DDQN selectors need an evaluation every round
-    return {"mlp": mlp, "cnn-faults": cnn}
+    out = {"mlp": mlp, "cnn-faults": cnn}
+    if method in SELECTOR_ONLY:
+        for doc in out.values():
+            del doc["method"], doc["method_options"]
+            doc["selector"] = copy.deepcopy(SELECTOR_ONLY[method])
+            doc["algorithm"] = {"name": "fedavg"}
+    for doc in out.values():
+        if not doc.get("method_options"):
+            doc.pop("method_options", None)
+    return out
 
 
 def sha(p: Path) -> str:
@@ -121,7 +123,7 @@ def run_all(out: Path, work: Path, only: list[str] | None) -> dict:
             cfg.write_text(yaml.safe_dump(doc))
             run_dir = work / f"{cname}-{method}"
             r = subprocess.run(
-                [str(exe), "run", str(cfg), "-o", str(run_dir), "--threads", "1", "-q", "--overwrite"],
+                [str(exe), "run", str(cfg), "-o", str(run_dir), "-q", "--overwrite"],
                 capture_output=True,
                 text=True,
             )
