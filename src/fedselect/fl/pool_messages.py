@@ -10,6 +10,7 @@ shared output buffer), :class:`EvalDone` or :class:`Failed`, carrying the task's
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
@@ -65,7 +66,12 @@ class WorkerInit:
 @dataclass(frozen=True)
 class TrainTask:
     """Run ``job``, starting from the state in the worker's input buffer: the job travels
-    without it (``start_state`` empty; :meth:`of`), its objective's tensors pickled with it."""
+    without it (``start_state`` empty; :meth:`of`).
+
+    The job goes through the pipe as the bytes of a plain ``pickle`` (its local objective's
+    tensors copied in), never through ``torch.multiprocessing``'s reductions, which would move
+    the sender's tensors into shared memory in place and keep a file descriptor open for each
+    (an algorithm's per-client state, e.g. FedDyn's gradients, lives for the whole run)."""
 
     seq: int
     job: TrainJob
@@ -74,6 +80,13 @@ class TrainTask:
     def of(cls, job: TrainJob) -> "TrainTask":
         """The task of ``job`` (its start state goes through the input buffer)."""
         return cls(-1, replace(job, start_state={}))
+
+    def __reduce__(self):
+        return _train_task, (self.seq, pickle.dumps(self.job, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _train_task(seq: int, job: bytes) -> TrainTask:
+    return TrainTask(seq, pickle.loads(job))
 
 
 @dataclass(frozen=True)
