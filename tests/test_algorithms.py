@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import math
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -302,10 +303,17 @@ def test_fedprox_and_scaffold_objectives_reach_worker_processes_and_the_stacked_
         for k in a.state:
             torch.testing.assert_close(b.state[k], a.state[k], rtol=1e-4, atol=1e-5)
         assert b.loss == pytest.approx(a.loss, rel=1e-5)
+
+    @dataclass(frozen=True)
+    class Local(ProximalTerm):
+        pass
+
     with ClientTrainer.from_federation(fed, r.train_cfg, workers=1, channels_last=False) as pool:
         got = pool.train(jobs)
         with pytest.raises(ValueError, match=r"client 0: DriftCorrection.correction needs one entry per parameter"):
             pool.train([TrainJob(0, START, 1, 3, "train/1/0", objective=DriftCorrection({"nope": torch.zeros(1)}))])
+        with pytest.raises(ValueError, match=r"client 2: objective class .*<locals>.Local is defined inside a function"):
+            pool.train([TrainJob(2, START, 1, 3, "train/1/2", objective=Local(0.1))])
     for a, b in zip(ref, got):
         assert all(torch.equal(a.state[k], b.state[k]) for k in a.state), a.client_id
 

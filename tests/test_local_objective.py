@@ -115,6 +115,26 @@ def test_the_default_hook_is_the_gradient_of_the_term(objective):
     assert not torch.equal(closed, _steps(None, 3))
 
 
+def test_a_term_that_does_not_depend_on_the_weights_changes_nothing():
+    @dataclass(frozen=True)
+    class Constant(LocalObjective):
+        value: float
+
+        def term(self, params, start):
+            return torch.tensor(self.value)
+
+    assert torch.equal(_steps(Constant(3.0), 2), _steps(None, 2))
+
+
+def test_an_objective_without_a_term_says_so():
+    @dataclass(frozen=True)
+    class Nothing(LocalObjective):
+        pass
+
+    with pytest.raises(NotImplementedError, match=r"Nothing defines no term\(params, start\)"):
+        _steps(Nothing(), 1)
+
+
 # ============================================================================ the plug-in's runs
 def test_feddyn_from_outside_src_runs_changes_training_and_learns(feddyn, tmp_path):
     res = fedselect.run(doc(), tmp_path / "feddyn", workers=0)

@@ -116,6 +116,8 @@ class LocalObjective:
         def add() -> None:
             with torch.enable_grad():
                 r = self.term(dict(zip(names, tensors)), start)
+                if not r.requires_grad:  # a term that does not depend on the weights adds nothing
+                    return
                 grads = torch.autograd.grad(r, tensors, allow_unused=True)
             with torch.no_grad():
                 for p, g in zip(tensors, grads):

@@ -469,12 +469,21 @@ class ClientTrainer:
             j.objective.check(self._param_names)
         except ValueError as e:
             raise ValueError(f"TrainJob for client {j.client_id}: {e}") from None
-        where = objective_path(type(j.objective))
-        if self.workers > 0 and "<locals>" in where:
-            raise ValueError(
-                f"TrainJob for client {j.client_id}: objective class {where} is defined inside a function, which worker "
-                "processes cannot import; define it at the top level of a module"
-            )
+        if self.workers == 0:
+            return
+        cls = type(j.objective)
+        where = objective_path(cls)
+        main = sys.modules.get("__main__")
+        if "<locals>" in where:
+            why = "is defined inside a function"
+        elif cls.__module__ == "__main__" and not getattr(main, "__file__", None):
+            why = "is defined in this notebook or `python -c`"
+        else:
+            return
+        raise ValueError(
+            f"TrainJob for client {j.client_id}: objective class {where} {why}, which worker processes cannot import; "
+            "define it at the top level of a module (or train with workers=0)"
+        )
 
     def _check_open(self) -> None:
         if self._closed:
