@@ -1,7 +1,7 @@
 """The field's algorithms (issue 22 item 5): FedProx, FedAdam / FedYogi / FedAdagrad, SCAFFOLD.
 
 Worked examples with numbers computed by hand (in the comments), the paths the local
-corrections take (in this process, the worker pool, the Flower wire), FedProx with ``mu: 0``
+objectives take (in this process, the worker pool, the stacked path, the Flower wire), FedProx with ``mu: 0``
 byte-identical to FedAvg through the real run path, SCAFFOLD's bytes, option errors, and
 end-to-end learning on the embedded MNIST."""
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import math
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -16,7 +17,8 @@ from torch import nn
 
 from fedselect.algorithms import ALGORITHMS
 from fedselect.algorithms._server_opt import AdagradOptions, AdaptiveOptions, server_step
-from fedselect.algorithms.scaffold import Scaffold, ScaffoldOptions, momentum_steps
+from fedselect.algorithms.fedprox import ProximalTerm
+from fedselect.algorithms.scaffold import DriftCorrection, Scaffold, ScaffoldOptions, momentum_steps
 from fedselect.config import ConfigError, parse_config
 from fedselect.experiment import run_experiment
 from fedselect.fl.clients import TrainJob
@@ -158,7 +160,8 @@ def _two_steps(mu: float, correction=None, epochs: int = 2) -> torch.Tensor:
     model = _linear()
     x, y = torch.tensor([[2.0, 0.0]]), torch.tensor([0])
     cfg = TrainConfig(epochs=epochs, batch_size=1, lr=0.5, momentum=0.0)
-    train_steps(model, x, y, None, cfg, torch.Generator().manual_seed(0), prox_mu=mu, correction=correction)
+    objective = DriftCorrection(correction) if correction is not None else ProximalTerm(mu) if mu else None
+    train_steps(model, x, y, None, cfg, torch.Generator().manual_seed(0), objective=objective)
     return model.weight.detach().clone()
 
 
@@ -182,9 +185,15 @@ def test_scaffold_correction_in_a_local_step_by_hand():
     torch.testing.assert_close(_two_steps(0.0, corr, epochs=1), torch.tensor([[0.45, -0.1], [-0.65, -0.2]]))
 
 
-def test_prox_mu_must_be_non_negative_where_training_runs():
-    with pytest.raises(ValueError, match="prox_mu"):
-        _two_steps(-1.0)
+@pytest.mark.parametrize("mu", [-1.0, math.inf, math.nan, "0.1", True])
+def test_the_proximal_weight_must_be_a_finite_number_at_least_0(mu):
+    with pytest.raises(ValueError, match="ProximalTerm: mu must be a finite number >= 0"):
+        ProximalTerm(mu)
+
+
+def test_a_correction_without_a_trained_parameter_is_refused_where_training_starts():
+    with pytest.raises(ValueError, match=r"correction lacks parameters \['weight'\]"):
+        _two_steps(0.0, {"bias": torch.zeros(2)})
 
 
 # ============================================================================ SCAFFOLD
@@ -203,8 +212,8 @@ def test_scaffold_control_variate_update_by_hand():
     alg.upload_keys = lambda: None
     x = torch.tensor([1.0, 2.0])
     state = ServerState({"w": x}, aux={"c": {"w": torch.tensor([0.5, -0.5])}, "c/0": {"w": torch.tensor([0.1, 0.1])}})
-    assert alg.job_extras(state, 0)["correction"]["w"].tolist() == pytest.approx([0.4, -0.6])  # c - c_0
-    assert alg.job_extras(state, 1)["correction"]["w"].tolist() == pytest.approx([0.5, -0.5])  # c - 0
+    assert alg.local_objective(state, 0).correction["w"].tolist() == pytest.approx([0.4, -0.6])  # c - c_0
+    assert alg.local_objective(state, 1).correction["w"].tolist() == pytest.approx([0.5, -0.5])  # c - 0
     new = alg.aggregate(
         1, state, [outcome(0, {"w": torch.tensor([0.8, 2.2])}, 20), outcome(1, {"w": torch.tensor([1.1, 1.9])}, 10)]
     )
@@ -262,16 +271,18 @@ def test_fedyogi_learns_in_5_rounds(tmp_path):
 def _jobs(fed_params: dict) -> list[TrainJob]:
     corr = {n: torch.full_like(p, 0.01) for n, p in fed_params.items()}
     return [
-        TrainJob(0, START, 1, 3, "train/1/0", prox_mu=0.5),
-        TrainJob(1, START, 1, 3, "train/1/1", correction=corr),
+        TrainJob(0, START, 1, 3, "train/1/0", objective=ProximalTerm(0.5)),
+        TrainJob(1, START, 1, 3, "train/1/1", objective=DriftCorrection(corr)),
         TrainJob(2, START, 1, 3, "train/1/2"),
+        TrainJob(3, START, 2, 3, "train/1/3", objective=ProximalTerm(0.5)),
+        TrainJob(4, START, 1, 3, "train/1/4", objective=DriftCorrection({n: -v for n, v in corr.items()})),
     ]
 
 
 START: dict = {}
 
 
-def test_prox_and_correction_reach_worker_processes_and_the_batched_path():
+def test_fedprox_and_scaffold_objectives_reach_worker_processes_and_the_stacked_path():
     from fedselect.federation import build_federation
     from fedselect.fl.pool import ClientTrainer
 
@@ -283,22 +294,31 @@ def test_prox_and_correction_reach_worker_processes_and_the_batched_path():
     jobs = _jobs(dict(model.named_parameters()))
     with ClientTrainer.from_federation(fed, r.train_cfg, workers=0, channels_last=False) as here:
         ref = here.train(jobs)
-        plain = here.train([TrainJob(0, START, 1, 3, "train/1/0"), TrainJob(1, START, 1, 3, "train/1/1")])
-    for a, b in zip(ref[:2], plain):  # the terms changed training
-        assert any(not torch.equal(a.state[k], b.state[k]) for k in a.state)
+        plain = here.train([TrainJob(k, START, j.epochs, 3, f"train/1/{k}") for k, j in enumerate(jobs)])
+    for a, b, j in zip(ref, plain, jobs):  # the objectives changed training, and only theirs
+        assert any(not torch.equal(a.state[k], b.state[k]) for k in a.state) == (j.objective is not None)
     with ClientTrainer.from_federation(fed, r.train_cfg, workers=0, channels_last=False, batched=True) as stacked:
-        got = stacked.train(jobs)  # falls back to the sequential path: identical
-    for a, b in zip(ref, got):
-        assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
+        got = stacked.train(jobs)  # both declare `stackable`: vmap(grad) of loss + term, 3 stacks
+    for a, b in zip(ref, got):  # the stacked path adds in another order: equal to float32 rounding
+        for k in a.state:
+            torch.testing.assert_close(b.state[k], a.state[k], rtol=1e-4, atol=1e-5)
+        assert b.loss == pytest.approx(a.loss, rel=1e-5)
+
+    @dataclass(frozen=True)
+    class Local(ProximalTerm):
+        pass
+
     with ClientTrainer.from_federation(fed, r.train_cfg, workers=1, channels_last=False) as pool:
         got = pool.train(jobs)
-        with pytest.raises(ValueError, match="correction"):
-            pool.train([TrainJob(0, START, 1, 3, "train/1/0", correction={"nope": torch.zeros(1)})])
+        with pytest.raises(ValueError, match=r"client 0: DriftCorrection.correction needs one entry per parameter"):
+            pool.train([TrainJob(0, START, 1, 3, "train/1/0", objective=DriftCorrection({"nope": torch.zeros(1)}))])
+        with pytest.raises(ValueError, match=r"client 2: objective class .*<locals>.Local is defined inside a function"):
+            pool.train([TrainJob(2, START, 1, 3, "train/1/2", objective=Local(0.1))])
     for a, b in zip(ref, got):
         assert all(torch.equal(a.state[k], b.state[k]) for k in a.state), a.client_id
 
 
-def test_prox_and_correction_cross_the_flower_wire():
+def test_fedprox_and_scaffold_objectives_cross_the_flower_wire():
     pytest.importorskip("flwr")
     from flwr.common.constant import SUPERLINK_NODE_ID
     from flwr.supercore.task_identity import TaskIdentity
@@ -310,11 +330,14 @@ def test_prox_and_correction_cross_the_flower_wire():
 
     st = {"w": torch.arange(4.0).reshape(2, 2), "b": torch.zeros(2)}
     corr = {"w": torch.full((2, 2), 0.25), "b": torch.ones(2)}
-    job = TrainJob(3, st, 1, 7, "train/2/3", prox_mu=0.125, correction=corr)
-    back, _ = decode_job(encode_job(job, 11, TrainConfig()))
-    assert back.prox_mu == 0.125 and all(torch.equal(back.correction[k], corr[k]) for k in corr)
+    msg = encode_job(TrainJob(3, st, 1, 7, "train/2/3", objective=DriftCorrection(corr)), 11, TrainConfig())
+    assert msg.content["config"]["objective"] == "fedselect.algorithms.scaffold:DriftCorrection"
+    back, _ = decode_job(msg)
+    assert type(back.objective) is DriftCorrection and all(torch.equal(back.objective.correction[k], corr[k]) for k in corr)
+    back, _ = decode_job(encode_job(TrainJob(3, st, 1, 7, "train/2/3", objective=ProximalTerm(0.125)), 11, TrainConfig()))
+    assert back.objective == ProximalTerm(0.125)
     plain, _ = decode_job(encode_job(TrainJob(3, st, 1, 7, "train/2/3"), 11, TrainConfig()))
-    assert plain.prox_mu == 0.0 and plain.correction is None
+    assert plain.objective is None
 
 
 # ============================================================================ options and listing

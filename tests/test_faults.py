@@ -219,21 +219,21 @@ def test_client_failure_raised_in_local_training_is_a_client_error_other_excepti
 ):
     from fedselect.fl import pool
 
-    real = pool._train_job
+    real = pool.train_job
 
-    def flaky(model, data, cfg, client_id, *a, **kw):
-        if client_id == 1:
+    def flaky(model, data, cfg, job, *a, **kw):
+        if job.client_id == 1:
             raise ClientFailure("battery empty")
-        return real(model, data, cfg, client_id, *a, **kw)
+        return real(model, data, cfg, job, *a, **kw)
 
-    monkeypatch.setattr(pool, "_train_job", flaky)
+    monkeypatch.setattr(pool, "train_job", flaky)
     run_experiment(parse_config(doc(rounds=1)), tmp_path / "a", federation=fed)
     assert rows(tmp_path / "a")[1]["failed"] == "1:error"
 
     def broken(*a, **kw):
         raise KeyError("a bug")
 
-    monkeypatch.setattr(pool, "_train_job", broken)
+    monkeypatch.setattr(pool, "train_job", broken)
     with pytest.raises(KeyError):
         run_experiment(parse_config(doc(rounds=1)), tmp_path / "b", federation=fed)
 

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fedselect.federation import Federation
 from fedselect.fl.aggregate import fedavg, state_bytes
+from fedselect.fl.objective import LocalObjective
 from fedselect.fl.train import TrainConfig
 from fedselect.fl.types import ClientOutcome, Evaluation, PhaseCost, RunSettings, ServerState, State, clone_state
 from fedselect.fl.work import EvalJob
@@ -202,12 +203,16 @@ class Algorithm:
         """The weights client ``k`` starts local training from (default: the server model)."""
         return state.model
 
-    def job_extras(self, state: ServerState, k: int) -> dict[str, Any]:
-        """What this algorithm adds to client ``k``'s training job in a round: keyword fields of
-        :class:`fedselect.fl.work.TrainJob` (e.g. ``{"prox_mu": 0.01}`` for FedProx,
-        ``{"correction": c - c_k}`` for SCAFFOLD). The round passes them to every transport;
-        the engine never asks which algorithm it runs. Default: nothing (plain local training)."""
-        return {}
+    def local_objective(self, state: ServerState, k: int) -> LocalObjective | None:
+        """How client ``k``'s local objective differs from its mean cross-entropy in a round:
+        one :class:`fedselect.fl.objective.LocalObjective` (e.g. FedProx's
+        :class:`~fedselect.algorithms.fedprox.ProximalTerm`, SCAFFOLD's
+        :class:`~fedselect.algorithms.scaffold.DriftCorrection`), made from the server state (what
+        a client carries between rounds lives in ``state.aux``, so it is checkpointed). The round
+        puts it on the client's :class:`~fedselect.fl.clients.TrainJob`; trainer, worker pool,
+        stacked path and Flower wire carry it without asking which algorithm it came from
+        (docs/architecture.md, "Adding a local objective"). Default: None (plain local training)."""
+        return None
 
     def aggregate(self, t: int, state: ServerState, outcomes: Sequence[ClientOutcome]) -> ServerState | None:
         """FedAvg (McMahan et al. 2017) of the surviving updates: w = sum_k n_k / sum n * w_k, or with the

@@ -18,9 +18,9 @@ straggler averaging); option II then divides by ``a_K lr`` so that ``c_k`` estim
 gradient; ``a_K = K`` without momentum (the paper's formula). K is the client's local steps
 (``E ceil(n_k / B)``, or a straggler's partial steps).
 
-Where it runs: local training gets ``c - c_k`` as the job's ``correction``
-(:meth:`Scaffold.job_extras`; added to every mini-batch gradient in
-:func:`fedselect.fl.train.train_steps`, in the worker pool and on Flower nodes alike). The
+Where it runs: local training gets ``c - c_k`` as the job's objective, this file's
+:class:`DriftCorrection` (:meth:`Scaffold.local_objective`; added to every mini-batch gradient
+wherever the job runs: this process, the worker pool, the stacked GPU path, Flower nodes). The
 controls are kept by the server in :attr:`ServerState.aux` (``aux["c"]``, ``aux["c/<k>"]`` once
 client k has trained), so they are checkpointed with the model and a resumed run continues
 exactly; because ``c_k+`` follows from ``x``, ``y`` and K, the server computes it from the
@@ -36,8 +36,8 @@ average. Local training must use SGD (``train.optimizer: sgd``).
 from __future__ import annotations
 
 import math
-from dataclasses import replace
-from typing import Any, Sequence
+from dataclasses import dataclass, replace
+from typing import Callable, Mapping, Sequence
 
 import torch
 from pydantic import Field
@@ -45,9 +45,46 @@ from pydantic import Field
 from fedselect.algorithms import register_algorithm
 from fedselect.algorithms.base import Algorithm, AlgorithmOptions, ServerState
 from fedselect.fl.aggregate import state_bytes
+from fedselect.fl.objective import LocalObjective
 from fedselect.fl.types import ClientOutcome, State
 
-__all__ = ["ScaffoldOptions", "Scaffold", "momentum_steps"]
+__all__ = ["ScaffoldOptions", "Scaffold", "DriftCorrection", "momentum_steps"]
+
+
+@dataclass(frozen=True)
+class DriftCorrection(LocalObjective):
+    """SCAFFOLD's local objective (Algorithm 1 line 10): ``R(w) = <c - c_k, w>``, so every
+    mini-batch gradient gains ``c - c_k`` and a step is ``y <- y - lr (g(y) - c_k + c)``
+    (before momentum and weight decay).
+
+    Attributes:
+        correction: ``c - c_k`` by parameter name (float32, the parameters' shapes).
+
+    Raises:
+        ValueError: (when training starts) ``correction`` lacks a trained parameter.
+    """
+
+    correction: State
+    stackable = True  # the term is vmap-able (the stacked GPU path may train it)
+
+    def term(self, params: Mapping[str, torch.Tensor], start: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """``sum_n <c - c_k, w>_n`` (the stacked path)."""
+        return sum((self.correction[n] * params[n]).sum() for n in params)
+
+    def begin(self, params: Sequence[tuple[str, torch.Tensor]]) -> Callable[[], None]:
+        """Its gradient in closed form: ``p.grad += (c - c_k)`` after every backward pass."""
+        missing = sorted(n for n, _ in params if n not in self.correction)
+        if missing:
+            raise ValueError(f"correction lacks parameters {missing}")
+        corr = {n: self.correction[n].to(p.device, p.dtype) for n, p in params}
+
+        def add() -> None:
+            with torch.no_grad():
+                for n, p in params:
+                    if p.grad is not None:
+                        p.grad.add_(corr[n])
+
+        return add
 
 
 def momentum_steps(k: int, rho: float) -> float:
@@ -112,11 +149,11 @@ class Scaffold(Algorithm):
         ctrl = state_bytes(self.worker.state_dict(), self.param_names)
         return up + ctrl, down + ctrl
 
-    def job_extras(self, state: ServerState, k: int) -> dict[str, Any]:
-        """``{"correction": c - c_k}`` for client ``k``'s local training."""
+    def local_objective(self, state: ServerState, k: int) -> DriftCorrection:
+        """``DriftCorrection(c - c_k)`` for client ``k``'s local training."""
         c = state.aux["c"] if "c" in state.aux else self._zeros(state.model)
         ck = state.aux.get(f"c/{k}")
-        return {"correction": {n: (c[n] - ck[n]) if ck is not None else c[n].clone() for n in self.param_names}}
+        return DriftCorrection({n: (c[n] - ck[n]) if ck is not None else c[n].clone() for n in self.param_names})
 
     def local_steps(self, o: ClientOutcome) -> int:
         """K: the optimiser steps client ``o`` took (``E ceil(n_k / B)`` or its partial steps)."""

@@ -8,6 +8,13 @@ number of steps (clients with fewer samples or epochs drop out of the stack when
 own optimiser state; SGD (momentum, weight decay) and Adam are re-implemented on the stacked
 tensors with the formulas of ``torch.optim.SGD`` / ``torch.optim.Adam``.
 
+A job's local objective (:mod:`fedselect.fl.objective`: FedProx's proximal term, SCAFFOLD's
+correction, ...) is added to its client's loss inside the mapped function
+(:meth:`~fedselect.fl.objective.LocalObjective.term` of the trained parameters and their start
+values, its tensor fields stacked client by client); :class:`~fedselect.fl.pool.ClientTrainer`
+sends jobs here only when every objective's class declares ``stackable``. Jobs with different
+objective classes or plain fields train in separate stacks.
+
 A last mini-batch smaller than the others is padded and the padding masked out of the loss
 (``sum(w_i * ce_i) / sum(w_i)``), so each client's loss and gradient are mathematically those
 of the sequential path. The float results are not bit-identical to it (batched convolution
@@ -24,11 +31,13 @@ Models with buffers (BatchNorm), recurrent layers or dropout are not supported
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
+from fedselect.fl.objective import LocalObjective, objective_fields, stack_key
 from fedselect.fl.train import TrainConfig
 from fedselect.seeding import torch_rng
 
@@ -64,11 +73,13 @@ def train_batched(
     Args:
         model: a template of the model (its weights are not used; it must pass
             :func:`supports_batched`); ``data``: every client's samples (on ``device`` or CPU).
-        jobs: :class:`fedselect.fl.clients.TrainJob` s; jobs with different ``trainable`` sets are
-            trained in separate stacks. A job with ``crash_after_batches`` is reported failed.
+        jobs: :class:`fedselect.fl.clients.TrainJob` s; jobs with different ``trainable`` sets or
+            objectives of different classes or plain fields (:func:`~fedselect.fl.objective.stack_key`)
+            are trained in separate stacks. A job with ``crash_after_batches`` is reported failed.
 
     Raises:
-        ValueError: the model does not support stacking, or an unknown optimiser.
+        ValueError: the model does not support stacking, an unknown optimiser, or an objective
+            whose class does not declare ``stackable``.
     """
     from fedselect.fl.clients import TrainResult
 
@@ -79,9 +90,12 @@ def train_batched(
         )
     if cfg.optimizer not in ("sgd", "adam"):
         raise ValueError(f"unknown optimizer {cfg.optimizer!r}; allowed: 'sgd', 'adam'")
+    unstackable = sorted({type(j.objective).__name__ for j in jobs if j.objective is not None and not j.objective.stackable})
+    if unstackable:
+        raise ValueError(f"train_batched: objectives {unstackable} do not declare `stackable`; train them sequentially")
     device = torch.device(device)
     results: list[TrainResult | None] = [None] * len(jobs)
-    groups: dict[frozenset[str] | None, list[int]] = {}
+    groups: dict[tuple, list[int]] = {}
     for i, j in enumerate(jobs):
         if j.crash_after_batches is not None:
             results[i] = TrainResult(
@@ -91,8 +105,9 @@ def train_batched(
                 error=f"fault drill: crash after {j.crash_after_batches} mini-batches (batched path: reported, not killed)",
             )
             continue
-        groups.setdefault(None if j.trainable is None else frozenset(j.trainable), []).append(i)
-    for trainable, idx in groups.items():
+        trainable = None if j.trainable is None else frozenset(j.trainable)
+        groups.setdefault((trainable, stack_key(j.objective)), []).append(i)
+    for (trainable, _), idx in groups.items():
         try:
             out = _train_stack(model, data, [jobs[i] for i in idx], cfg, device, trainable)
         except (MemoryError, torch.cuda.OutOfMemoryError) as e:  # the stack did not fit: its clients failed
@@ -103,6 +118,46 @@ def train_batched(
     return results  # type: ignore[return-value]
 
 
+def _step_function(model: nn.Module, jobs: list["TrainJob"], start: dict[str, torch.Tensor], device: torch.device):
+    """``step(p_train, p_frozen, xb, yb, wb, sel) -> (grads, (loss, per))``: every client's
+    gradient and masked mean cross-entropy (``per``: each sample's, detached) on its mini-batch,
+    mapped over the clients still training (rows ``sel`` of the stack; None: all). With an
+    objective (one class and plain fields per stack) the gradient is that of ``loss + R_k``,
+    ``R_k`` its :meth:`~fedselect.fl.objective.LocalObjective.term` of the client's trained
+    weights, their values at the start (``start``, stacked) and its tensor fields (stacked)."""
+    from torch.func import functional_call, grad_and_value, vmap
+
+    def loss_fn(p_train, p_frozen, xb, yb, wb):
+        logits = functional_call(model, {**p_train, **p_frozen}, (xb,))
+        per = nn.functional.cross_entropy(logits, yb, reduction="none")
+        loss = (per * wb).sum() / wb.sum()
+        return loss, per.detach()
+
+    objective: LocalObjective | None = jobs[0].objective
+    if objective is None:
+        plain = vmap(grad_and_value(loss_fn, has_aux=True))
+        return lambda p_train, p_frozen, xb, yb, wb, sel: plain(p_train, p_frozen, xb, yb, wb)
+    per_job = [objective_fields(j.objective)[1] for j in jobs]
+    fields = {f: {n: torch.stack([t[f][n] for t in per_job]).to(device) for n in st} for f, st in per_job[0].items()}
+    start = {n: v.clone() for n, v in start.items()}
+
+    def objective_loss(p_train, p_frozen, xb, yb, wb, start_k, fields_k):
+        loss, per = loss_fn(p_train, p_frozen, xb, yb, wb)
+        total = loss + replace(objective, **fields_k).term(p_train, start_k)
+        return total, (loss.detach(), per)
+
+    mapped = vmap(grad_and_value(objective_loss, has_aux=True))
+
+    def step(p_train, p_frozen, xb, yb, wb, sel):
+        def rows(st: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            return st if sel is None else {n: v.index_select(0, sel) for n, v in st.items()}
+
+        grads, (_, aux) = mapped(p_train, p_frozen, xb, yb, wb, rows(start), {f: rows(st) for f, st in fields.items()})
+        return grads, aux
+
+    return step
+
+
 def _train_stack(
     model: nn.Module,
     data: "ClientData",
@@ -111,8 +166,6 @@ def _train_stack(
     device: torch.device,
     trainable: frozenset[str] | None,
 ) -> list["TrainResult"]:
-    from torch.func import functional_call, grad_and_value, vmap
-
     from fedselect.fl.clients import TrainResult
 
     names = [n for n, _ in model.named_parameters()]
@@ -139,13 +192,7 @@ def _train_stack(
     counts = [0] * K
     want_stats = [j.sample_losses for j in jobs]
 
-    def loss_fn(p_train, p_frozen, xb, yb, wb):
-        logits = functional_call(model, {**p_train, **p_frozen}, (xb,))
-        per = nn.functional.cross_entropy(logits, yb, reduction="none")
-        loss = (per * wb).sum() / wb.sum()
-        return loss, per.detach()
-
-    step_fn = vmap(grad_and_value(loss_fn, has_aux=True))
+    step_fn = _step_function(model, jobs, {n: params[n] for n in train_names}, device)
     model = model.to(device)
     for s in range(max(steps, default=0)):
         act = [k for k in range(K) if s < steps[k]]
@@ -163,7 +210,7 @@ def _train_stack(
         full = len(act) == K
         sel = None if full else torch.tensor(act, device=device)
         p_act = {n: (params[n] if full else params[n].index_select(0, sel)) for n in names}
-        grads, (loss, per) = step_fn({n: p_act[n] for n in train_names}, {n: p_act[n] for n in frozen_names}, xb, yb, wb)
+        grads, (loss, per) = step_fn({n: p_act[n] for n in train_names}, {n: p_act[n] for n in frozen_names}, xb, yb, wb, sel)
         with torch.no_grad():
             for n in train_names:
                 p, g = p_act[n], grads[n]

@@ -1,23 +1,19 @@
 """Local training of the selected clients: jobs in, results out (the simulator's hot path).
 
 A :class:`TrainJob` names everything one client's local update depends on — its id, the weights
-it starts from, the epochs, and the seeded stream of its mini-batch order — so the result does
-not depend on where or in which order the jobs run. :class:`SequentialTrainer` runs them one
-after another in this process; a worker pool (:mod:`fedselect.fl.pool`) runs the same jobs in
-parallel processes with identical results.
+it starts from, the epochs, the seeded stream of its mini-batch order and the algorithm's change
+to its objective (:mod:`fedselect.fl.objective`) — so the result does not depend on where or in
+which order the jobs run: the trainer (:class:`fedselect.fl.pool.ClientTrainer`) runs the same
+jobs in this process, in parallel worker processes or stacked on a GPU, and a Flower node runs
+the one it is sent (:mod:`fedselect.flower.wire`).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Sequence
 
-from fedselect.data.datasets import ArrayDataset
-from fedselect.fl.faults import ClientFailure
-from fedselect.fl.train import TrainConfig, local_train
+from fedselect.fl.objective import LocalObjective
 from fedselect.fl.types import Measured, State
-from fedselect.seeding import torch_rng
 
 
 @dataclass(frozen=True)
@@ -34,11 +30,9 @@ class TrainJob:
         trainable: names of the parameters to update, the others frozen (None: all).
         max_steps: stop after this many optimiser steps (a straggler's partial work,
             ``straggler: partial``); None = all ``epochs``.
-        prox_mu: FedProx's proximal weight mu >= 0 (Li et al. 2020): the local objective gains
-            ``mu/2 ||w - w_start||^2`` (its gradient ``mu (w - w_start)`` is added to every
-            parameter's gradient); 0 = plain local training, exactly the code path without it.
-        correction: SCAFFOLD's drift correction ``c - c_k`` (Karimireddy et al. 2020), one
-            tensor per parameter name, added to every mini-batch gradient; None = none.
+        objective: the algorithm's change to the local objective
+            (:class:`fedselect.fl.objective.LocalObjective`: FedProx's proximal term, SCAFFOLD's
+            drift correction, ...); None = plain local training (the mean cross-entropy).
         crash_after_batches: fault drill: a worker process of :class:`fedselect.fl.pool.ClientTrainer`
             kills itself (SIGKILL) after this many mini-batches, as an out-of-memory kill would;
             trainers in this process report the job failed instead.
@@ -53,8 +47,14 @@ class TrainJob:
     trainable: frozenset[str] | None = None
     crash_after_batches: int | None = None
     max_steps: int | None = None
-    prox_mu: float = 0.0
-    correction: State | None = None
+    objective: LocalObjective | None = None
+
+    def __post_init__(self) -> None:
+        if self.objective is not None and not isinstance(self.objective, LocalObjective):
+            raise TypeError(
+                f"TrainJob for client {self.client_id}: objective must be a fedselect.fl.objective.LocalObjective "
+                f"or None, got {type(self.objective).__name__}"
+            )
 
 
 @dataclass(frozen=True)
@@ -77,55 +77,3 @@ class TrainResult:
     error: str | None = None
     failure: str | None = None
     measured: Measured | None = None
-
-
-class SequentialTrainer:
-    """Runs :class:`TrainJob` s one after another in this process, in one scratch model.
-
-    Args:
-        model_factory: ``() -> nn.Module`` building the architecture (weights are overwritten).
-        datasets: the clients' training sets, indexed by client id.
-        train_cfg: local-training settings.
-    """
-
-    def __init__(self, model_factory, datasets: Sequence[ArrayDataset], train_cfg: TrainConfig):
-        self.worker = model_factory()
-        self.datasets = list(datasets)
-        self.train_cfg = train_cfg
-
-    def train(self, jobs: Sequence[TrainJob]) -> list[TrainResult]:
-        """Results in job order."""
-        return [self._one(j) for j in jobs]
-
-    def _one(self, job: TrainJob) -> TrainResult:
-        if job.crash_after_batches is not None:
-            return TrainResult(job.client_id, None, math.nan, error="fault drill: crash (in this process: reported, not killed)")
-        self.worker.load_state_dict(job.start_state)
-        stats: dict | None = {} if job.sample_losses else None
-        try:
-            loss = local_train(
-                self.worker,
-                self.datasets[job.client_id],
-                self.train_cfg,
-                torch_rng(job.seed, job.stream),
-                epochs=job.epochs,
-                stats=stats,
-                trainable=None if job.trainable is None else set(job.trainable),
-                max_steps=job.max_steps,
-                prox_mu=job.prox_mu,
-                correction=job.correction,
-            )
-        except ClientFailure as e:  # a client-side failure: the round goes on without this client
-            return TrainResult(job.client_id, None, math.nan, error=str(e) or type(e).__name__)
-        state = {n: v.detach().clone() for n, v in self.worker.state_dict().items()}
-        stats = stats or {}
-        return TrainResult(
-            job.client_id,
-            state,
-            loss if loss is not None else math.nan,
-            float(stats.get("sum_sq_sample_loss", 0.0)),
-            int(stats.get("num_sample_losses", 0)),
-        )
-
-    def close(self) -> None:
-        """Nothing to release (a pool closes its workers)."""

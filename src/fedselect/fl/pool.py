@@ -52,9 +52,10 @@ import torch
 from fedselect.data.datasets import ArrayDataset
 from fedselect.fl.clientdata import ClientData, _shared_copy
 from fedselect.fl.clients import TrainJob, TrainResult
+from fedselect.fl.objective import objective_path
 from fedselect.fl.pool_dispatch import Task, WorkerPool
 from fedselect.fl.pool_messages import EvalDone, EvalTask, Failed, ModelSpec, TrainDone, TrainTask, WorkerInit
-from fedselect.fl.pool_worker import CLIENT_FAILURES, _train_job, eval_chunk, load_state
+from fedselect.fl.pool_worker import CLIENT_FAILURES, eval_chunk, load_state, train_job
 from fedselect.fl.train import TrainConfig
 from fedselect.fl.types import State
 from fedselect.models import MODELS, prefers_channels_last
@@ -307,18 +308,9 @@ class ClientTrainer:
             for _ in range(self.workers):
                 in_buf = {k: _shared_copy(torch.zeros_like(v)) for k, v in template.items()}
                 out_buf = {k: _shared_copy(torch.zeros_like(v)) for k, v in template.items()}
-                corr_buf = {k: _shared_copy(torch.zeros_like(template[k])) for k in self._param_names}
                 inits.append(
                     WorkerInit(
-                        self.spec,
-                        self.data,
-                        self._eval,
-                        train_cfg,
-                        self.channels_last,
-                        in_buf,
-                        out_buf,
-                        self.eval_forward_batch,
-                        corr_buf,
+                        self.spec, self.data, self._eval, train_cfg, self.channels_last, in_buf, out_buf, self.eval_forward_batch
                     )
                 )
             self._pool = WorkerPool(inits, start_method, self.start_timeout_s, job_timeout_s)
@@ -353,7 +345,9 @@ class ClientTrainer:
 
         Raises:
             ValueError: a job names a client outside the data, a negative epoch count, unknown
-                trainable names, or a start state whose entries do not match the model.
+                trainable names, a start state whose entries do not match the model, or an
+                objective that does not fit the model (its ``check``) or, with worker
+                processes, whose class they cannot import.
             RuntimeError: the trainer is closed, or training raised any other exception (a bug:
                 the message holds the worker's traceback; the other jobs were completed first).
         """
@@ -369,44 +363,18 @@ class ClientTrainer:
                     f"{sorted(set(j.trainable) - self._param_names)}; parameters: {sorted(self._param_names)}"
                 )
             self._check_state(j.start_state, f"TrainJob for client {j.client_id}")
-            if not (math.isfinite(j.prox_mu) and j.prox_mu >= 0):
-                raise ValueError(f"TrainJob for client {j.client_id}: prox_mu must be finite and >= 0, got {j.prox_mu!r}")
-            if j.correction is not None and set(j.correction) != self._param_names:
-                raise ValueError(
-                    f"TrainJob for client {j.client_id}: the correction needs one entry per parameter "
-                    f"(missing {sorted(self._param_names - set(j.correction))}, unexpected "
-                    f"{sorted(set(j.correction) - self._param_names)})"
-                )
+            if j.objective is not None:
+                self._check_objective(j)
         if not jobs:
             return []
         if self.workers == 0:
-            # partial work, FedProx's and SCAFFOLD's gradient terms train sequentially
-            if self.batched and all(j.max_steps is None and not j.prox_mu and j.correction is None for j in jobs):
+            # partial work and objectives that cannot be stacked train one after another
+            if self.batched and all(j.max_steps is None and (j.objective is None or j.objective.stackable) for j in jobs):
                 from fedselect.fl.batched import train_batched
 
                 return train_batched(self._model, self.data, list(jobs), self.train_cfg, self.device)
             return [self._train_here(j) for j in jobs]
-        tasks = [
-            Task(
-                TrainTask(
-                    -1,
-                    j.client_id,
-                    int(j.epochs),
-                    int(j.seed),
-                    str(j.stream),
-                    None if j.trainable is None else frozenset(j.trainable),
-                    bool(j.sample_losses),
-                    j.crash_after_batches,
-                    j.max_steps,
-                    float(j.prox_mu),
-                    j.correction is not None,
-                ),
-                j.start_state,
-                cost=int(j.epochs) * self.data.num_samples(j.client_id),
-                correction=j.correction,
-            )
-            for j in jobs
-        ]
+        tasks = [Task(TrainTask.of(j), j.start_state, cost=int(j.epochs) * self.data.num_samples(j.client_id)) for j in jobs]
         out = self._pool.run(tasks)
         bugs = [(j.client_id, o.reason) for j, o in zip(jobs, out) if isinstance(o, Failed) and o.bug]
         if bugs:
@@ -496,6 +464,27 @@ class ClientTrainer:
                 + ", ".join(f"{k} {tuple(state[k].shape)} (model: {self._shapes[k]})" for k in bad)
             )
 
+    def _check_objective(self, j: TrainJob) -> None:
+        try:
+            j.objective.check(self._param_names)
+        except ValueError as e:
+            raise ValueError(f"TrainJob for client {j.client_id}: {e}") from None
+        if self.workers == 0:
+            return
+        cls = type(j.objective)
+        where = objective_path(cls)
+        main = sys.modules.get("__main__")
+        if "<locals>" in where:
+            why = "is defined inside a function"
+        elif cls.__module__ == "__main__" and not getattr(main, "__file__", None):
+            why = "is defined in this notebook or `python -c`"
+        else:
+            return
+        raise ValueError(
+            f"TrainJob for client {j.client_id}: objective class {where} {why}, which worker processes cannot import; "
+            "define it at the top level of a module (or train with workers=0)"
+        )
+
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("ClientTrainer is closed")
@@ -506,25 +495,9 @@ class ClientTrainer:
     def _train_here(self, j: TrainJob) -> TrainResult:
         try:
             with _threads(1) if self.device.type == "cpu" else _nothing():
-                load_state(self._model, j.start_state)
-                loss, sq, cnt = _train_job(
-                    self._model,
-                    self.data,
-                    self.train_cfg,
-                    j.client_id,
-                    j.epochs,
-                    j.seed,
-                    j.stream,
-                    j.trainable,
-                    j.sample_losses,
-                    j.crash_after_batches,
-                    in_process=True,
-                    max_steps=j.max_steps,
-                    prox_mu=j.prox_mu,
-                    correction=j.correction,
-                )
+                done = train_job(self._model, self.data, self.train_cfg, j, in_process=True)
                 state = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in self._model.state_dict().items()}
-            return TrainResult(j.client_id, state, loss, sq, cnt)
+            return TrainResult(j.client_id, state, done.loss, done.sum_sq_sample_loss, done.num_sample_losses)
         except CLIENT_FAILURES as e:
             return TrainResult(j.client_id, None, math.nan, error=f"{type(e).__name__}: {e}")
 

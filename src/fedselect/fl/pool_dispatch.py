@@ -43,15 +43,13 @@ class _Worker:
 @dataclass
 class Task:
     """A task to run: its message (``seq`` is set when it is sent), the state to copy into
-    the worker's input buffer first (None: none), its cost (longest first), and a SCAFFOLD
-    correction to copy into the worker's correction buffer (None: none)."""
+    the worker's input buffer first (None: none), and its cost (longest first)."""
 
     msg: TrainTask | EvalTask
     state: State | None
     state_key: Any = None  # evaluation: identifies the state, to skip reloading it
     cost: int = 0
     attempts: int = 0
-    correction: State | None = None
 
 
 class WorkerPool:
@@ -146,10 +144,6 @@ class WorkerPool:
                     for k, v in t.state.items():
                         buf[k].copy_(v)
                 w.loaded = t.state_key if evaluating else None
-        if t.correction is not None:
-            with torch.no_grad():
-                for k, v in self.inits[i].corr_buf.items():
-                    v.copy_(t.correction[k])
         self._seq += 1
         w.seq = self._seq
         msg = replace(t.msg, seq=w.seq, load=load) if evaluating else replace(t.msg, seq=w.seq)

@@ -1,15 +1,17 @@
 """What :class:`fedselect.fl.pool.ClientTrainer` and its worker processes send each other.
 
 A worker starts from a :class:`WorkerInit` (passed as the process's argument) and announces
-itself with :class:`Ready`. The parent then sends :class:`TrainTask` or :class:`EvalTask` (a
-start state travels in the worker's shared input buffer, not in the message) and finally
+itself with :class:`Ready`. The parent then sends :class:`TrainTask` (a
+:class:`~fedselect.fl.clients.TrainJob` whose start state travels in the worker's shared input
+buffer, not in the message) or :class:`EvalTask`, and finally
 :class:`Stop`; the worker answers each task with :class:`TrainDone` (the trained state is in its
 shared output buffer), :class:`EvalDone` or :class:`Failed`, carrying the task's ``seq`` back.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import pickle
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -17,6 +19,7 @@ import torch
 from torch import nn
 
 from fedselect.fl.clientdata import ClientData
+from fedselect.fl.clients import TrainJob
 from fedselect.fl.train import TrainConfig
 from fedselect.fl.types import State
 from fedselect.models import build_model
@@ -47,8 +50,7 @@ class ModelSpec:
 @dataclass
 class WorkerInit:
     """A worker's start-up: the model, the shared data and evaluation sets, its shared state
-    buffers (``in_buf``: the start state of the next task; ``out_buf``: a trained state;
-    ``corr_buf``: the next task's SCAFFOLD correction, one entry per parameter)."""
+    buffers (``in_buf``: the start state of the next task; ``out_buf``: a trained state)."""
 
     spec: ModelSpec
     data: ClientData
@@ -58,27 +60,33 @@ class WorkerInit:
     in_buf: State
     out_buf: State
     eval_forward_batch: int
-    corr_buf: State | None = None
 
 
 # ---------------------------------------------------------------------------- parent -> worker
 @dataclass(frozen=True)
 class TrainTask:
-    """Train client ``client_id`` from the state in the input buffer (a :class:`TrainJob`
-    without its state; ``correction``: the job's SCAFFOLD correction is in the worker's
-    correction buffer)."""
+    """Run ``job``, starting from the state in the worker's input buffer: the job travels
+    without it (``start_state`` empty; :meth:`of`).
+
+    The job goes through the pipe as the bytes of a plain ``pickle`` (its local objective's
+    tensors copied in), never through ``torch.multiprocessing``'s reductions, which would move
+    the sender's tensors into shared memory in place and keep a file descriptor open for each
+    (an algorithm's per-client state, e.g. FedDyn's gradients, lives for the whole run)."""
 
     seq: int
-    client_id: int
-    epochs: int
-    seed: int
-    stream: str
-    trainable: frozenset[str] | None
-    sample_losses: bool
-    crash_after: int | None
-    max_steps: int | None = None
-    prox_mu: float = 0.0
-    correction: bool = False
+    job: TrainJob
+
+    @classmethod
+    def of(cls, job: TrainJob) -> "TrainTask":
+        """The task of ``job`` (its start state goes through the input buffer)."""
+        return cls(-1, replace(job, start_state={}))
+
+    def __reduce__(self):
+        return _train_task, (self.seq, pickle.dumps(self.job, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _train_task(seq: int, job: bytes) -> TrainTask:
+    return TrainTask(seq, pickle.loads(job))
 
 
 @dataclass(frozen=True)

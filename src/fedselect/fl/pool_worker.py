@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import traceback
+from dataclasses import replace
 from typing import Mapping
 
 import numpy as np
@@ -22,6 +23,7 @@ import torch
 from torch import nn
 
 from fedselect.fl.clientdata import ClientData
+from fedselect.fl.clients import TrainJob
 from fedselect.fl.faults import ClientFailure
 from fedselect.fl.pool_messages import EvalDone, EvalTask, Failed, Ready, Stop, TrainDone, TrainTask, WorkerInit
 from fedselect.fl.train import TrainConfig, train_steps
@@ -33,8 +35,8 @@ class _Crash(ClientFailure):
     """The fault drill of ``TrainJob.crash_after_batches`` where no process may be killed."""
 
 
-#: exceptions of local training that mean "this client failed" (kind ``error``), as in
-#: :class:`fedselect.fl.clients.SequentialTrainer`; any other exception is a bug and stops the run
+#: exceptions of local training that mean "this client failed" (kind ``error``); any other
+#: exception is a bug and stops the run
 CLIENT_FAILURES = (ClientFailure, MemoryError)
 
 
@@ -48,24 +50,23 @@ def _store(model: nn.Module, out: State) -> None:
             out[name].copy_(v)
 
 
-def _train_job(
-    model: nn.Module,
-    data: ClientData,
-    cfg: TrainConfig,
-    client_id: int,
-    epochs: int,
-    seed: int,
-    stream: str,
-    trainable,
-    sample_losses: bool,
-    crash_after: int | None,
-    in_process: bool,
-    max_steps: int | None = None,
-    prox_mu: float = 0.0,
-    correction: State | None = None,
-) -> tuple[float, float, int]:
-    stats: dict | None = {} if sample_losses else None
+def train_job(model: nn.Module, data: ClientData, cfg: TrainConfig, job: TrainJob, in_process: bool) -> TrainDone:
+    """Run ``job`` in ``model`` (loaded with ``job.start_state`` here) on client
+    ``job.client_id``'s rows of ``data``: the one place a :class:`TrainJob`'s fields become a
+    training call, in a worker process and in the calling process alike. The trained state
+    stays in ``model``.
+
+    Args:
+        in_process: the fault drill (``crash_after_batches``) raises a client failure instead of
+            killing the process.
+
+    Returns:
+        The loss and Oort's sample-loss statistics (``seq`` -1; the caller sets it).
+    """
+    load_state(model, job.start_state)
+    stats: dict | None = {} if job.sample_losses else None
     after = None
+    crash_after = job.crash_after_batches
     if crash_after is not None:
 
         def after(i: int) -> None:
@@ -78,20 +79,19 @@ def _train_job(
         model,
         data.x,
         data.y,
-        data.client_rows(client_id),
+        data.client_rows(job.client_id),
         cfg,
-        torch_rng(seed, stream),
-        epochs=epochs,
-        trainable=trainable,
+        torch_rng(job.seed, job.stream),
+        epochs=job.epochs,
+        trainable=job.trainable,
         stats=stats,
         after_batch=after,
-        max_steps=max_steps,
-        prox_mu=prox_mu,
-        correction=correction,
+        max_steps=job.max_steps,
+        objective=job.objective,
     )
     if stats is None:
-        return loss, 0.0, 0
-    return loss, float(stats["sum_sq_sample_loss"]), int(stats["num_sample_losses"])
+        return TrainDone(-1, loss, 0.0, 0)
+    return TrainDone(-1, loss, float(stats["sum_sq_sample_loss"]), int(stats["num_sample_losses"]))
 
 
 def eval_chunk(
@@ -127,25 +127,9 @@ def _warm_up(model: nn.Module, init: WorkerInit) -> None:
 
 def _serve(model: nn.Module, init: WorkerInit, task: TrainTask | EvalTask) -> TrainDone | EvalDone:
     if isinstance(task, TrainTask):
-        load_state(model, init.in_buf)
-        loss, sq, cnt = _train_job(
-            model,
-            init.data,
-            init.train_cfg,
-            task.client_id,
-            task.epochs,
-            task.seed,
-            task.stream,
-            task.trainable,
-            task.sample_losses,
-            task.crash_after,
-            in_process=False,
-            max_steps=task.max_steps,
-            prox_mu=task.prox_mu,
-            correction=init.corr_buf if task.correction else None,
-        )
+        done = train_job(model, init.data, init.train_cfg, replace(task.job, start_state=init.in_buf), in_process=False)
         _store(model, init.out_buf)
-        return TrainDone(task.seq, loss, sq, cnt)
+        return replace(done, seq=task.seq)
     if task.load:
         load_state(model, init.in_buf)
     x, y = init.eval_sets[task.name]

@@ -219,7 +219,7 @@ def _plan(
             f"train/{t}/{k}",
             wants,
             max_steps=partial.get(k),
-            **alg.job_extras(state, k),
+            objective=alg.local_objective(state, k),
         )
         for k in selection.clients
         if faults[k] not in ("drop", "raise") and k not in offline

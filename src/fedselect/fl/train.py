@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol, Sequence
 
 import torch
 from torch import nn
@@ -33,6 +33,15 @@ class TrainConfig:
     weight_decay: float = 0.0
 
 
+class ObjectiveHook(Protocol):
+    """What local training asks of a job's local objective
+    (:class:`fedselect.fl.objective.LocalObjective`, which implements it): ``begin(params)``,
+    called with the trained ``(name, parameter)`` pairs before the first step, returns the
+    function that adds the objective's term to the gradients after every backward pass."""
+
+    def begin(self, params: Sequence[tuple[str, torch.Tensor]]) -> Callable[[], None]: ...
+
+
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
@@ -57,8 +66,7 @@ def local_train(
     trainable: set[str] | None = None,
     stats: dict | None = None,
     max_steps: int | None = None,
-    prox_mu: float = 0.0,
-    correction: dict[str, torch.Tensor] | None = None,
+    objective: ObjectiveHook | None = None,
 ) -> float:
     """Train ``model`` in place on ``data`` for ``epochs`` (default ``cfg.epochs``) epochs.
 
@@ -72,6 +80,7 @@ def local_train(
             training is unchanged: the weights are bit-identical with or without ``stats``) and
             ``num_sample_losses`` (how many there were); Oort's statistical utility (Lai et al.
             2021) is built from them.
+        max_steps, objective: see :func:`train_steps`.
 
     Returns:
         Mean cross-entropy over all mini-batches seen (``nan`` when no batch was run).
@@ -87,8 +96,7 @@ def local_train(
         trainable=trainable,
         stats=stats,
         max_steps=max_steps,
-        prox_mu=prox_mu,
-        correction=correction,
+        objective=objective,
     )
 
 
@@ -104,8 +112,7 @@ def train_steps(
     stats: dict | None = None,
     after_batch: Callable[[int], None] | None = None,
     max_steps: int | None = None,
-    prox_mu: float = 0.0,
-    correction: dict[str, torch.Tensor] | None = None,
+    objective: ObjectiveHook | None = None,
 ) -> float:
     """The body of :func:`local_train` on tensors: the client's samples are ``x[rows]``,
     ``y[rows]`` (``rows`` None: all of ``x``, ``y``).
@@ -120,17 +127,16 @@ def train_steps(
         after_batch: called with the number of mini-batches done after each optimiser step.
         max_steps: stop after this many optimiser steps (None: all ``epochs``); a straggler's
             partial work. The first ``max_steps`` batches are those of the full run.
-        prox_mu: FedProx (Li et al. 2020, eq. 2): the local objective is
-            ``F_k(w) + mu/2 ||w - w_0||^2`` with ``w_0`` the weights training starts from, so
-            ``mu (w - w_0)`` is added to each parameter's gradient before every step (the
-            returned loss stays the cross-entropy); must be >= 0, 0 = no term (today's path).
-        correction: SCAFFOLD (Karimireddy et al. 2020, Algorithm 1 line 10): ``c - c_k`` per
-            parameter name (shapes of the parameters), added to each mini-batch gradient, so
-            a step is ``y <- y - lr (g(y) - c_k + c)`` (before momentum / weight decay).
+        objective: the algorithm's term added to the local objective
+            (:class:`fedselect.fl.objective.LocalObjective`, e.g. FedProx's ``mu/2 ||w - w_0||^2``
+            with ``w_0`` the weights training starts from): its :meth:`begin` is called with the
+            trained parameters before the first step, and what it returns after every backward
+            pass, adding the term's gradient before the optimiser step (before momentum and
+            weight decay); the returned loss stays the cross-entropy. None: no term.
         Others: see :func:`local_train`.
 
     Raises:
-        ValueError: ``prox_mu`` < 0 or not finite, or ``correction`` lacks a trained parameter.
+        ValueError: the objective does not fit the trained parameters (from its ``begin``).
 
     Returns:
         Mean cross-entropy over all mini-batches (``nan`` when none was run).
@@ -141,7 +147,9 @@ def train_steps(
         stats["sum_sq_sample_loss"], stats["num_sample_losses"] = 0.0, 0
     if epochs <= 0 or n == 0:
         return math.nan
-    extra = _gradient_terms(model, prox_mu, correction, trainable)
+    extra = None
+    if objective is not None:
+        extra = objective.begin([(n, p) for n, p in model.named_parameters() if trainable is None or n in trainable])
     if trainable is not None:
         for name, p in model.named_parameters():
             p.requires_grad_(name in trainable)
@@ -181,37 +189,3 @@ def train_steps(
     if stats is not None:
         stats["sum_sq_sample_loss"], stats["num_sample_losses"] = sq_sum, count
     return total / batches if batches else math.nan
-
-
-def _gradient_terms(
-    model: nn.Module,
-    prox_mu: float,
-    correction: dict[str, torch.Tensor] | None,
-    trainable: set[str] | frozenset[str] | None,
-) -> Callable[[], None] | None:
-    """What to add to the gradients after each backward pass: FedProx's ``mu (w - w_0)`` and
-    SCAFFOLD's ``c - c_k`` (see :func:`train_steps`); None when neither is asked for."""
-    if not (isinstance(prox_mu, (int, float)) and math.isfinite(prox_mu) and prox_mu >= 0):
-        raise ValueError(f"prox_mu must be a finite number >= 0, got {prox_mu!r}")
-    if not prox_mu and correction is None:
-        return None
-    params = [(n, p) for n, p in model.named_parameters() if trainable is None or n in trainable]
-    anchor = {n: p.detach().clone() for n, p in params} if prox_mu else {}
-    corr: dict[str, torch.Tensor] = {}
-    if correction is not None:
-        missing = sorted(n for n, _ in params if n not in correction)
-        if missing:
-            raise ValueError(f"correction lacks parameters {missing}")
-        corr = {n: correction[n].to(p.device, p.dtype) for n, p in params}
-
-    def add() -> None:
-        with torch.no_grad():
-            for n, p in params:
-                if p.grad is None:
-                    continue
-                if prox_mu:
-                    p.grad.add_(p - anchor[n], alpha=float(prox_mu))
-                if corr:
-                    p.grad.add_(corr[n])
-
-    return add

@@ -41,6 +41,7 @@ from flwr.serverapp import Grid
 
 from fedselect.federation import Federation
 from fedselect.fl.aggregate import state_bytes
+from fedselect.fl.objective import objective_bytes
 from fedselect.fl.train import TrainConfig
 from fedselect.fl.types import Measured
 from fedselect.fl.work import Job, LocalTransport, Result, TrainJob
@@ -244,7 +245,7 @@ class FlowerTransport:
         if self.measured:
             trip = ex.arrival.get(node, ex.seconds)
             size = state_bytes(getattr(job, "start_state", None) or getattr(job, "state", {}))
-            extra = state_bytes(getattr(job, "correction", None) or {})  # SCAFFOLD's c - c_k travels with the job
+            extra = objective_bytes(getattr(job, "objective", None))  # e.g. SCAFFOLD's c - c_k travels with the job
             measured = Measured(float(trip), handler_s(reply) if reply is not None else 0.0, size, size + extra)
         if reply is None:
             if self.measured and self.deadline_s is not None and isinstance(job, TrainJob):

@@ -8,12 +8,19 @@ replies here, the node decodes jobs and encodes results here.
 job                ``message_type``      content                                      reply content
 =================  ====================  ===========================================  =====================
 ``TrainJob``       ``train``             ``arrays`` (start state), ``config`` (job,   ``arrays`` (state),
-                                         training settings, ``prox-mu``),             ``metrics``
-                                         ``correction`` (SCAFFOLD's ``c - c_k``)
+                                         training settings, the objective's class     ``metrics``
+                                         and plain fields), ``objective.<field>``
+                                         (each tensor field of its objective)
 ``EvalJob``        ``evaluate``          ``arrays`` (state), ``config``               ``metrics``
 ``FineTuneJob``    ``train``             ``arrays`` (leader's model), ``config``      ``arrays``, ``metrics``
 query              ``query``             ``config`` (empty)                           ``profile``
 =================  ====================  ===========================================  =====================
+
+A job's local objective (:mod:`fedselect.fl.objective`) travels as typed data: its class as
+``"module:qualname"`` in config ``objective``, each plain field as config ``objective.<field>``,
+each tensor field as record ``objective.<field>``; the node imports the class (it must be a
+:class:`~fedselect.fl.objective.LocalObjective` importable there) and builds the objective from
+them, never knowing which algorithm sent it.
 
 The whole model state travels both ways, so a node keeps nothing between messages (the server
 holds every client's model, as in the simulator: runs resume exactly and a restarted node loses
@@ -38,6 +45,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 
 from fedselect.fl.aggregate import state_bytes
+from fedselect.fl.objective import LocalObjective, objective_class, objective_fields, objective_path
 from fedselect.fl.train import TrainConfig
 from fedselect.fl.types import Measured
 from fedselect.fl.work import EvalJob, EvalResult, FineTuneJob, FineTuneResult, Job, Result, TrainJob, TrainResult
@@ -62,7 +70,8 @@ __all__ = [
 #: a reply may hold at most this many times the model's bytes (a size bound against junk)
 MAX_REPLY_FACTOR = 1.5
 
-_ARRAYS, _CONFIG, _METRICS, _PROFILE, _CORRECTION = "arrays", "config", "metrics", "profile", "correction"
+_ARRAYS, _CONFIG, _METRICS, _PROFILE = "arrays", "config", "metrics", "profile"
+_OBJECTIVE = "objective"  # config: its class; "objective.<field>": a plain field (config) or a tensor field (record)
 _JOB, _CLIENT, _ROUND = "job", "client-id", "server-round"
 _TRAIN_KEYS = ("epochs", "batch-size", "lr", "momentum", "optimizer", "weight-decay")
 
@@ -99,8 +108,6 @@ def encode_job(job: Job, node: int, train_cfg: TrainConfig) -> Message:
             conf["trainable"] = sorted(job.trainable)
         if job.max_steps is not None:
             conf["max-steps"] = int(job.max_steps)
-        if job.prox_mu:
-            conf["prox-mu"] = float(job.prox_mu)
         arrays, kind = job.start_state, MessageType.TRAIN
     elif isinstance(job, EvalJob):
         conf.update({_JOB: "evaluate", "split": job.split, "loss-only": bool(job.loss_only)})
@@ -115,10 +122,30 @@ def encode_job(job: Job, node: int, train_cfg: TrainConfig) -> Message:
         arrays, kind = job.start_state, MessageType.TRAIN
     else:
         raise TypeError(f"no message for {type(job).__name__}")
-    content = RecordDict({_ARRAYS: ArrayRecord({n: v.detach() for n, v in arrays.items()}), _CONFIG: ConfigRecord(conf)})
-    if isinstance(job, TrainJob) and job.correction is not None:  # SCAFFOLD's c - c_k, one entry per parameter
-        content[_CORRECTION] = ArrayRecord({n: v.detach() for n, v in job.correction.items()})
+    records = {}
+    if isinstance(job, TrainJob) and job.objective is not None:
+        plain, tensors = objective_fields(job.objective)
+        conf[_OBJECTIVE] = objective_path(type(job.objective))
+        conf.update({f"{_OBJECTIVE}.{f}": v for f, v in plain.items()})
+        records = {f"{_OBJECTIVE}.{f}": ArrayRecord({n: v.detach() for n, v in st.items()}) for f, st in tensors.items()}
+    content = RecordDict(
+        {_ARRAYS: ArrayRecord({n: v.detach() for n, v in arrays.items()}), _CONFIG: ConfigRecord(conf), **records}
+    )
     return Message(content, dst_node_id=int(node), message_type=kind)
+
+
+def _objective(conf: Mapping[str, Any], c: RecordDict) -> LocalObjective | None:
+    """The objective a train message carries (module docstring), or None."""
+    if _OBJECTIVE not in conf:
+        return None
+    cls = objective_class(_need(conf, _OBJECTIVE, str))
+    prefix = f"{_OBJECTIVE}."
+    values: dict[str, Any] = {k[len(prefix) :]: v for k, v in conf.items() if k.startswith(prefix)}
+    values.update({k[len(prefix) :]: r.to_torch_state_dict() for k, r in c.items() if k.startswith(prefix)})
+    try:
+        return cls(**values)
+    except TypeError as e:
+        raise ValueError(f"message objective {conf[_OBJECTIVE]!r}: its fields {sorted(values)} do not build it ({e})") from None
 
 
 def query_message(node: int) -> Message:
@@ -162,8 +189,7 @@ def decode_job(msg: Message) -> tuple[Job, TrainConfig]:
             bool(conf.get("sample-losses", False)),
             None if trainable is None else frozenset(trainable),
             max_steps=int(_need(conf, "max-steps", int)) if "max-steps" in conf else None,
-            prox_mu=float(_need(conf, "prox-mu", (int, float))) if "prox-mu" in conf else 0.0,
-            correction=c[_CORRECTION].to_torch_state_dict() if _CORRECTION in c else None,
+            objective=_objective(conf, c),
         )
     elif kind == "evaluate":
         samples = tuple(conf.get("samples") or ()) if conf.get("has-samples") else None
