@@ -126,3 +126,29 @@ def test_a_wrong_engine_is_refused_naming_it(tmp_path):
     res = CliRunner().invoke(app, ["run", "--engine", "quuee", "-o", str(tmp_path / "r")])
     assert res.exit_code == 2 and "'quuee' is not an engine; allowed: simulator, flower" in " ".join(res.output.split())
     assert not (tmp_path / "r").exists()
+
+
+def test_the_engine_list_comes_from_the_registry(monkeypatch):
+    """`fedselect list` and --engine read the registry: an engine registered by a user's module
+    is listed and accepted beside the built-ins; a declared built-in whose optional extra is
+    missing says what it needs."""
+    from fedselect.console import engine_table
+    from fedselect.registry import ENGINES, Registry
+
+    rows = dict(zip(engine_table().columns[0]._cells, engine_table().columns[1]._cells))
+    assert rows["simulator"].startswith("this process and its worker pool")
+    assert "needs the extra fedselect\\[flower]" in rows["flower"] or "No module named 'flwr'" in rows["flower"]
+
+    import queue_engine
+
+    monkeypatch.setitem(ENGINES._classes, "queue", queue_engine.QueueEngine)
+    assert "queue" in ENGINES.names() and resolve_doc({**DOC, "engine": "queue"}).engine is queue_engine.QueueEngine
+
+    reg = Registry(
+        "engine", None, "none", declared={"gone": "no_such_module_x:Engine"}, needs={"gone": "the extra fedselect[gone]"}
+    )
+    assert reg.builtin_names() == [] and reg.names() == ["gone"]
+    with pytest.raises(
+        ValueError, match=r"engine 'gone' needs the extra fedselect\[gone\] \(.*No module named 'no_such_module_x'"
+    ):
+        reg.get("gone")

@@ -286,6 +286,8 @@ def print_components() -> None:
 def engine_table() -> Table:
     """The engines of the registry (:data:`fedselect.registry.ENGINES`): where the rounds run,
     each with its one-line summary, or what it needs when its optional extra is missing."""
+    from rich.markup import escape
+
     from fedselect.registry import ENGINES
 
     t = Table(
@@ -298,9 +300,9 @@ def engine_table() -> Table:
     for name in ENGINES.builtin_names():
         try:
             cls = ENGINES.get(name)
-            t.add_row(name, cls.summary or first_sentence(cls.__doc__ or ""))
+            t.add_row(name, escape(cls.summary or first_sentence(cls.__doc__ or "")))
         except ValueError as e:  # an optional extra that is not installed
-            t.add_row(name, str(e))
+            t.add_row(name, escape(str(e)))
     return t
 
 
