@@ -13,7 +13,7 @@ Python API (imported on first use, so ``import fedselect`` stays cheap)::
 
 Layers (arrows point down only; docs/architecture.md)::
 
-    cli / api -> compare / sweep / report / plots -> experiment -> runner / runfiles / simulation
+    cli / api -> compare / sweep / report / plots -> experiment -> engines / runfiles / simulation
         -> resolve -> selectors / algorithms -> fl / kernels -> federation -> data / models / system
         -> config / presets / registry / seeding
 """

@@ -276,10 +276,34 @@ def print_components() -> None:
                 doc += "; only its final figures are tabled (its rounds do not score every client's own model)"
             t.add_row(name, fields or "-", doc)
         show(t)
+    show(engine_table())
     show(component_table("data sets (data: {dataset, options})", "dataset"))
     show(component_table("models (model: {name, options})", "model"))
     show(fleet_table())
     show(partition_table())
+
+
+def engine_table() -> Table:
+    """The engines of the registry (:data:`fedselect.registry.ENGINES`): where the rounds run,
+    each with its one-line summary, or what it needs when its optional extra is missing."""
+    from rich.markup import escape
+
+    from fedselect.registry import ENGINES
+
+    t = Table(
+        title="engines (engine: NAME, --engine NAME): where the rounds run; the results are the same on each",
+        caption=f"your own: engine 'package.module:ClassName', @ENGINES.register, or the entry-point group {ENGINES.group} "
+        "(docs/architecture.md, Adding an engine)",
+    )
+    t.add_column("name")
+    t.add_column("what it is")
+    for name in ENGINES.builtin_names():
+        try:
+            cls = ENGINES.get(name)
+            t.add_row(name, escape(cls.summary or first_sentence(cls.__doc__ or "")))
+        except ValueError as e:  # an optional extra that is not installed
+            t.add_row(name, escape(str(e)))
+    return t
 
 
 def component_table(title: str, kind: str) -> Table:

@@ -5,7 +5,10 @@ A name is looked up, in order, among:
 
 1. components registered with :meth:`Registry.register` / :meth:`Registry.add` (the built-ins
    register themselves when their modules are imported, which happens on the first lookup; a
-   user's module can call the decorators too, once it is imported);
+   user's module can call the decorators too, once it is imported), and built-ins *declared*
+   by module path (``declared={"flower": "fedselect.flower.engine:FlowerEngine"}``: imported
+   when first looked up, so a built-in of an optional extra costs nothing until used, and the
+   edge is a declaration that ``tests/test_architecture.py`` reads, not a string hidden in code);
 2. entry points of the registry's group (``[project.entry-points."fedselect.selectors"]`` in a
    user package's ``pyproject.toml``: ``myname = "mypkg.module:MySelector"``);
 3. ``"package.module:Name"``: the object is imported from the user's module (which must be
@@ -36,14 +39,30 @@ class Registry:
         base: ``"module:Class"`` every entry must subclass (checked at lookup); None: every
             entry must be callable.
         builtin: module prefix of the built-ins (default ``package``), for :meth:`builtin_names`.
+        declared: built-ins named by ``"module:Name"`` path, imported when first looked up
+            (``package`` may then be None: nothing to import beforehand).
+        needs: per declared name, what its import needs when it fails (an optional extra and how
+            to install it), for the error message.
     """
 
-    def __init__(self, kind: str, package: str, group: str, base: str | None = None, builtin: str | None = None):
+    def __init__(
+        self,
+        kind: str,
+        package: str | None,
+        group: str,
+        base: str | None = None,
+        builtin: str | None = None,
+        declared: dict[str, str] | None = None,
+        needs: dict[str, str] | None = None,
+    ):
         self.kind, self.package, self.group, self._base = kind, package, group, base
-        self._builtin = builtin or package
+        self._builtin = builtin or package or ""
         self._path_form = "package.module:ClassName" if base else "package.module:Name"
         self._classes: dict[str, Any] = {}
         self._loaded = False
+        #: built-ins declared by module path (name -> ``"module:Name"``), imported on first lookup
+        self.declared: dict[str, str] = dict(declared or {})
+        self._needs = dict(needs or {})
 
     def register(self, cls: type) -> type:
         """Class decorator: add ``cls`` under ``cls.name``.
@@ -79,6 +98,8 @@ class Registry:
         if self._loaded:
             return
         self._loaded = True
+        if self.package is None:  # every built-in is declared by path
+            return
         pkg = importlib.import_module(self.package)
         for info in pkgutil.iter_modules(getattr(pkg, "__path__", [])):  # a module has no submodules
             importlib.import_module(f"{self.package}.{info.name}")
@@ -90,15 +111,17 @@ class Registry:
             return {}
 
     def names(self) -> list[str]:
-        """Known names: registered and entry points."""
+        """Known names: registered, declared and entry points."""
         self._load_builtins()
-        return sorted(set(self._classes) | set(self._entry_points()))
+        return sorted(set(self._classes) | set(self.declared) | set(self._entry_points()))
 
     def builtin_names(self) -> list[str]:
-        """Names registered by fedselect's own modules."""
+        """Names registered or declared by fedselect's own modules (a declared one is not imported)."""
         self._load_builtins()
         p = self._builtin
-        return sorted(n for n, c in self._classes.items() if c.__module__ == p or c.__module__.startswith(p + "."))
+        inside = lambda module: module == p or module.startswith(p + ".")  # noqa: E731
+        declared = {n for n, path in self.declared.items() if inside(path.partition(":")[0])}
+        return sorted(declared | {n for n, c in self._classes.items() if inside(c.__module__)})
 
     def get(self, name: str) -> Any:
         """The component called ``name`` (module docstring for the lookup order).
@@ -112,7 +135,9 @@ class Registry:
         self._load_builtins()
         if name in self._classes:
             return self._classes[name]
-        if ":" in name:
+        if name in self.declared:
+            cls = self._import_declared(name)
+        elif ":" in name:
             cls = self._import(name)
         else:
             ep = self._entry_points().get(name)
@@ -144,6 +169,19 @@ class Registry:
         if module == p or module.startswith(p + "."):
             return name
         return f"{module}:{qualname}"
+
+    def _import_declared(self, name: str) -> Any:
+        """The declared built-in ``name``, imported and kept (ValueError saying what it needs when
+        its import fails)."""
+        try:
+            obj = self._import(self.declared[name])
+        except ValueError as e:
+            need = self._needs.get(name)
+            if need is None:
+                raise
+            raise ValueError(f"{self.kind} {name!r} needs {need} ({e})") from None
+        self._classes[name] = obj
+        return obj
 
     def _import(self, path: str) -> Any:
         module_name, _, attr = path.partition(":")
@@ -183,3 +221,19 @@ class Registry:
 def _where(obj: Any) -> tuple[str, str]:
     """``(module, qualname)`` of a registered object (what identifies its definition)."""
     return getattr(obj, "__module__", "") or "", getattr(obj, "__qualname__", repr(obj))
+
+
+#: the engines: where the rounds of a run execute (:mod:`fedselect.engines`; docs/architecture.md,
+#: "Adding an engine"). The built-ins are declared by module path, so nothing is imported until an
+#: engine is looked up, and Flower (an optional extra) only when a run asks for it; users' own
+#: engines are named ``"package.module:Name"``, registered with ``@ENGINES.register`` or published
+#: under the entry-point group ``fedselect.engines``
+ENGINES = Registry(
+    "engine",
+    None,
+    "fedselect.engines",
+    base="fedselect.engines:Engine",
+    builtin="fedselect",
+    declared={"simulator": "fedselect.engines:SimulatorEngine", "flower": "fedselect.flower.engine:FlowerEngine"},
+    needs={"flower": "Flower: install the optional extra with `pip install fedselect[flower]` (or `make install-flower`)"},
+)
