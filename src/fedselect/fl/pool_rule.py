@@ -63,7 +63,7 @@ __all__ = [
 #: seconds of an optimiser step beside the forward and backward pass (gathering the
 #: mini-batch, zeroing gradients, the loop), and per parameter (the optimiser's update):
 #: benchmarks/pool_rule.py, part 1
-STEP_OVERHEAD_S = 0.25e-3
+STEP_OVERHEAD_S = 0.4e-3
 PARAM_STEP_S = 3e-9
 #: start-up of the first pool in a process (the fork server importing torch and torch._dynamo,
 #: then each worker building its model), seconds: benchmarks/pool_rule.py, part 2
@@ -211,7 +211,8 @@ def auto_workers(fed, cfg, cores: int) -> int:
             "worker pool: none, training in this process (%d usable core(s), %d client(s) per round)", cores, work.side_by_side
         )
         return 0
-    model = fed.new_model("pool-rule-probe")
+    with torch.random.fork_rng(devices=[]):  # layers' default init draws from the global generator
+        model = fed.new_model("pool-rule-probe")
     b = max(1, min(work.batch_size, len(fed.train_set)))
     costs = measure_costs(model, fed.train_set.x[:b], fed.train_set.y[:b], prefers_channels_last(model))
     work_s = estimate_work_s(work, costs)
