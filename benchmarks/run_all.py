@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 
 
 #: benchmarks named otherwise than bench_*.py
-NAMED = ("scale.py",)
+NAMED = ("scale.py", "startup.py", "pool_rule.py")
 
 
 def discover() -> list[Path]:

@@ -403,10 +403,12 @@ def _run_with_trainer(tmp_path, doc, name, make_trainer):
     return summary, (out / "metrics.csv").read_bytes()
 
 
-def test_run_metrics_byte_identical_for_0_1_2_workers(tmp_path, tiny_cfg_doc, watchdog):
-    """The real loop (`run_experiment`) with 0, 1 and 2 worker processes, and with this process
-    at 2 torch threads: byte-identical metrics.csv and bit-identical model.pt."""
+def test_run_metrics_byte_identical_for_0_1_2_workers(tmp_path, tiny_cfg_doc, watchdog, monkeypatch):
+    """The real loop (`run_experiment`) with 0, 1 and 2 worker processes, with this process at
+    2 torch threads, and with the number of workers left to the pool rule: byte-identical
+    metrics.csv and model.pt."""
     import fedselect.experiment as experiment
+    from fedselect.fl import pool_rule
     from fedselect.resolve import parse_experiment
 
     doc = dict(
@@ -416,8 +418,11 @@ def test_run_metrics_byte_identical_for_0_1_2_workers(tmp_path, tiny_cfg_doc, wa
         method="flashrl",
         method_options={"rl_batch_size": 2, "pca_components": 4, "hidden": 16},
     )
-    got, models = {}, {}
-    for w in (0, 1, 2):
+    got, models, decided = {}, {}, []
+    monkeypatch.delenv("FEDSELECT_WORKERS", raising=False)
+    auto = pool_rule.auto_workers
+    monkeypatch.setattr("fedselect.simulation.auto_workers", lambda *a: decided.append(auto(*a)) or decided[-1])
+    for w in (0, 1, 2, None):
         before = torch.get_num_threads()
         torch.set_num_threads(2 if w == 2 else 1)  # the loop's own work runs on one thread whatever this says
         try:
@@ -425,10 +430,11 @@ def test_run_metrics_byte_identical_for_0_1_2_workers(tmp_path, tiny_cfg_doc, wa
         finally:
             torch.set_num_threads(before)
         got[w] = (tmp_path / f"w{w}" / "metrics.csv").read_bytes()
-        models[w] = torch.load(tmp_path / f"w{w}" / "model.pt", weights_only=True)
-    assert got[0] == got[1] == got[2]
+        models[w] = (tmp_path / f"w{w}" / "model.pt").read_bytes()
+    assert got[0] == got[1] == got[2] == got[None]
     assert got[0].count(b"\n") == 5  # header + rounds 0..3
-    assert all(torch.equal(models[0][k], models[w][k]) for w in (1, 2) for k in models[0])
+    assert models[0] == models[1] == models[2] == models[None]  # values and strides: the same file
+    assert len(decided) == 1  # the rule decided for the run that did not say, and only for it
 
 
 def test_worker_killed_mid_round_is_an_error_and_the_run_completes(tmp_path, tiny_cfg_doc, watchdog):

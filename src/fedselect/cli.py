@@ -159,7 +159,7 @@ def _overrides(rounds, seed, method, sets=None, selector=None, algorithm=None, d
 
 SET_HELP = "override a config key, e.g. --set train.lr=0.1 --set data.options.path=/data/MobiAct (repeatable; values are YAML; a key an option or another --set also gives is refused)"
 SET_EVERY_RUN_HELP = "; sets the key in every run, over the methods' own values (not seed, name, method, selector, algorithm or their names: the methods say what runs; options are fine)"
-WORKERS_HELP = "worker processes training the clients of a round side by side, one torch thread each (default: train.workers, else FEDSELECT_WORKERS, else the usable cores; 0 = in this process; more than the usable cores start only those); results are identical for any value"
+WORKERS_HELP = "worker processes training the clients of a round side by side, one torch thread each (default: train.workers, else FEDSELECT_WORKERS, else the usable cores where the run's work repays starting them and none where it does not, docs/performance.md#start-up; 0 = in this process; more than the usable cores start only those); results are identical for any value"
 DEVICE_HELP = "where clients train: auto (a GPU when one is available; default), cpu, cuda or cuda:N (sets train.device)"
 LOG_HELP = "live logs: --log tensorboard writes TensorBoard event files into <run dir>/tb every round (sets log.tensorboard; needs the extra fedselect[tensorboard])"
 

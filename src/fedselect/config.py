@@ -142,7 +142,8 @@ class TrainSection(_Strict):
         None,
         ge=0,
         description="worker processes training the clients of a round in parallel (one torch "
-        "thread each); null = the FEDSELECT_WORKERS environment variable, else the usable cores; 0 = in "
+        "thread each); null = the FEDSELECT_WORKERS environment variable, else the usable cores where the run's "
+        "work repays starting them (none where it does not: docs/performance.md, Start-up); 0 = in "
         "this process. Results are identical for any value",
     )
     device: str = Field("auto", description="where clients train: auto (a GPU when one is available), cpu, cuda or cuda:N")

@@ -92,11 +92,12 @@ class SimulatorEngine(Engine):
 
     def connect(self, plan: Resolved, fed: Federation, workers: int | None = None) -> Transport:
         """A :class:`~fedselect.fl.work.LocalTransport` over a worker pool of ``workers`` processes
-        (None: ``train.workers``; :func:`fedselect.simulation.make_trainer`).
+        (None: ``train.workers``, and where that is null too :func:`fedselect.simulation.make_trainer`
+        decides from the run's work).
 
         Raises:
             ValueError: ``FEDSELECT_WORKERS`` is not an integer >= 0; a bad device.
         """
         tr = plan.config.train
-        trainer = make_trainer(fed, plan.train_cfg, tr.workers if workers is None else workers, tr.device)
+        trainer = make_trainer(fed, plan.train_cfg, tr.workers if workers is None else workers, tr.device, config=plan.config)
         return LocalTransport(fed, trainer, plan.train_cfg)

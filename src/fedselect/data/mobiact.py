@@ -28,10 +28,12 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # imported where used: pandas is slow to import
+    import pandas as pd
 
 from fedselect.data.datasets import DatasetNotFoundError
 from fedselect.data.files import Col, naming_file, read_csv_checked
@@ -252,6 +254,8 @@ def synthetic_mobiact_frames(
     Raises:
         ValueError: unknown activity codes, non-positive counts or rates.
     """
+    import pandas as pd
+
     unknown = [a for a in activities if a not in ACTIVITIES]
     if unknown:
         raise ValueError(f"synthetic MobiAct: unknown activity codes {unknown}; known: {list(ACTIVITIES)}")

@@ -50,19 +50,41 @@ def predict(
     return pred, loss_sum / max(len(data), 1)
 
 
+def macro_f1(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """Macro-F1 of predicted labels ``y_pred`` against ``y_true`` (two ``(n,)`` integer arrays):
+    the mean, over the labels present in either, of ``2 TP / (2 TP + FP + FN)``; NaN for n = 0.
+
+    The same float operations as scikit-learn's ``f1_score(y_true, y_pred, average="macro",
+    zero_division=0)`` (``2.0 * tp / (true + pred)`` per label, then ``numpy.nanmean``), so the
+    same bits (tested against it); computed here because importing scikit-learn costs a second
+    of start-up in every process that evaluates (docs/performance.md, "Start-up").
+    """
+    y_true, y_pred = np.asarray(y_true).ravel(), np.asarray(y_pred).ravel()
+    if y_true.shape != y_pred.shape:
+        raise ValueError(f"macro_f1: {len(y_true)} true labels but {len(y_pred)} predicted")
+    n = len(y_true)
+    if n == 0:
+        return math.nan
+    labels, index = np.unique(np.concatenate([y_true, y_pred]), return_inverse=True)
+    k = len(labels)
+    t, p = index[:n], index[n:]
+    true_sum = np.bincount(t, minlength=k).astype(np.float64)
+    pred_sum = np.bincount(p, minlength=k).astype(np.float64)
+    tp = np.bincount(t[t == p], minlength=k).astype(np.float64)
+    return float(np.nanmean((2.0 * tp) / (1.0 * true_sum + pred_sum)))
+
+
 def evaluate(model: nn.Module, data: ArrayDataset, batch_size: int = 1000, forward_batch: int | None = None) -> dict[str, float]:
     """``{"accuracy", "f1_macro", "loss"}`` of ``model`` on ``data`` (see :func:`predict`).
 
-    Macro-F1 (scikit-learn, ``zero_division=0``) averages over the labels present in the true
-    or predicted labels. An empty set gives NaNs.
+    Macro-F1 (:func:`macro_f1`, scikit-learn's definition with ``zero_division=0``) averages
+    over the labels present in the true or predicted labels. An empty set gives NaNs.
     """
-    from sklearn.metrics import f1_score
-
     if len(data) == 0:
         return {"accuracy": math.nan, "f1_macro": math.nan, "loss": math.nan}
     pred, loss = predict(model, data, batch_size, forward_batch)
     return {
         "accuracy": float((pred == data.y).mean()),
-        "f1_macro": float(f1_score(data.y, pred, average="macro", zero_division=0)),
+        "f1_macro": macro_f1(data.y, pred),
         "loss": float(loss),
     }

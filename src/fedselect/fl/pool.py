@@ -52,6 +52,7 @@ import torch
 from fedselect.data.datasets import ArrayDataset
 from fedselect.fl.clientdata import ClientData, _shared_copy
 from fedselect.fl.clients import TrainJob, TrainResult
+from fedselect.fl.evaluate import macro_f1
 from fedselect.fl.objective import objective_path
 from fedselect.fl.pool_dispatch import Task, WorkerPool
 from fedselect.fl.pool_messages import EvalDone, EvalTask, Failed, ModelSpec, TrainDone, TrainTask, WorkerInit
@@ -496,22 +497,26 @@ class ClientTrainer:
         try:
             with _threads(1) if self.device.type == "cpu" else _nothing():
                 done = train_job(self._model, self.data, self.train_cfg, j, in_process=True)
-                state = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in self._model.state_dict().items()}
+                # the standard layout with the strides a worker's buffers have (a channels-last
+                # weight with one input channel counts as contiguous but keeps other strides,
+                # which model.pt would record): the same bytes for any number of workers
+                state = {
+                    k: v.detach().to("cpu", copy=True, memory_format=torch.contiguous_format)
+                    for k, v in self._model.state_dict().items()
+                }
             return TrainResult(j.client_id, state, done.loss, done.sum_sq_sample_loss, done.num_sample_losses)
         except CLIENT_FAILURES as e:
             return TrainResult(j.client_id, None, math.nan, error=f"{type(e).__name__}: {e}")
 
 
 def _metrics(y_true: np.ndarray, chunks: list[tuple[np.ndarray, float]], n: int) -> dict[str, float]:
-    from sklearn.metrics import f1_score
-
     pred = np.concatenate([c[0] for c in chunks])
     loss_sum = 0.0
     for c in chunks:
         loss_sum += c[1]
     return {
         "accuracy": float((pred == y_true).mean()),
-        "f1_macro": float(f1_score(y_true, pred, average="macro", zero_division=0)),
+        "f1_macro": macro_f1(y_true, pred),
         "loss": float(loss_sum / max(n, 1)),
     }
 

@@ -29,6 +29,15 @@ from fedselect.fl.types import State
 
 Outcome = TrainDone | EvalDone | Failed
 
+#: whether a pool with the ``forkserver`` start method started in this process (the fork server
+#: then runs until the process ends, and later pools start in a fraction of a second)
+_FORKSERVER_STARTED = False
+
+
+def forkserver_started() -> bool:
+    """Whether a ``forkserver`` pool started in this process before (its fork server is running)."""
+    return _FORKSERVER_STARTED
+
 
 @dataclass
 class _Worker:
@@ -78,6 +87,9 @@ class WorkerPool:
         except BaseException:
             _shutdown(self.workers)
             raise
+        if start_method == "forkserver":
+            global _FORKSERVER_STARTED
+            _FORKSERVER_STARTED = True
         self._finalizer = weakref.finalize(self, _shutdown, self.workers)
 
     def pids(self) -> list[int]:

@@ -20,10 +20,13 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 import torch
+
+if TYPE_CHECKING:  # imported where used: networkx is slow to import
+    import networkx as nx
 
 __all__ = [
     "layer_groups",
@@ -153,6 +156,8 @@ def similarity_graph(s: np.ndarray) -> nx.Graph:
     If every weight is 0 (all models identical, or N = 2 with ``d = 0``), every edge gets
     weight 1 instead, so that Louvain's modularity is defined; documented in docs/cefl.md.
     """
+    import networkx as nx
+
     s = np.asarray(s, dtype=np.float64)
     n = s.shape[0]
     g = nx.Graph()
@@ -170,6 +175,8 @@ def _canonical(parts) -> list[list[int]]:
 
 
 def _louvain(g: nx.Graph, resolution: float, seed: int) -> list[list[int]]:
+    import networkx as nx
+
     return _canonical(nx.community.louvain_communities(g, weight="weight", resolution=resolution, seed=seed))
 
 
