@@ -189,12 +189,12 @@ def test_list_shows_every_fleet_key_with_its_default():
 
 
 def test_list_shows_every_partition_scheme_with_its_parameters():
-    from fedselect.console import partition_table
-    from fedselect.data.partition import PARTITIONERS
+    from fedselect.console import kind_table
+    from fedselect.registry import PARTITIONERS
 
-    t = partition_table()
+    t = kind_table("partitioners")
     rows = dict(zip(t.columns[0]._cells, t.columns[1]._cells))
-    assert set(rows) == set(PARTITIONERS)
+    assert set(rows) == set(PARTITIONERS.builtin_names())
     assert rows["client_dirichlet"] == "alpha=0.5, samples_per_client=None, size_sigma=0.0, min_size=1, replacement=False"
     assert rows["dirichlet"] == "alpha=0.5, min_size=10" and rows["iid"] == "-"
     res = runner.invoke(app, ["list"])

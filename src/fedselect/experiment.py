@@ -30,6 +30,7 @@ from fedselect.fl.metrics import LATER_CORE_COLUMNS
 from fedselect.fl.round import run_rounds
 from fedselect.fl.types import Evaluation
 from fedselect.inputs import check_resume, saved_inputs_changed, write_inputs
+from fedselect.registry import ENGINES
 from fedselect.resolve import Resolved, resolve, resolve_doc
 from fedselect.runfiles import RUN_FILES, RoundEvent, RunFiles
 from fedselect.simulation import Simulation
@@ -193,7 +194,8 @@ def run_experiment(
         workers: override ``train.workers`` (how the run executes, not what it computes).
         engine: where the rounds run (default the config's ``engine``): ``simulator`` here, or
             ``flower`` on Flower's simulation engine (:mod:`fedselect.flower.engine`; the same
-            run directory and results). Engines are looked up by name (:data:`ENGINES`).
+            run directory and results). Engines are looked up by name
+            (:data:`fedselect.registry.ENGINES`).
         transport: carry the clients' jobs with this transport instead of the local one (an
             engine passes its own; :mod:`fedselect.fl.work`).
         on_simulation: called with the run's :class:`Simulation` once built (notebooks, tests,
@@ -235,20 +237,21 @@ def run_experiment(
             sim.close()
 
 
-#: engines other than the simulator, by name: ``module:function`` with the signature of
-#: :func:`run_experiment` (imported when first used: Flower is an optional extra)
-ENGINES = {"flower": "fedselect.flower.engine:run_experiment"}
-
-
 def engine_function(name: str) -> Callable[..., dict[str, Any]]:
-    """The function running an experiment on engine ``name``.
+    """The function running an experiment on engine ``name``, with the signature of
+    :func:`run_experiment` (the engine kind of the registry, :data:`fedselect.registry.ENGINES`;
+    imported when first used: Flower is an optional extra).
 
     Raises:
         ValueError: an unknown engine. ImportError: its optional extra is not installed (says how).
     """
-    if name not in ENGINES:
-        raise ValueError(f"unknown engine {name!r}; allowed: 'simulator', {', '.join(repr(e) for e in ENGINES)}")
-    return _engine_part(ENGINES, name)
+    return ENGINES.get(name)
+
+
+def run_on_simulator(cfg: ExperimentConfig, run_dir: str | Path, **kwargs: Any) -> dict[str, Any]:
+    """:func:`run_experiment` on the simulator, whatever ``cfg.engine`` says (the ``simulator``
+    engine of :data:`fedselect.registry.ENGINES`); the same arguments and exceptions."""
+    return run_experiment(cfg, run_dir, engine="simulator", **kwargs)
 
 
 def _engine_part(table: dict[str, str], name: str) -> Callable[..., Any]:
@@ -280,7 +283,7 @@ def engine_session(name: str, cfg: ExperimentConfig, body: Callable[[Callable[..
         ValueError / ImportError: see :func:`engine_function`; what ``body`` raises.
     """
     if name == "simulator":
-        return body(lambda c, d, **kw: run_experiment(c, d, engine="simulator", **kw))
+        return body(run_on_simulator)
     engine_function(name)  # an unknown engine is refused
     return _engine_part(ENGINE_SESSIONS, name)(cfg, body)
 
