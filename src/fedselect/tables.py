@@ -762,17 +762,15 @@ def federation_info(fed: Any, local_epochs: int) -> dict[str, Any]:
     (:func:`load_federations` reads it back)."""
     import numpy as np
 
+    from fedselect.fl.cost import CostModel
     from fedselect.system import BYTES_PER_FLOAT
 
     model = fed.new_model()
     model_bytes = sum(v.numel() for v in model.state_dict().values()) * BYTES_PER_FLOAT
-    fl, lm = fed.fleet, fed.latency_model
-    compute = [
-        lm.compute_s(local_epochs, fed.client_bits(k), fed.system.cycles_per_bit, fl.cores[k], fl.mean_mhz[k])
-        for k in range(fed.num_clients)
-    ]
-    upload = [lm.transmit_s(model_bytes, fl.mean_mbps[k]) for k in range(fed.num_clients)]
-    expected = [c + u for c, u in zip(compute, upload)]
+    fl = fed.fleet
+    cost = CostModel.of_federation(fed, local_epochs, (model_bytes, 0))  # the upload only
+    compute, upload = cost.expected_compute_s(), cost.expected_transmit_s(model_bytes)
+    expected = cost.expected_latency_s()
     return {
         "num_clients": fed.num_clients,
         "num_classes": fed.num_classes,
