@@ -1,4 +1,4 @@
-"""The command line: --set overrides, --threads, help texts."""
+"""The command line: --set overrides, help texts."""
 
 from pathlib import Path
 
@@ -44,7 +44,6 @@ def test_help_documents_every_command():
         "--device",
     ):
         assert opt in res.output
-    assert "--threads" not in res.output  # still accepted (old scripts), ignored with a note
 
 
 def test_version_is_the_package_version():
@@ -57,30 +56,6 @@ def test_version_is_the_package_version():
     res = runner.invoke(app, ["--version"])
     assert res.exit_code == 0 and res.output == f"fedselect {project['version']}\n"
     assert fedselect.__version__ == project["version"]
-
-
-def test_old_threads_option_is_accepted_and_ignored(tmp_path):
-    res = runner.invoke(
-        app,
-        [
-            "run",
-            "--rounds",
-            "1",
-            "--set",
-            "data.num_clients=4",
-            "--set",
-            "clients_per_round=2",
-            "--set",
-            "model.name=mlp",
-            "--threads",
-            "2",
-            "-o",
-            str(tmp_path / "r"),
-            "-q",
-        ],
-    )
-    assert res.exit_code == 0, res.output
-    assert "--threads is no longer needed and is ignored" in " ".join(res.output.split())
 
 
 # -- one policy for the command line and the Python API -----------------------------------------
