@@ -528,7 +528,8 @@ def test_fedselect_list_shows_data_sets_and_models_with_their_options():
         assert row in out, row
     assert "fedselect.register_dataset" in out and "fedselect.register_model" in out
     assert "fedselect.register_partitioner" in out and "the entry-point group fedselect.partitioners" in out
-    assert "engines (engine: NAME, or --engine)" in out and "Flower's simulation engine, one SuperNode per client" in out
+    assert "engines (engine: NAME, or --engine)" in out and "This process and its worker pool, the reference engine" in out
+    assert "Flower's simulation engine" in out
 
 
 @pytest.mark.parametrize("group,key", [("fedselect.models", "model"), ("fedselect.datasets", "data")])
@@ -628,8 +629,8 @@ def test_own_partition_scheme_by_name_path_and_entry_point(tmp_path, user_module
 
 
 def test_engines_are_listed_without_importing_them():
-    """The engine kind names its built-ins lazily: listing them (the CLI's choices, ``fedselect
-    list``) imports neither Flower's engine nor the experiment layer; a lookup imports one."""
+    """The engine kind declares its built-ins by module path: listing their names (the CLI's
+    choices) imports neither Flower's engine nor the experiment layer; a lookup imports one."""
     import subprocess
 
     code = (
@@ -642,26 +643,27 @@ def test_engines_are_listed_without_importing_them():
     from fedselect.experiment import engine_function, run_on_simulator
     from fedselect.registry import ENGINES
 
-    assert engine_function("simulator") is run_on_simulator and ENGINES.summary("flower").startswith("Flower's simulation")
+    assert (
+        engine_function("simulator") is run_on_simulator
+        and ENGINES.declared["simulator"] == "fedselect.experiment:run_on_simulator"
+    )
 
 
-def test_a_lazy_builtin_whose_extra_is_missing_says_what_to_install():
+def test_a_declared_builtin_whose_extra_is_missing_says_what_to_install():
     from fedselect.registry import Registry
 
-    reg = Registry("engine", None, "fedselect.test-engines")
-    reg.add_lazy(
-        "ghost", "no_such_engine_pkg_xyz.engine:run", "an engine that is not installed", needs="Ghost: pip install ghost"
+    reg = Registry(
+        "engine",
+        None,
+        "fedselect.test-engines",
+        builtin="no_such_engine_pkg_xyz",
+        declared={"ghost": "no_such_engine_pkg_xyz.engine:run", "local": "fedselect.registry:Registry"},
+        needs={"ghost": "Ghost: pip install ghost"},
     )
-    assert reg.names() == ["ghost"] and reg.summary("ghost") == "an engine that is not installed"
+    assert reg.names() == ["ghost", "local"] and reg.builtin_names() == ["ghost"]  # declared, nothing imported
     with pytest.raises(
-        ImportError, match=r"^engine 'ghost' needs Ghost: pip install ghost \(No module named 'no_such_engine_pkg_xyz'\)"
+        ValueError,
+        match=r"^engine 'ghost' needs Ghost: pip install ghost \(engine 'no_such_engine_pkg_xyz.engine:run': cannot import",
     ):
         reg.get("ghost")
-    reg.add_lazy("local", "fedselect.registry:Registry", "this module's Registry")  # no extra: a plain lookup error
-    with pytest.raises(ValueError, match="engine name 'local' is already taken"):
-        reg.add_lazy("local", "fedselect.registry:REGISTRIES", "another")
-    with pytest.raises(ValueError, match="already taken by fedselect.registry:Registry"):
-        reg.add("local", len)
-    with pytest.raises(ValueError, match="expected 'module:attr', got 'nocolon'"):
-        reg.add_lazy("x", "nocolon", "no attribute")
-    assert reg.get("local") is Registry and reg.path_of("local") == "local"
+    assert reg.get("local") is Registry and reg.path_of("local") == "fedselect.registry:Registry"

@@ -280,8 +280,8 @@ def kind_table(key: str) -> Table:
     """The built-in components of the registry kind ``key`` (a key of
     :data:`fedselect.registry.REGISTRIES`) with their options and defaults, read from each one's
     ``Options`` model, else its signature (what :mod:`fedselect.resolve` validates), a one-line
-    summary, and how to bring one's own. A lazily registered built-in (an engine) is shown from
-    its registration, without importing it.
+    summary (its ``summary``, else its docstring's first sentence), and how to bring one's own.
+    A built-in whose optional extra is missing (the Flower engine) is listed with what it needs.
 
     Raises:
         KeyError: an unknown kind.
@@ -301,12 +301,12 @@ def kind_table(key: str) -> Table:
     for c in ("name", "parameters (default)" if key == "partitioners" else "options (default)", "what it is"):
         t.add_column(c)
     for name in reg.builtin_names():
-        summary = reg.summary(name)
-        if summary is not None:  # lazy: not imported (an optional extra may be missing)
-            t.add_row(name, "-", summary)
+        try:
+            obj = reg.get(name)
+        except ValueError as e:  # a declared built-in whose optional extra is not installed
+            t.add_row(name, "-", str(e))
             continue
-        obj = reg.get(name)
-        if key in ("selectors", "algorithms") and options_model(obj) is None:
+        if key in ("selectors", "algorithms", "engines") and options_model(obj) is None:
             options, more = {}, False  # options only through an Options model
         else:
             options, more = option_defaults(obj, {"datasets": DATASET_ARGS, "models": MODEL_ARGS}.get(key, ()))

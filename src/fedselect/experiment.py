@@ -243,14 +243,15 @@ def engine_function(name: str) -> Callable[..., dict[str, Any]]:
     imported when first used: Flower is an optional extra).
 
     Raises:
-        ValueError: an unknown engine. ImportError: its optional extra is not installed (says how).
+        ValueError: an unknown engine, or one whose optional extra is not installed (says how).
     """
     return ENGINES.get(name)
 
 
 def run_on_simulator(cfg: ExperimentConfig, run_dir: str | Path, **kwargs: Any) -> dict[str, Any]:
-    """:func:`run_experiment` on the simulator, whatever ``cfg.engine`` says (the ``simulator``
-    engine of :data:`fedselect.registry.ENGINES`); the same arguments and exceptions."""
+    """This process and its worker pool, the reference engine: :func:`run_experiment` with
+    ``engine="simulator"``, whatever ``cfg.engine`` says (the ``simulator`` engine of
+    :data:`fedselect.registry.ENGINES`); the same arguments and exceptions."""
     return run_experiment(cfg, run_dir, engine="simulator", **kwargs)
 
 
