@@ -528,8 +528,8 @@ def test_fedselect_list_shows_data_sets_and_models_with_their_options():
         assert row in out, row
     assert "fedselect.register_dataset" in out and "fedselect.register_model" in out
     assert "fedselect.register_partitioner" in out and "the entry-point group fedselect.partitioners" in out
-    assert "engines (engine: NAME, or --engine)" in out and "This process and its worker pool, the reference engine" in out
-    assert "Flower's simulation engine" in out
+    assert "engines (engine: NAME, or --engine)" in out and "this process and its worker pool (the reference engine)" in out
+    assert "Flower's simulation engine, one SuperNode per client" in out
 
 
 @pytest.mark.parametrize("group,key", [("fedselect.models", "model"), ("fedselect.datasets", "data")])
@@ -640,6 +640,9 @@ def test_engines_are_listed_without_importing_them():
     env = {**__import__("os").environ, "PYTHONPATH": str(Path(fedselect.__file__).resolve().parents[1])}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.stdout.split() == ["['flower',", "'simulator']", "True", "False", "False"], r.stderr
+    code = "import sys; from fedselect.console import kind_table; kind_table('engines'); print('flwr' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.stdout.split() == ["False"], r.stderr  # fedselect list: the summaries, without Flower
     from fedselect.experiment import engine_function, run_on_simulator
     from fedselect.registry import ENGINES
 

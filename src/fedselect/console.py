@@ -301,6 +301,9 @@ def kind_table(key: str) -> Table:
     for c in ("name", "parameters (default)" if key == "partitioners" else "options (default)", "what it is"):
         t.add_column(c)
     for name in reg.builtin_names():
+        if name in reg.summaries:  # declared with its summary: shown without importing it
+            t.add_row(name, "-", reg.summaries[name])
+            continue
         try:
             obj = reg.get(name)
         except ValueError as e:  # a declared built-in whose optional extra is not installed

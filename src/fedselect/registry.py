@@ -48,6 +48,8 @@ class Registry:
             (``package`` may then be None: nothing to import beforehand).
         needs: per declared name, what its import needs when it fails (an optional extra and how
             to install it), for the error message.
+        summaries: per declared name, its one-line summary, so that ``fedselect list`` shows it
+            without importing it (an optional extra's import takes seconds).
     """
 
     def __init__(
@@ -59,6 +61,7 @@ class Registry:
         builtin: str | None = None,
         declared: dict[str, str] | None = None,
         needs: dict[str, str] | None = None,
+        summaries: dict[str, str] | None = None,
     ):
         self.kind, self.package, self.group, self._base = kind, package, group, base
         self._builtin = builtin or package or ""
@@ -68,6 +71,8 @@ class Registry:
         #: built-ins declared by module path (name -> ``"module:Name"``), imported on first lookup
         self.declared: dict[str, str] = dict(declared or {})
         self._needs = dict(needs or {})
+        #: one-line summaries of declared built-ins, read without importing them
+        self.summaries: dict[str, str] = dict(summaries or {})
 
     @property
     def path_form(self) -> str:
@@ -260,6 +265,10 @@ ENGINES = Registry(
     builtin="fedselect",
     declared={"simulator": "fedselect.experiment:run_on_simulator", "flower": "fedselect.flower.engine:run_experiment"},
     needs={"flower": "Flower: install the optional extra with `pip install fedselect[flower]` (or `make install-flower`)"},
+    summaries={
+        "simulator": "this process and its worker pool (the reference engine)",
+        "flower": "Flower's simulation engine, one SuperNode per client; the same metrics.csv and model.pt (docs/flower.md)",
+    },
 )
 
 #: every kind, by the suffix of its entry-point group (``fedselect.<key>``), in the order
