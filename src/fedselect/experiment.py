@@ -281,7 +281,8 @@ def engine_session(name: str, cfg: ExperimentConfig, body: Callable[[Callable[..
     (the experiments then share ``cfg``'s data, model, system and seed).
 
     Raises:
-        ValueError / ImportError: see :func:`engine_function`; what ``body`` raises.
+        ValueError: see :func:`engine_function`. ImportError: the session's optional extra is
+            missing. What ``body`` raises.
     """
     if name == "simulator":
         return body(run_on_simulator)
