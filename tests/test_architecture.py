@@ -1,5 +1,10 @@
 """The rooms of the code base: every import points to the same or a lower layer, the module
-import graph has no cycle, and every component the docs promise is registered."""
+import graph has no cycle, and every component the docs promise is registered.
+
+The graph holds the imports written in the code (function-level ones included) and the edges of
+the plug-ins that registries load by name at run time (:data:`PLUGIN_DRIVERS`): read from the
+registries' declarations, not from ``importlib`` strings, so an engine that called back into the
+experiment layer that drives it shows as a cycle."""
 
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ LAYERS = {
     "fedselect.algorithms": 4,
     "fedselect.resolve": 5,
     "fedselect.simulation": 6,
+    "fedselect.engines": 6,  # the engine plug-in interface and the simulator's engine (registry: fedselect.registry.ENGINES)
     "fedselect.runfiles": 6,
     "fedselect.tblog": 6,  # the TensorBoard event files runfiles writes beside metrics.csv
     "fedselect.experiment": 7,
@@ -47,7 +53,16 @@ LAYERS = {
     "fedselect.html_report": 8,
     "fedselect.tables": 8,
     "fedselect.backends": 8,  # compare and sweep hand their runs to a backend
-    "fedselect.flower": 9,
+    "fedselect.flower": 9,  # Flower's front ends: ServerApp, strategy, runs on a given grid, deployments
+    # the Flower engine plug-in and its node side: below the experiment layer that drives it
+    "fedselect.flower.engine": 6,
+    "fedselect.flower.client_app": 6,
+    "fedselect.flower.settings": 6,
+    "fedselect.flower.transport": 6,
+    "fedselect.flower.wire": 6,
+    "fedselect.flower.nodes": 6,
+    "fedselect.flower.messaging": 6,
+    "fedselect.flower.logs": 6,
     "fedselect.cli": 9,
     "fedselect.console": 9,  # what the command line prints
 }
@@ -79,7 +94,41 @@ def imports(path: Path) -> set[str]:
 
 
 MODULES = {module_name(p): p for p in SRC.rglob("*.py")}
-GRAPH = {m: {i for i in imports(p) if i != m} for m, p in MODULES.items()}
+WRITTEN = {m: {i for i in imports(p) if i != m} for m, p in MODULES.items()}
+
+
+def plugin_modules(reg) -> set[str]:
+    """The modules a registry imports by name at run time, from its declarations (nothing is
+    imported here): every module of its package, and the module of each declared built-in."""
+    pkg = {m for m in MODULES if reg.package and m.startswith(reg.package + ".")}
+    return pkg | {path.partition(":")[0] for path in reg.declared.values()}
+
+
+def _drivers() -> dict[str, set[str]]:
+    from fedselect.algorithms import ALGORITHMS
+    from fedselect.registry import ENGINES
+    from fedselect.selectors import SELECTORS
+
+    return {
+        "fedselect.experiment": plugin_modules(ENGINES),  # play(): engine.session, session.connect
+        "fedselect.simulation": plugin_modules(SELECTORS) | plugin_modules(ALGORITHMS),  # their classes, built per run
+    }
+
+
+#: module -> the plug-ins it drives (loaded by name through a registry): edges of the graph too
+PLUGIN_DRIVERS = _drivers()
+GRAPH = {m: deps | PLUGIN_DRIVERS.get(m, set()) for m, deps in WRITTEN.items()}
+
+
+def closure(m: str) -> set[str]:
+    """Every fedselect module ``m`` imports, directly or through others (written imports)."""
+    seen, todo = set(), [m]
+    while todo:
+        for d in WRITTEN.get(todo.pop(), ()):
+            if d in MODULES and d not in seen:
+                seen.add(d)
+                todo.append(d)
+    return seen
 
 
 def test_every_module_has_a_layer():
@@ -129,6 +178,26 @@ def test_no_import_cycles():
         if m not in state:
             visit(m, [m])
     assert cycles == []
+
+
+def test_the_plugin_edges_are_seen():
+    """The engines, selectors and algorithms loaded by name are edges of the graph: the test
+    would see an engine that imported the experiment layer (the loop it once had)."""
+    assert {"fedselect.engines", "fedselect.flower.engine"} <= GRAPH["fedselect.experiment"]
+    assert "fedselect.selectors.oort" in GRAPH["fedselect.simulation"]
+    assert "fedselect.algorithms.fedprox" in GRAPH["fedselect.simulation"]
+
+
+def test_no_engine_imports_the_experiment_layer():
+    """An engine gives transports (and a session); it never runs an experiment itself: none of
+    the modules an engine imports, directly or not, is the experiment layer or above."""
+    from fedselect.registry import ENGINES
+
+    engines = plugin_modules(ENGINES)
+    assert engines == {"fedselect.engines", "fedselect.flower.engine"}
+    for m in engines:
+        above = sorted(d for d in closure(m) | {m} if layer(d) >= layer("fedselect.experiment"))
+        assert above == [], f"engine module {m} imports the experiment layer or above: {above}"
 
 
 def test_config_is_a_schema_only():

@@ -17,7 +17,7 @@ import yaml
 
 from fedselect.backends import LocalBackend, RayBackend, RunSpec, make_backend, run_one
 from fedselect.experiment import run_experiment
-from fedselect.resolve import parse_experiment as parse_config
+from fedselect.resolve import resolve_doc
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,7 +77,7 @@ def test_backend_options_are_checked():
 def test_run_one_continues_what_is_there(tmp_path, tiny_cfg_doc):
     """Finished runs are returned as they are; interrupted ones continue from their checkpoint
     and end byte-identical to an uninterrupted run."""
-    cfg = parse_config({**tiny_cfg_doc, "rounds": 3})
+    cfg = resolve_doc({**tiny_cfg_doc, "rounds": 3})
     whole = tmp_path / "whole"
     run_experiment(cfg, whole)
     part = tmp_path / "part"
@@ -101,7 +101,7 @@ def test_local_backend_shares_a_federation_per_key(tmp_path, tiny_cfg_doc, monke
     real = backends.build_federation
     monkeypatch.setattr(backends, "build_federation", lambda cfg: built.append(cfg.seed) or real(cfg))
     specs = [
-        RunSpec(parse_config({**tiny_cfg_doc, "rounds": 1, "method": m, "seed": s}), tmp_path / f"{m}-{s}")
+        RunSpec(resolve_doc({**tiny_cfg_doc, "rounds": 1, "method": m, "seed": s}), tmp_path / f"{m}-{s}")
         for s in (0, 1)
         for m in ("fedavg", "full")
     ]
@@ -203,7 +203,7 @@ def test_ray_compare_matches_local(tmp_path, tiny_cfg_doc, ray_instance):
 @pytest.mark.slow
 @needs_ray
 def test_ray_failures_are_reported_with_their_runs(tmp_path, tiny_cfg_doc, ray_instance):
-    cfg = parse_config({**tiny_cfg_doc, "rounds": 1})
+    cfg = resolve_doc({**tiny_cfg_doc, "rounds": 1})
     (tmp_path / "blocked").write_text("a file where the run directory should be")
     specs = [RunSpec(cfg, tmp_path / "ok"), RunSpec(cfg, tmp_path / "blocked")]
     with pytest.raises(RuntimeError, match=r"1 of 2 runs failed on Ray \(the others finished\):\n  .*blocked: FileExistsError"):

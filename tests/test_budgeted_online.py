@@ -9,7 +9,7 @@ from fedselect.experiment import make_simulation, resume_experiment, run_experim
 from fedselect.federation import build_federation
 from fedselect.fl.metrics import read_csv_rows
 from fedselect.kernels.secretary import alpha_star, offline_best_rule, secretary_rule
-from fedselect.resolve import parse_experiment as parse_config
+from fedselect.resolve import parse_experiment, resolve_doc
 
 METHODS = ("budgeted_online", "online_random", "offline_best")
 
@@ -40,12 +40,12 @@ def doc(**kw):
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
     """The three methods on one federation."""
-    cfg = parse_config(doc())
+    cfg = parse_experiment(doc())
     fed = build_federation(cfg)
     out = {}
     for m in METHODS:
         d = tmp_path_factory.mktemp(m)
-        out[m] = (run_experiment(parse_config(doc(method=m)), d, federation=fed), d)
+        out[m] = (run_experiment(resolve_doc(doc(method=m)), d, federation=fed), d)
     return out
 
 
@@ -87,9 +87,9 @@ def test_rounds_use_the_accepted_clients(shared):
 
 
 def test_arrival_order_replays_with_the_pure_rules(tmp_path):
-    cfg = parse_config(doc(rounds=1))
-    fed = build_federation(cfg)
-    m = make_simulation(cfg, fed).selector
+    r = resolve_doc(doc(rounds=1))
+    fed = build_federation(r.config)
+    m = make_simulation(r, fed).selector
     assert m.name == "secretary"
     m.prepare()
     run = m.runs[0]
@@ -99,14 +99,14 @@ def test_arrival_order_replays_with_the_pure_rules(tmp_path):
     sel = secretary_rule(scores, 3, 2)
     assert run["accepted_clients"] == [order[i] for i in sel.accepted]
     assert run["candidates_evaluated"] == sel.evaluated
-    ob = make_simulation(parse_config(doc(rounds=1, method="offline_best")), fed).selector
+    ob = make_simulation(resolve_doc(doc(rounds=1, method="offline_best")), fed).selector
     ob.prepare()
     assert ob.runs[0]["arrival_order"] == order
     assert ob.runs[0]["accepted_clients"] == [order[i] for i in offline_best_rule(scores, 3).accepted]
 
 
 def test_same_seed_identical_and_resume_matches(tmp_path):
-    cfg = parse_config(doc(rounds=3, checkpoint_every=1, method_options={"r2": 1, "rerun_every": 2}))
+    cfg = resolve_doc(doc(rounds=3, checkpoint_every=1, method_options={"r2": 1, "rerun_every": 2}))
     run_experiment(cfg, tmp_path / "a")
     run_experiment(cfg, tmp_path / "b", stop_after=1)
     resume_experiment(tmp_path / "b")
@@ -117,7 +117,7 @@ def test_same_seed_identical_and_resume_matches(tmp_path):
 def test_stream_reruns_follow_availability(tmp_path):
     opts = {"r2": 2, "rerun_every": 2, "initial_available": 0.5, "mean_stay": 3.0, "arrival_rate": 0.5}
     s = run_experiment(
-        parse_config(doc(rounds=6, data={**doc()["data"], "num_clients": 20}, method_options=opts)), tmp_path / "s"
+        parse_experiment(doc(rounds=6, data={**doc()["data"], "num_clients": 20}, method_options=opts)), tmp_path / "s"
     )
     runs = s["selection_runs"]
     assert [r["start_round"] for r in runs] == [1, 3, 5] and s["selection_runs_count"] == 3
@@ -136,7 +136,7 @@ def test_stream_reruns_follow_availability(tmp_path):
 
 def test_bad_options_are_reported_before_any_data_is_loaded():
     with pytest.raises(ConfigError, match=r"method_options: need r1 <= r2, got r1=3, r2=2"):
-        parse_config(doc(method_options={"r1": 3, "r2": 2}))
+        parse_experiment(doc(method_options={"r1": 3, "r2": 2}))
 
 
 def test_sweep_grid_table_and_continuation(tmp_path):
@@ -195,7 +195,7 @@ def test_summary_counts_the_fat_clients_accepted(shared):
     from fedselect.runfiles import fat_selection
     from fedselect.seeding import np_rng
 
-    fed = build_federation(parse_config(doc()))
+    fed = build_federation(parse_experiment(doc()))
     # 12 clients, fat_fraction 0.2: round(2.4) = 2 fat clients, the partition's first draw
     fat = make_partitioner("fat_thin").fat_clients(12, np_rng(1, "partition"))
     assert fed.fat_clients.tolist() == fat.tolist() and len(fat) == 2

@@ -126,13 +126,16 @@ def test_engine_option_is_a_config_override(tmp_path):
 
     for cmd in ("run", "compare"):
         text = " ".join(runner.invoke(app, [cmd, "--help"]).output.split())
-        assert "--engine [simulator|flower]" in text and "Flower's simulation engine, one node per client" in text
+        assert "--engine [simulator|flower|package.module:ClassName]" in text
+        assert "Flower's simulation engine, one node per client" in text and "your own as package.module:ClassName" in text
     assert _overrides(None, None, None, engine="flower") == {"engine": "flower"}
     assert _overrides(None, None, None, ["engine=simulator"]) == {"engine": "simulator"}  # the same as --set
     cc = load_compare(None, _overrides(None, None, None, engine="flower"))
     assert {cc.experiment(m, 0).engine for m in cc.methods} == {"flower"}
     res = runner.invoke(app, ["run", *TINY, "--engine", "sim", "-o", str(tmp_path / "bad")])
-    assert res.exit_code == 2 and "'sim' is not one of 'simulator', 'flower'" in res.output
+    assert res.exit_code == 2 and "'sim' is not an engine; allowed: simulator, flower, or package.module:ClassName" in " ".join(
+        res.output.split()
+    )
     assert not (tmp_path / "bad").exists()
     out = tmp_path / "r"
     assert runner.invoke(app, ["run", *TINY, "--engine", "simulator", "-o", str(out), "-q"]).exit_code == 0
@@ -185,11 +188,11 @@ def _config_yaml_only(monkeypatch):
     from fedselect import api
     from fedselect.config import dump_config
 
-    def write(cfg, run_dir, **kw):
-        run_dir.mkdir(parents=True)
-        (run_dir / "config.yaml").write_text(dump_config(cfg))
+    def write(plan, **kw):
+        plan.run_dir.mkdir(parents=True)
+        (plan.run_dir / "config.yaml").write_text(dump_config(plan.config))
 
-    monkeypatch.setattr(api, "run_experiment", write)
+    monkeypatch.setattr(api, "play", write)
 
 
 #: the component options: (command-line options, the selector and algorithm they give on the

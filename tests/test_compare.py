@@ -41,9 +41,9 @@ def test_every_method_gets_the_same_federation(tmp_path, tiny_cfg_doc, monkeypat
     real_build, real_run = backends_mod.build_federation, backends_mod.run_experiment
     monkeypatch.setattr(backends_mod, "build_federation", lambda cfg: built.append(real_build(cfg)) or built[-1])
 
-    def spy(cfg, run_dir, on_round=None, federation=None, **kw):
-        seen.append((cfg.method, cfg.seed, federation))
-        return real_run(cfg, run_dir, on_round=on_round, federation=federation, **kw)
+    def spy(plan, run_dir, on_round=None, federation=None, **kw):  # the run's Resolved
+        seen.append((plan.config.method, plan.config.seed, federation))
+        return real_run(plan, run_dir, on_round=on_round, federation=federation, **kw)
 
     monkeypatch.setattr(backends_mod, "run_experiment", spy)
     tiny_cfg_doc["rounds"] = 1

@@ -22,7 +22,7 @@ from fedselect.data.files import Col, DataFileError, read_csv_checked
 from fedselect.data.iot import FEATURES, load_flow_csv
 from fedselect.data.mobiact import COLUMNS, read_mobiact
 from fedselect.experiment import run_experiment
-from fedselect.resolve import parse_experiment as parse_config
+from fedselect.resolve import resolve_doc
 from fedselect.system import load_profiles
 
 
@@ -417,10 +417,10 @@ def test_cli_refuses_a_defective_file_before_writing_and_drop_invalid_is_reporte
     r = CliRunner().invoke(app, ["run", str(cfg), "-o", str(out), "-q"])
     assert r.exit_code == 2 and f"error: {f}: line 8, column 3 (volume): missing value" in " ".join(r.output.split())
     assert not out.exists()
-    summary = run_experiment(parse_config(iot_run_doc(f, drop_invalid=True)), tmp_path / "dropped")
+    summary = run_experiment(resolve_doc(iot_run_doc(f, drop_invalid=True)), tmp_path / "dropped")
     assert summary["data_dropped_rows"] == 1
     assert json.loads((tmp_path / "dropped" / "summary.json").read_text())["data_dropped_rows"] == 1
-    clean = run_experiment(parse_config(iot_run_doc(features_csv(tmp_path / "clean.csv"))), tmp_path / "clean")
+    clean = run_experiment(resolve_doc(iot_run_doc(features_csv(tmp_path / "clean.csv"))), tmp_path / "clean")
     assert clean["data_dropped_rows"] == 0
     assert re.search(
         rf"{re.escape(str(f))}: dropped 1 invalid row\(s\) \(drop_invalid: true\): line 8: column 3 \(volume\): missing value",

@@ -148,7 +148,7 @@ def test_engine_flower_from_the_cli_and_resume_on_it(tmp_path):
 @pytest.mark.slow
 def test_a_comparison_on_flower_starts_the_engine_once(tmp_path):
     """`fedselect compare CONFIG --engine flower`: every run of a federation in one engine start
-    (fedselect.experiment.engine_session), each run byte-identical to the simulator's."""
+    (fedselect.engines.Engine.session, from fedselect.backends), each run byte-identical to the simulator's."""
     import yaml
     from typer.testing import CliRunner
 

@@ -77,10 +77,10 @@ ENGINE = {
 
 def test_three_experiments_in_one_simulation_engine_start(tmp_path):
     """One Flower simulation (10 SuperNodes, Ray) runs three experiments one after another
-    (fedselect.flower.engine.run_many): FLASH-RL and Oort give the simulator's metrics.csv
+    (fedselect.flower.grid_run.run_many): FLASH-RL and Oort give the simulator's metrics.csv
     byte for byte; Power-of-Choice with measured latency probes by messages (its probing
     latency is the exchange's wall time) and charges measured round trips."""
-    from fedselect.flower.engine import run_many
+    from fedselect.flower.grid_run import run_many
     from fedselect.flower.nodes import FlowerOptions
     from fedselect.resolve import parse_experiment
 

@@ -19,7 +19,7 @@ from fedselect.fl.metrics import read_csv_rows
 from fedselect.kernels.ddqn import DDQNAgent, DDQNConfig, double_q_targets, rank_scores
 from fedselect.kernels.secretary import competitive_ratio, offline_best_rule, secretary_rule
 from fedselect.kernels.similarity import edge_weights, select_leaders
-from fedselect.resolve import parse_experiment as parse_config
+from fedselect.resolve import resolve_doc
 
 NAN, INF = float("nan"), float("inf")
 
@@ -117,7 +117,7 @@ def test_huge_learning_rate_never_leaves_non_finite_weights(caplog):
 
 
 def test_flashrl_run_with_diverging_q_network_goes_on(tmp_path):
-    cfg = parse_config(
+    cfg = resolve_doc(
         {
             "name": "diverge",
             "method": "flashrl",

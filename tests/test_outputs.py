@@ -15,7 +15,7 @@ from conftest import with_keys
 from fedselect.compare import parse_compare, run_comparison
 from fedselect.experiment import run_experiment
 from fedselect.fl.metrics import atomic_write, current_umask, dumps_json, json_safe, write_json_atomic
-from fedselect.resolve import parse_experiment as parse_config
+from fedselect.resolve import resolve_doc
 from fedselect.sweep import parse_sweep, run_sweep
 
 
@@ -90,7 +90,7 @@ def test_every_json_output_is_strict(tmp_path):
         "cefl": doc(method="cefl", rounds=1, method_options={"clusters": 2, "transfer_epochs": 1, "base_layers": 1}),
     }
     for name, d in runs.items():
-        run_experiment(parse_config(d), tmp_path / name)
+        run_experiment(resolve_doc(d), tmp_path / name)
     # FLASH-RL with one client: PCA of one row explains everything (1.0), not NaN
     s1 = strict_load(tmp_path / "flashrl1" / "summary.json")
     assert s1["prepare"]["pca_explained_variance"] == 1.0
@@ -156,7 +156,7 @@ def test_atomic_write_honours_the_umask(tmp_path):
 
 
 def test_outputs_of_a_run_and_a_comparison_are_0644_under_umask_022(tmp_path, umask022):
-    run_experiment(parse_config(doc(rounds=1)), tmp_path / "run")
+    run_experiment(resolve_doc(doc(rounds=1)), tmp_path / "run")
     for name in ("metrics.csv", "timing.csv", "summary.json", "model.pt", "checkpoint.pt", "config.yaml"):
         assert mode(tmp_path / "run" / name) == 0o644, name
     run_comparison(
@@ -244,7 +244,7 @@ def test_cefl_bars_show_the_summary_figures(tmp_path):
     events = {}
     cefl = doc(method="cefl", rounds=1, method_options={"clusters": 2, "transfer_epochs": 1, "base_layers": 1})
     for name, d in (("cefl", cefl), ("fedavg", doc(rounds=1))):
-        run_experiment(parse_config(d), tmp_path / name, on_round=lambda ev, n=name: events.setdefault(n, ev))
+        run_experiment(resolve_doc(d), tmp_path / name, on_round=lambda ev, n=name: events.setdefault(n, ev))
     ev = events["cefl"]
     assert ev.round_scores and "leader" in ev.round_scores
     assert ui._round_status(ev) == f"round 1  e2e {ev.row['e2e_latency_s']:.1f} s  (acc at the end)"

@@ -387,19 +387,19 @@ def test_from_federation_matches_the_clients_own_data(tiny_cfg_doc):
 
 
 # ------------------------------------------------------------------ the real loop with the pool as its trainer
-def _run_with_trainer(tmp_path, doc, name, make_trainer, monkeypatch):
-    """run_experiment with the Simulation's trainer replaced (how the loop takes a trainer)."""
+def _run_with_trainer(tmp_path, doc, name, make_trainer):
+    """run_experiment with the local transport over ``make_trainer(r, fed)``: an engine session
+    (anything with ``connect``) is how the loop takes a transport."""
     import fedselect.experiment as experiment
-    from fedselect.config import parse_config
-    from fedselect.simulation import Simulation
+    from fedselect.fl.work import LocalTransport
+    from fedselect.resolve import resolve_doc
 
-    class WithTrainer(Simulation):
-        def __init__(self, r, fed, trainer=None, workers=None, transport=None):
-            super().__init__(r, fed, trainer=make_trainer(r, fed))
+    class WithTrainer:
+        def connect(self, r, fed, workers=None):
+            return LocalTransport(fed, make_trainer(r, fed), r.train_cfg)
 
-    monkeypatch.setattr(experiment, "Simulation", WithTrainer)
     out = tmp_path / name
-    summary = experiment.run_experiment(parse_config(doc, name), out)
+    summary = experiment.run_experiment(resolve_doc(doc, name), out, session=WithTrainer())
     return summary, (out / "metrics.csv").read_bytes()
 
 
@@ -431,7 +431,7 @@ def test_run_metrics_byte_identical_for_0_1_2_workers(tmp_path, tiny_cfg_doc, wa
     assert all(torch.equal(models[0][k], models[w][k]) for w in (1, 2) for k in models[0])
 
 
-def test_worker_killed_mid_round_is_an_error_and_the_run_completes(tmp_path, tiny_cfg_doc, monkeypatch, watchdog):
+def test_worker_killed_mid_round_is_an_error_and_the_run_completes(tmp_path, tiny_cfg_doc, watchdog):
     """The first client of round 2 has its worker SIGKILLed after one mini-batch: that client
     fails with kind ``error``, the round aggregates the survivor, the run finishes."""
     from dataclasses import replace
@@ -462,7 +462,7 @@ def test_worker_killed_mid_round_is_an_error_and_the_run_completes(tmp_path, tin
         return made[-1]
 
     doc = dict(tiny_cfg_doc, rounds=3, model={"name": "mnist_cnn"})
-    summary, _ = _run_with_trainer(tmp_path, doc, "kill", make, monkeypatch)
+    summary, _ = _run_with_trainer(tmp_path, doc, "kill", make)
     rows = read_csv_rows(tmp_path / "kill" / "metrics.csv")
     k = made[0].killed
     assert k is not None

@@ -7,11 +7,11 @@ import pytest
 from fedselect.config import ConfigError
 from fedselect.experiment import run_experiment
 from fedselect.fl.metrics import read_csv_rows, summarize
-from fedselect.resolve import parse_experiment as parse_config
+from fedselect.resolve import parse_experiment, resolve_doc
 
 
 def test_same_seed_gives_identical_metrics_csv(tmp_path, tiny_cfg_doc):
-    cfg = parse_config(tiny_cfg_doc)
+    cfg = resolve_doc(tiny_cfg_doc)
     s1 = run_experiment(cfg, tmp_path / "a")
     run_experiment(cfg, tmp_path / "b")
     a, b = (tmp_path / "a" / "metrics.csv").read_bytes(), (tmp_path / "b" / "metrics.csv").read_bytes()
@@ -31,9 +31,9 @@ def test_same_seed_gives_identical_metrics_csv(tmp_path, tiny_cfg_doc):
 
 
 def test_different_seed_changes_selection(tmp_path, tiny_cfg_doc):
-    a = run_experiment(parse_config(tiny_cfg_doc), tmp_path / "a")
+    a = run_experiment(resolve_doc(tiny_cfg_doc), tmp_path / "a")
     tiny_cfg_doc["seed"] = 4
-    run_experiment(parse_config(tiny_cfg_doc), tmp_path / "b")
+    run_experiment(resolve_doc(tiny_cfg_doc), tmp_path / "b")
     ra, rb = read_csv_rows(tmp_path / "a" / "metrics.csv"), read_csv_rows(tmp_path / "b" / "metrics.csv")
     assert [r["selected"] for r in ra] != [r["selected"] for r in rb]
     assert a["rounds"] == 2
@@ -41,7 +41,7 @@ def test_different_seed_changes_selection(tmp_path, tiny_cfg_doc):
 
 def test_full_participation_selects_everyone(tmp_path, tiny_cfg_doc):
     tiny_cfg_doc.update(method="full", rounds=1)
-    run_experiment(parse_config(tiny_cfg_doc), tmp_path / "f")
+    run_experiment(resolve_doc(tiny_cfg_doc), tmp_path / "f")
     rows = read_csv_rows(tmp_path / "f" / "metrics.csv")
     assert rows[1]["selected"] == ";".join(str(i) for i in range(8))
 
@@ -81,5 +81,5 @@ def test_rounds_to_target_none_when_never_reached():
 )
 def test_bad_config_names_the_key(patch, needle):
     with pytest.raises(ConfigError) as e:
-        parse_config(patch)
+        parse_experiment(patch)
     assert needle in str(e.value)

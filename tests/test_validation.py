@@ -14,7 +14,7 @@ from conftest import with_keys
 from fedselect.cli import app
 from fedselect.config import ConfigError, load_config
 from fedselect.experiment import run_experiment
-from fedselect.resolve import parse_experiment as parse_config
+from fedselect.resolve import parse_experiment, resolve_doc
 
 BASE = {
     "name": "tiny",
@@ -32,7 +32,7 @@ def with_(**kv) -> dict:
     return with_keys(BASE, **kv)
 
 
-# (bad input, expected message fragment): config errors caught by parse_config
+# (bad input, expected message fragment): config errors caught by parse_experiment (schema and resolve step)
 CONFIG_CASES = [
     (with_(roundz=3), "roundz: unknown key (not allowed here)"),
     (with_(rounds=0), "rounds: Input should be greater than or equal to 1"),
@@ -138,7 +138,7 @@ CONFIG_CASES = [
 @pytest.mark.parametrize("doc,message", CONFIG_CASES, ids=[m[:40] for _, m in CONFIG_CASES])
 def test_bad_config_values_are_named(doc, message):
     with pytest.raises(ConfigError) as e:
-        parse_config(doc, "cfg.yaml")
+        parse_experiment(doc, "cfg.yaml")
     assert str(e.value).startswith("invalid config cfg.yaml:")
     assert message in str(e.value)
 
@@ -219,7 +219,7 @@ def test_existing_run_is_never_clobbered_without_overwrite(tmp_path):
     assert f"Continue it with `fedselect run --resume {out}`, replace it with --overwrite" in text
     assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in out.iterdir()} == before
     with pytest.raises(FileExistsError, match="already holds a run"):
-        run_experiment(parse_config(BASE), out)
+        run_experiment(resolve_doc(BASE), out)
     # --overwrite replaces the run files and leaves other files alone
     assert invoke("run", cfg, "-o", out, "-q", "--seed", "9", "--overwrite")[0] == 0
     assert yaml.safe_load((out / "config.yaml").read_text())["seed"] == 9
@@ -275,7 +275,7 @@ def test_resume_of_a_run_written_before_its_metrics_were_checkpointed_is_refused
     import torch
 
     out = tmp_path / "run"
-    run_experiment(parse_config(BASE), out)
+    run_experiment(resolve_doc(BASE), out)
     ck = torch.load(out / "checkpoint.pt", weights_only=True)  # plain data: no code can run
     del ck["metrics_rows"]
     torch.save(ck, out / "checkpoint.pt")
@@ -287,11 +287,11 @@ def test_resume_of_a_run_written_before_its_metrics_were_checkpointed_is_refused
 def test_participation_is_a_fraction_of_n():
     d = with_(participation=0.25)
     del d["clients_per_round"]
-    cfg = parse_config(d)
+    cfg = parse_experiment(d)
     assert cfg.clients_per_round == 2 and cfg.participation == 0.25  # ceil(0.25 * 6)
-    assert parse_config(cfg.model_dump(mode="json")).clients_per_round == 2  # the written config resolves to itself
+    assert parse_experiment(cfg.model_dump(mode="json")).clients_per_round == 2  # the written config resolves to itself
     d["participation"] = 0.01
-    assert parse_config(d).clients_per_round == 1  # at least one client
+    assert parse_experiment(d).clients_per_round == 1  # at least one client
 
 
 # -- every problem in one pass, each by its dotted path ----------------------------------------
@@ -334,11 +334,13 @@ def test_mistakes_of_an_experiment_are_reported_in_one_run(tmp_path):
     assert not (tmp_path / "run").exists()
     # a cross-key check waits for its keys: N is in error, so U <= N is not judged on the default N
     with pytest.raises(ConfigError) as e:
-        parse_config(with_(data__num_clients="6", clients_per_round=9), "cfg.yaml")
+        parse_experiment(with_(data__num_clients="6", clients_per_round=9), "cfg.yaml")
     assert "data.num_clients: Input should be a valid integer" in str(e.value) and "clients_per_round (U" not in str(e.value)
     # nor are options judged against a default standing in for their component or data set
     with pytest.raises(ConfigError) as e:
-        parse_config(with_(selector="oort", method_options={"exploration_factor": 0.5}, data__dataset=5, data__options={"x": 1}))
+        parse_experiment(
+            with_(selector="oort", method_options={"exploration_factor": 0.5}, data__dataset=5, data__options={"x": 1})
+        )
     assert sorted(str(e.value).splitlines()[1:]) == [
         "  data.dataset: Input should be a valid string",
         "  selector: Input should be a valid dictionary or instance of ComponentConfig",

@@ -18,7 +18,7 @@ or published under the entry-point group ``fedselect.<kind>s`` (:mod:`fedselect.
 
 Layers (arrows point down only; docs/architecture.md)::
 
-    cli / api / flower -> compare / sweep / report / plots -> experiment -> runfiles / simulation
+    cli / api -> compare / sweep / report / plots -> experiment -> engines / runfiles / simulation
         -> resolve -> selectors / algorithms -> fl / kernels -> federation -> data / models / system
         -> config / presets / registry / seeding
 """

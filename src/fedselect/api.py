@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from fedselect.config import ConfigError, ExperimentConfig, apply_overrides, load_config, read_experiment
 from fedselect.contenders import switch_components
-from fedselect.experiment import RoundEvent, check_output_dir, check_run_dir, resume_experiment, run_experiment
+from fedselect.experiment import RoundEvent, RunPlan, check_output_dir, play, resume_experiment
+from fedselect.experiment import plan as plan_in
 from fedselect.federation import Federation
 from fedselect.fl.metrics import read_csv_rows, read_json
 from fedselect.resolve import Resolved, resolve_doc
@@ -89,21 +90,6 @@ class RunResult:
         import pandas as pd
 
         return pd.read_csv(self.run_dir / "metrics.csv")
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    """A run checked and placed, nothing built or written yet (:func:`plan_run`).
-
-    Attributes:
-        config: the resolved config. method: its display name (the preset, or
-        ``selector+algorithm``). run_dir: where it goes. overwrite: replace a run there.
-    """
-
-    config: ExperimentConfig
-    method: str
-    run_dir: Path
-    overwrite: bool = False
 
 
 def _timestamp() -> str:
@@ -168,9 +154,12 @@ def plan_run(
     sets: Mapping[str, Any] | None = None,
     **overrides: Any,
 ) -> RunPlan:
-    """Resolve a run and choose its directory, refusing a conflict before anything is built or
-    written: ``out`` (default :func:`default_run_dir`) must not hold a comparison or a sweep,
-    nor a run unless ``overwrite`` (continue one with :func:`resume` instead).
+    """Resolve a run (once: the plan carries the :class:`~fedselect.resolve.Resolved` to the
+    round) and choose its directory, refusing a conflict before anything is built or written:
+    ``out`` (default :func:`default_run_dir`) must not hold a comparison or a sweep, nor a run
+    unless ``overwrite`` (continue one with :func:`resume` instead). The plan's ``config`` is the
+    resolved config, its ``method`` the display name, its ``run_dir`` where it goes
+    (:class:`fedselect.experiment.RunPlan`).
 
     Args:
         config, overrides: see :func:`experiment_config`. sets: dotted overrides taken as they
@@ -184,8 +173,7 @@ def plan_run(
     """
     r = _resolve(config, _dotted(sets, overrides))
     run_dir = Path(out) if out is not None else default_run_dir(r.config.name, r.method, r.config.seed)
-    check_run_dir(run_dir, overwrite)
-    return RunPlan(r.config, r.method, run_dir, overwrite)
+    return plan_in(r, run_dir, overwrite=overwrite)
 
 
 def run_plan(
@@ -195,8 +183,8 @@ def run_plan(
     on_round: Callable[[RoundEvent], None] | None = None,
     workers: int | None = None,
 ) -> RunResult:
-    """Run a :func:`plan_run` plan and return its result (``workers``: see :func:`run`)."""
-    run_experiment(plan.config, plan.run_dir, on_round=on_round, federation=federation, overwrite=plan.overwrite, workers=workers)
+    """Run a :func:`plan_run` plan on its engine and return its result (``workers``: see :func:`run`)."""
+    play(plan, on_round=on_round, federation=federation, workers=workers)
     return load_run(plan.run_dir)
 
 

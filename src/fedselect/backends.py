@@ -25,6 +25,7 @@ Ray is an optional dependency (``pip install fedselect[flower]``, requirements-f
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import time
@@ -34,9 +35,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from fedselect.config import ExperimentConfig
-from fedselect.experiment import RoundEvent, engine_session, existing_run_files, run_experiment
+from fedselect.experiment import RoundEvent, existing_run_files, run_experiment
 from fedselect.federation import Federation, build_federation, federation_key
 from fedselect.fl.metrics import read_json
+from fedselect.resolve import Resolved, resolve
 
 __all__ = [
     "RunSpec",
@@ -59,7 +61,8 @@ class RunSpec:
     """One run of a sweep or comparison.
 
     Attributes:
-        cfg: the validated experiment.
+        plan: the resolved experiment (an :class:`ExperimentConfig` given here is resolved once,
+            at construction); it travels to the run, or to its Ray task, as it is.
         run_dir: its run directory (absolute or relative to this process's working directory).
         description: a line for progress output, e.g. ``"secretary {'r2': 1} seed 0"``.
         group: federation key (:func:`federation_key`); runs with the same key share one
@@ -67,16 +70,23 @@ class RunSpec:
         tag: the caller's handle for this run (e.g. ``(label, seed)``), passed back in callbacks.
     """
 
-    cfg: ExperimentConfig
+    plan: Resolved
     run_dir: Path
     description: str = ""
     group: str = ""
     tag: Any = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.plan, ExperimentConfig):
+            self.plan = resolve(self.plan, self.plan.name)
         self.run_dir = Path(self.run_dir)
         if not self.group:
             self.group = federation_key(self.cfg)
+
+    @property
+    def cfg(self) -> ExperimentConfig:
+        """The resolved config (every default written out)."""
+        return self.plan.config
 
 
 @dataclass
@@ -106,7 +116,7 @@ def is_finished(run_dir: str | Path) -> bool:
 
 
 def run_one(
-    cfg: ExperimentConfig,
+    plan: Resolved | ExperimentConfig,
     run_dir: str | Path,
     federation: Federation | None = None,
     on_round: Callable[[RoundEvent], None] | None = None,
@@ -114,7 +124,7 @@ def run_one(
     workers: int | None = None,
     run: Callable[..., dict[str, Any]] = run_experiment,
 ) -> dict[str, Any]:
-    """Run ``cfg`` into ``run_dir``, continuing what is there; the step both backends run.
+    """Run ``plan`` into ``run_dir``, continuing what is there; the step both backends run.
 
     With ``resume`` (sweeps; comparisons under ``--resume``): a finished run (``summary.json``)
     is not run again and its summary is returned; a run directory holding an interrupted run
@@ -123,14 +133,14 @@ def run_one(
     that already holds a run is refused (FileExistsError), as for ``fedselect run``.
 
     Args:
-        cfg: the validated experiment.
+        plan: the resolved experiment (an :class:`ExperimentConfig` is resolved, once).
         run_dir: its run directory.
         federation: a federation built from an experiment with the same federation key
             (None: built here).
         on_round: called after every round.
         workers: worker processes of the run's client trainer (None: ``train.workers``).
-        run: what runs it (default :func:`fedselect.experiment.run_experiment`; an engine
-            session's runner, :func:`fedselect.experiment.engine_session`).
+        run: what runs it (default :func:`fedselect.experiment.run_experiment`; the local
+            backend passes it with an engine session, :meth:`fedselect.engines.Engine.session`).
 
     Returns:
         the run's summary (``summary.json``).
@@ -144,7 +154,7 @@ def run_one(
     if resume and is_finished(run_dir):
         return read_json(run_dir / "summary.json")
     started = resume and run_dir.is_dir() and bool(existing_run_files(run_dir))
-    return run(cfg, run_dir, on_round=on_round, resume=started, federation=federation, workers=workers)
+    return run(plan, run_dir, on_round=on_round, resume=started, federation=federation, workers=workers)
 
 
 # ----------------------------------------------------------------------------- local
@@ -186,22 +196,23 @@ class LocalBackend:
             if cb.on_federation:
                 cb.on_federation(group, fed)
 
-            def body(run, todo=todo, fed=fed) -> None:  # a group's runs, in one engine start
+            def body(session, todo=todo, fed=fed) -> None:  # a group's runs, in one engine start
+                run = functools.partial(run_experiment, session=session) if session is not None else run_experiment
                 for i, s in todo:
                     if cb.on_start:
                         cb.on_start(s, i, total)
                     rcb = (lambda ev, s=s: cb.on_round(s, ev)) if cb.on_round else None
                     kw = {"federation": fed, "on_round": rcb, "resume": resume, "workers": self.workers}
-                    summary = run_one(s.cfg, s.run_dir, run=run, **kw)
+                    summary = run_one(s.plan, s.run_dir, run=run, **kw)
                     done[s.run_dir] = summary
                     if cb.on_done:
                         cb.on_done(s, summary)
 
-            first = todo[0][1].cfg
-            if first.engine != "simulator" and all(s.cfg.engine == first.engine for _, s in todo):
-                engine_session(first.engine, first, body)
-            else:  # the simulator, or runs on several engines: each run through run_experiment
-                body(run_experiment)
+            first = todo[0][1].plan
+            if all(s.plan.engine is first.engine for _, s in todo):  # one engine start for the group
+                first.engine().session(first, body)
+            else:  # runs on several engines: each run starts its own
+                body(None)
             del fed
         return done
 
@@ -211,11 +222,9 @@ class LocalBackend:
 _WORKER_FED: dict[str, Any] = {}
 
 
-def _ray_run(
-    cfg_doc: dict[str, Any], run_dir: str, resume: bool, workers: int, out_dir: str, marker: str | None
-) -> dict[str, Any]:
-    """The body of a Ray task: :func:`run_one` with ``workers`` worker processes (0: in the
-    task's process)."""
+def _ray_run(plan: Resolved, run_dir: str, resume: bool, workers: int, out_dir: str, marker: str | None) -> dict[str, Any]:
+    """The body of a Ray task: :func:`run_one` of the resolved experiment ``plan`` (pickled as
+    it is, not resolved again) with ``workers`` worker processes (0: in the task's process)."""
     host = socket.gethostname()
     out = Path(out_dir)
     if not out.is_dir() or (marker and not (out / marker).is_file()):
@@ -224,15 +233,12 @@ def _ray_run(
             f"there directly, so on a cluster of several machines it must be on a filesystem every node mounts at the "
             f"same path (e.g. NFS)"
         )
-    from fedselect.resolve import parse_experiment
-
-    cfg = parse_experiment(cfg_doc, f"{run_dir}/config (Ray task)")
-    key = federation_key(cfg)
+    key = federation_key(plan.config)
     if _WORKER_FED.get("key") != key:
         _WORKER_FED.clear()
-        _WORKER_FED.update(key=key, fed=build_federation(cfg))
+        _WORKER_FED.update(key=key, fed=build_federation(plan.config))
     t0 = time.perf_counter()
-    summary = run_one(cfg, run_dir, federation=_WORKER_FED["fed"], resume=resume, workers=workers)
+    summary = run_one(plan, run_dir, federation=_WORKER_FED["fed"], resume=resume, workers=workers)
     return {"summary": summary, "host": host, "pid": os.getpid(), "task_s": time.perf_counter() - t0}
 
 
@@ -342,9 +348,7 @@ class RayBackend:
             with _sigterm_as_interrupt():
                 task = ray.remote(_ray_run).options(num_cpus=self.cpus_per_run, max_retries=0)
                 for i, s in todo:
-                    ref = task.remote(
-                        s.cfg.model_dump(mode="json"), str(s.run_dir.resolve()), resume, workers, str(out.resolve()), marker
-                    )
+                    ref = task.remote(s.plan, str(s.run_dir.resolve()), resume, workers, str(out.resolve()), marker)
                     pending[ref] = (i, s)
                     if cb.on_start:
                         cb.on_start(s, i, total)

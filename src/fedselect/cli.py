@@ -18,6 +18,7 @@ import click
 import typer
 
 from fedselect import console as ui
+from fedselect.registry import ENGINES
 
 console = ui.console
 
@@ -151,7 +152,19 @@ SET_EVERY_RUN_HELP = "; sets the key in every run, over the methods' own values 
 WORKERS_HELP = "worker processes training the clients of a round side by side, one torch thread each (default: train.workers, else FEDSELECT_WORKERS, else the usable cores; 0 = in this process; more than the usable cores start only those); results are identical for any value"
 DEVICE_HELP = "where clients train: auto (a GPU when one is available; default), cpu, cuda or cuda:N (sets train.device)"
 LOG_HELP = "live logs: --log tensorboard writes TensorBoard event files into <run dir>/tb every round (sets log.tensorboard; needs the extra fedselect[tensorboard])"
-ENGINE_HELP = "where the rounds run: simulator (default) or flower (Flower's simulation engine, one node per client; needs the extra fedselect[flower]); results are identical"
+
+
+def _default_first(names: list[str]) -> list[str]:
+    """Engine names with the default engine, ``simulator``, first."""
+    return sorted(names, key=lambda n: (n != "simulator", n))
+
+
+ENGINE_HELP = (
+    f"where the rounds run (sets engine): {', '.join(_default_first(ENGINES.builtin_names()))} (simulator: this process and its "
+    "worker pool, the default; flower: Flower's simulation engine, one node per client, needs the extra "
+    "fedselect[flower]), an engine of the entry-point group fedselect.engines, or your own as "
+    "package.module:ClassName (`fedselect list`, docs/architecture.md); results are identical"
+)
 BACKEND_HELP = "where the runs execute: local (this process, one after the other; default) or ray (one Ray task per run)"
 ADDRESS_HELP = "with --backend ray: HOST:PORT of a running Ray cluster (`ray start --head` prints it); omitted: a local Ray instance is started for the command"
 CPUS_PER_RUN_HELP = "with --backend ray: CPUs each run reserves (also its worker processes unless --workers is given)"
@@ -160,7 +173,35 @@ RUN_RESUME_HELP = "continue the run in this directory from its last checkpoint (
 COMPARE_RESUME_HELP = "finish an interrupted comparison in this directory: finished runs are kept, interrupted ones continue from their checkpoints, missing ones run"
 COMPARE_CONFIG_HELP = "comparison YAML (base experiment + methods + seeds), or a plain experiment YAML; omitted: FedAvg vs FLASH-RL vs FAVOR on embedded MNIST"
 METHOD_HELP = "override the method preset (fedavg, full, flashrl, favor, cefl, oort, ...; see `fedselect list`): it names the selector and the algorithm (the config's sections stay where they name the same ones); refine with --set selector.options.KEY=V or algorithm.options.KEY=V"
-ENGINES = click.Choice(["simulator", "flower"])
+
+
+class EngineName(click.ParamType):
+    """``--engine``: a name of the engine registry (:data:`fedselect.registry.ENGINES`: the
+    built-ins and entry points, what shell completion offers) or ``package.module:ClassName``;
+    the resolve step then checks that it loads and is an engine."""
+
+    name = "engine"
+
+    def get_metavar(self, param, ctx=None) -> str:
+        return "[" + "|".join(_default_first(ENGINES.builtin_names())) + "|package.module:ClassName]"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and (":" in value or value in ENGINES.names()):
+            return value
+        self.fail(
+            f"{value!r} is not an engine; allowed: {', '.join(_default_first(ENGINES.names()))}, or package.module:ClassName "
+            "for your own",
+            param,
+            ctx,
+        )
+
+    def shell_complete(self, ctx, param, incomplete):
+        from click.shell_completion import CompletionItem
+
+        return [CompletionItem(n) for n in ENGINES.names() if n.startswith(incomplete)]
+
+
+ENGINE = EngineName()
 
 
 @app.command()
@@ -189,7 +230,7 @@ def run(
     sets: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", help=WORKERS_HELP),
     device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
-    engine: Optional[str] = typer.Option(None, "--engine", click_type=ENGINES, help=ENGINE_HELP),
+    engine: Optional[str] = typer.Option(None, "--engine", click_type=ENGINE, help=ENGINE_HELP),
     log: Optional[list[str]] = typer.Option(None, "--log", help=LOG_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
 ) -> None:
@@ -249,7 +290,7 @@ def compare(
     resume: Optional[Path] = typer.Option(None, "--resume", help=COMPARE_RESUME_HELP),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", help=WORKERS_HELP),
     device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
-    engine: Optional[str] = typer.Option(None, "--engine", click_type=ENGINES, help=ENGINE_HELP),
+    engine: Optional[str] = typer.Option(None, "--engine", click_type=ENGINE, help=ENGINE_HELP),
     log: Optional[list[str]] = typer.Option(None, "--log", help=LOG_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
     backend: str = typer.Option("local", "--backend", help=BACKEND_HELP),
@@ -424,7 +465,7 @@ def sweep(
     table_only: bool = typer.Option(False, "--table-only", help="only rebuild table.md / table.csv from the runs in --out"),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", help=WORKERS_HELP),
     device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
-    engine: Optional[str] = typer.Option(None, "--engine", click_type=ENGINES, help=ENGINE_HELP),
+    engine: Optional[str] = typer.Option(None, "--engine", click_type=ENGINE, help=ENGINE_HELP),
     log: Optional[list[str]] = typer.Option(None, "--log", help=LOG_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress lines (one per run)"),
     backend: str = typer.Option("local", "--backend", help=BACKEND_HELP),

@@ -33,7 +33,7 @@ from fedselect.contenders import (
 from fedselect.experiment import RoundEvent, check_saved_runs, with_pre_validation_values, with_validation_keys
 from fedselect.federation import Federation
 from fedselect.fl.metrics import read_json, write_json_atomic
-from fedselect.resolve import resolve_doc
+from fedselect.resolve import Resolved, resolve_doc
 from fedselect.tables import federation_info
 
 #: keys a method entry may not change: they define the shared federation
@@ -141,12 +141,19 @@ class CompareConfig(BaseModel):
             doc["rounds"] = entry.rounds
         return apply_overrides(doc, self.set_)
 
-    def experiment(self, entry: MethodEntry, seed: int) -> ExperimentConfig:
-        """The resolved experiment of ``entry`` with ``seed``.
+    def resolved(self, entry: MethodEntry, seed: int) -> Resolved:
+        """The resolved experiment of ``entry`` with ``seed``: what its run is planned from.
 
         Raises:
             ConfigError: the entry's experiment is invalid (names the entry)."""
-        return resolve_doc(self.experiment_doc(entry, seed), f"{self.name}: method {entry.label!r}, seed {seed}").config
+        return resolve_doc(self.experiment_doc(entry, seed), f"{self.name}: method {entry.label!r}, seed {seed}")
+
+    def experiment(self, entry: MethodEntry, seed: int) -> ExperimentConfig:
+        """The resolved config of ``entry`` with ``seed`` (:meth:`resolved`'s, every default written out).
+
+        Raises:
+            ConfigError: the entry's experiment is invalid (names the entry)."""
+        return self.resolved(entry, seed).config
 
     def rounds_of(self) -> dict[str, int]:
         """label -> the rounds T that method runs (its own ``rounds``, else the base's)."""
@@ -314,7 +321,7 @@ def run_comparison(
         for entry in cc.methods:
             specs.append(
                 RunSpec(
-                    cc.experiment(entry, seed),
+                    cc.resolved(entry, seed),
                     out / run_dir_name(entry.label, seed),
                     f"{entry.label} seed {seed}",
                     group,

@@ -352,10 +352,11 @@ class ExperimentConfig(_Strict):
     )
     eval_every: int = Field(1, ge=1, description="evaluate the global model every k rounds (and at the last)")
     checkpoint_every: int = Field(1, ge=0, description="checkpoint every k rounds; 0 = never")
-    engine: Literal["simulator", "flower"] = Field(
+    engine: str = Field(
         "simulator",
-        description="where the rounds run: 'simulator' (this process and its worker pool) or 'flower' (Flower's "
-        "simulation engine, one SuperNode per client)",
+        description="where the rounds run, a registered engine (fedselect.registry.ENGINES, checked by the resolve "
+        "step): 'simulator' (this process and its worker pool), 'flower' (Flower's simulation engine, one SuperNode "
+        "per client), or your own as 'package.module:ClassName' (docs/architecture.md); results are identical",
     )
     log: LogConfig = Field(default_factory=LogConfig, description="live logs (log.tensorboard); results do not depend on it")
     availability: AvailabilityConfig = Field(

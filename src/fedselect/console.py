@@ -253,7 +253,7 @@ KIND_TABLES: dict[str, tuple[str, str | None]] = {
     "datasets": ("data sets (data: {dataset, options})", "register_dataset"),
     "partitioners": ("partition schemes (data.partition: {scheme, ...its parameters})", "register_partitioner"),
     "models": ("models (model: {name, options})", "register_model"),
-    "engines": ("engines (engine: NAME, or --engine)", None),
+    "engines": ("engines (engine: NAME, --engine NAME): where the rounds run; the results are the same on each", None),
 }
 
 
@@ -276,19 +276,46 @@ def print_components() -> None:
     show(fleet_table())
 
 
+def engine_table() -> Table:
+    """The engines of the registry (:data:`fedselect.registry.ENGINES`): where the rounds run,
+    each with its one-line summary, or what it needs when its optional extra is missing."""
+    from rich.markup import escape
+
+    from fedselect.registry import ENGINES
+
+    t = Table(
+        title=KIND_TABLES["engines"][0],
+        caption=f"your own: engine 'package.module:ClassName', @ENGINES.register, or the entry-point group {ENGINES.group} "
+        "(docs/architecture.md, Adding an engine)",
+    )
+    t.add_column("name")
+    t.add_column("what it is")
+    for name in ENGINES.builtin_names():
+        try:
+            cls = ENGINES.get(name)
+            t.add_row(name, escape(cls.summary or first_sentence(cls.__doc__ or "")))
+        except ValueError as e:  # an optional extra that is not installed
+            t.add_row(name, escape(str(e)))
+    return t
+
+
 def kind_table(key: str) -> Table:
     """The built-in components of the registry kind ``key`` (a key of
     :data:`fedselect.registry.REGISTRIES`) with their options and defaults, read from each one's
     ``Options`` model, else its signature (what :mod:`fedselect.resolve` validates), a one-line
     summary (its ``summary``, else its docstring's first sentence), and how to bring one's own.
-    A built-in whose optional extra is missing (the Flower engine) is listed with what it needs.
+    The engines: :func:`engine_table`.
 
     Raises:
         KeyError: an unknown kind.
     """
+    from rich.markup import escape
+
     from fedselect.registry import REGISTRIES
     from fedselect.resolve import DATASET_ARGS, MODEL_ARGS, option_defaults, options_model
 
+    if key == "engines":
+        return engine_table()
     reg = REGISTRIES[key]
     title, register = KIND_TABLES.get(key, (key, None))
     caption = (
@@ -301,15 +328,12 @@ def kind_table(key: str) -> Table:
     for c in ("name", "parameters (default)" if key == "partitioners" else "options (default)", "what it is"):
         t.add_column(c)
     for name in reg.builtin_names():
-        if name in reg.summaries:  # declared with its summary: shown without importing it
-            t.add_row(name, "-", reg.summaries[name])
-            continue
         try:
             obj = reg.get(name)
         except ValueError as e:  # a declared built-in whose optional extra is not installed
-            t.add_row(name, "-", str(e))
+            t.add_row(name, "-", escape(str(e)))
             continue
-        if key in ("selectors", "algorithms", "engines") and options_model(obj) is None:
+        if key in ("selectors", "algorithms") and options_model(obj) is None:
             options, more = {}, False  # options only through an Options model
         else:
             options, more = option_defaults(obj, {"datasets": DATASET_ARGS, "models": MODEL_ARGS}.get(key, ()))
@@ -319,7 +343,7 @@ def kind_table(key: str) -> Table:
         doc = getattr(obj, "summary", "") or first_sentence(obj.__doc__ or "")
         if getattr(obj, "round_scores", None):  # e.g. CEFL: members scored with their leader's model
             doc += "; only its final figures are tabled (its rounds do not score every client's own model)"
-        t.add_row(name, shown.removeprefix(", ") or "-", doc)
+        t.add_row(name, escape(shown.removeprefix(", ")) or "-", escape(doc))
     return t
 
 

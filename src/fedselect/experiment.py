@@ -1,9 +1,13 @@
-"""Experiments: a config in, a run directory out (``fedselect run``, comparisons, sweeps, the API).
+"""Experiments: a resolved config in, a run directory out (``fedselect run``, comparisons, sweeps, the API).
 
-:func:`run_experiment` validates and resolves the config, builds (or reuses) the federation and
-the simulation, refuses to touch a directory that holds another run, plays the rounds
-(:mod:`fedselect.fl.round`) into the run files (:mod:`fedselect.runfiles`), and returns the
-summary. :func:`resume_experiment` continues a killed or finished run exactly.
+A run is planned from one :class:`~fedselect.resolve.Resolved` (resolved once, by the caller
+or at the entry point) and nothing resolves it again: :func:`plan` refuses a directory that
+holds another run (the one output-directory check of a run), :func:`play` asks the run's
+engine (:mod:`fedselect.engines`) for a session and the session for the run's transport, builds
+(or reuses) the federation and the simulation, plays the rounds (:mod:`fedselect.fl.round`)
+into the run files (:mod:`fedselect.runfiles`), and returns the summary;
+:func:`run_experiment` is both. :func:`resume_experiment` continues a killed or finished run
+exactly, on the engine it ran on. Engines never call back into this module.
 
 Reliability (docs/reliability.md): checkpoints every ``checkpoint_every`` rounds hold the
 server state, the selector's and the algorithm's state, every generator reachable from them,
@@ -17,12 +21,14 @@ from __future__ import annotations
 import logging
 import os
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
 from fedselect.config import ExperimentConfig, parse_config, read_yaml_file
+from fedselect.engines import Session
 from fedselect.federation import Federation, build_federation
 from fedselect.fl.asynchronous import run_buffered
 from fedselect.fl.checkpoint import FORMAT_VERSION, NoCheckpointError, load_checkpoint, remove_stale_temp_files
@@ -30,7 +36,6 @@ from fedselect.fl.metrics import LATER_CORE_COLUMNS
 from fedselect.fl.round import run_rounds
 from fedselect.fl.types import Evaluation
 from fedselect.inputs import check_resume, saved_inputs_changed, write_inputs
-from fedselect.registry import ENGINES
 from fedselect.resolve import Resolved, resolve, resolve_doc
 from fedselect.runfiles import RUN_FILES, RoundEvent, RunFiles
 from fedselect.simulation import Simulation
@@ -39,7 +44,10 @@ log = logging.getLogger("fedselect")
 
 __all__ = [
     "RoundEvent",
+    "RunPlan",
     "make_simulation",
+    "plan",
+    "play",
     "run_experiment",
     "resume_experiment",
     "check_run_dir",
@@ -146,22 +154,142 @@ def single_threaded():
         torch.set_num_threads(before)
 
 
-def make_simulation(cfg: ExperimentConfig, federation: Federation | None = None, workers: int | None = 0) -> Simulation:
-    """The selector, algorithm, faults and trainer of ``cfg`` on ``federation`` (built from the
-    config when None), without running anything (notebooks, tests, other engines).
+def _resolved(plan: Resolved | ExperimentConfig) -> Resolved:
+    """``plan`` itself, or a config resolved here (once): the entry points accept either, and a
+    :class:`Resolved` is never resolved again."""
+    if isinstance(plan, Resolved):
+        return plan
+    if isinstance(plan, ExperimentConfig):
+        return resolve(plan, plan.name)
+    raise TypeError(
+        f"expected a resolved experiment (fedselect.resolve.Resolved) or an ExperimentConfig, got {type(plan).__name__}"
+    )
+
+
+def make_simulation(
+    plan: Resolved | ExperimentConfig, federation: Federation | None = None, workers: int | None = 0
+) -> Simulation:
+    """The selector, algorithm, faults and trainer of ``plan`` on ``federation`` (built from the
+    config when None), without running anything (notebooks, tests).
+
+    Args:
+        plan: the resolved experiment (an :class:`ExperimentConfig` is resolved here).
+        workers: defaults to 0 here (in-process, no worker processes to close); pass None for
+            ``train.workers``. Call ``close()`` on the result when it holds workers.
 
     Raises:
         ConfigError: invalid config (every problem named). ValueError / DatasetNotFoundError: bad data.
-
-    ``workers`` defaults to 0 here (in-process, no worker processes to close); pass None for
-    ``train.workers``. Call ``close()`` on the result when it holds workers.
     """
-    r = resolve(cfg, cfg.name)
+    r = _resolved(plan)
     return Simulation(r, federation or build_federation(r.config), workers=workers)
 
 
+@dataclass(frozen=True)
+class RunPlan:
+    """A run checked and placed, nothing built or written yet (:func:`plan`): what
+    :func:`play` runs.
+
+    Attributes:
+        resolved: the resolved experiment (the one object the run is built from).
+        run_dir: its directory. resume: continue the run there. overwrite: replace a run there.
+    """
+
+    resolved: Resolved
+    run_dir: Path
+    resume: bool = False
+    overwrite: bool = False
+
+    @property
+    def config(self) -> ExperimentConfig:
+        """The resolved config (every default written out; what ``config.yaml`` will hold)."""
+        return self.resolved.config
+
+    @property
+    def method(self) -> str:
+        """The display name: the preset, or ``selector+algorithm``."""
+        return self.resolved.method
+
+
+def plan(resolved: Resolved | ExperimentConfig, run_dir: str | Path, *, resume: bool = False, overwrite: bool = False) -> RunPlan:
+    """Place the run of ``resolved`` (an :class:`ExperimentConfig` is resolved here, once) in
+    ``run_dir``, checked before anything is built or written: the one check of a run's output
+    directory, whatever engine runs it.
+
+    Raises:
+        FileExistsError: a new run where a run is (neither ``resume`` nor ``overwrite``), a
+            comparison or a sweep (:func:`check_run_dir`). FileNotFoundError: ``resume`` and no
+            such directory. ValueError: ``resume`` of a ``mode: async`` run (no checkpoints);
+            a ``run_dir`` that cannot be one (:func:`check_output_dir`).
+    """
+    r, run_dir = _resolved(resolved), Path(run_dir)
+    if not resume:
+        check_run_dir(run_dir, overwrite)
+    elif not run_dir.is_dir():
+        raise FileNotFoundError(f"--resume {run_dir}: no such run directory")
+    elif r.config.mode == "async":
+        raise ValueError(
+            f"--resume {run_dir}: mode: async runs write no checkpoints (their in-flight jobs and buffer are not "
+            f"saved), so they cannot be resumed exactly; run it again with --overwrite"
+        )
+    return RunPlan(r, run_dir, resume, overwrite)
+
+
+def play(
+    run: RunPlan,
+    *,
+    on_round: Callable[[RoundEvent], None] | None = None,
+    federation: Federation | None = None,
+    stop_after: int | None = None,
+    workers: int | None = None,
+    session: Session | None = None,
+    on_simulation: Callable[[Simulation], None] | None = None,
+) -> dict[str, Any]:
+    """Play a :func:`plan` into its run directory and return the summary (also in ``summary.json``).
+
+    The run's engine (``config.engine``: :class:`fedselect.engines.Engine`) is asked for a
+    session, and the session for the run's transport; everything else — the federation, the
+    simulation, resume, the rounds (:mod:`fedselect.fl.round`), the run files — is done here, the
+    same for every engine. The clients of a round train in ``workers`` worker processes on the
+    simulator (default ``train.workers``; :class:`fedselect.fl.pool.ClientTrainer`), one torch
+    thread each, and this process does its own work (evaluations, selectors' learning) with one
+    thread too, so the results are the same for any number of workers, any thread settings of
+    the machine and any engine.
+
+    Args:
+        run: the planned run.
+        on_round: called after every round (progress bars).
+        federation: reuse an already built federation (comparisons share one).
+        stop_after: stop after this round without finishing (tests of interruption).
+        workers: override ``train.workers`` (how the run executes, not what it computes).
+        session: play inside this engine session (several runs in one engine start, or a
+            Flower grid given from outside: :mod:`fedselect.flower.grid_run`); default: the
+            run's engine starts a session for this run alone.
+        on_simulation: called with the run's :class:`Simulation` once built (notebooks, tests,
+            the Flower strategy keep it to look at the selector afterwards).
+
+    Raises:
+        ValueError / ConfigError / DatasetNotFoundError: bad input (data, fault names, a resume
+            whose config.yaml no longer matches its checkpoint, ``rounds`` below the rounds
+            already done), raised before anything is written.
+        CheckpointError: ``resume`` and checkpoint files exist but none is readable.
+    """
+    r = run.resolved
+    kwargs = dict(on_round=on_round, federation=federation, stop_after=stop_after, workers=workers, on_simulation=on_simulation)
+    if session is None:
+        return r.engine().session(r, lambda s: play(run, session=s, **kwargs))
+    with single_threaded():  # results never depend on this machine's thread settings
+        fed = federation or build_federation(r.config)
+        sim = Simulation(r, fed, workers=workers, session=session)
+        if on_simulation is not None:
+            on_simulation(sim)
+        try:
+            return _run(sim, r, run.run_dir, on_round, run.resume, stop_after, run.overwrite)
+        finally:
+            sim.close()
+
+
 def run_experiment(
-    cfg: ExperimentConfig,
+    plan_or_config: Resolved | ExperimentConfig,
     run_dir: str | Path,
     on_round: Callable[[RoundEvent], None] | None = None,
     resume: bool = False,
@@ -169,138 +297,44 @@ def run_experiment(
     stop_after: int | None = None,
     overwrite: bool = False,
     workers: int | None = None,
-    engine: str | None = None,
-    transport=None,
+    session: Session | None = None,
     on_simulation: Callable[[Simulation], None] | None = None,
 ) -> dict[str, Any]:
-    """Run ``cfg`` into ``run_dir`` and return the summary (also in ``summary.json``).
-
-    The clients of a round train in ``workers`` worker processes (default ``train.workers``;
-    :class:`fedselect.fl.pool.ClientTrainer`), one torch thread each, and this process does its
-    own work (evaluations, selectors' learning) with one thread too, so the results are the same
-    for any number of workers and any thread settings of the machine.
+    """Run an experiment into ``run_dir`` and return the summary (also in ``summary.json``):
+    :func:`plan` then :func:`play`.
 
     Args:
-        cfg: an experiment config (validated; resolved here if it is not yet).
+        plan_or_config: the resolved experiment (:func:`fedselect.resolve.resolve_doc`); an
+            :class:`ExperimentConfig` is resolved here, once.
         run_dir: output directory (created).
-        on_round: called after every round (progress bars).
         resume: continue from the last checkpoint in ``run_dir`` (the round budget counts the
             rounds already done). With no checkpoint file at all (the run stopped before its
             first one) the run starts again from round 0, which gives the same results.
-        federation: reuse an already built federation (comparisons share one).
-        stop_after: stop after this round without finishing (tests of interruption).
         overwrite: replace the run files of a run already in ``run_dir`` (only with
             ``resume=False``; files that are not run files are left alone).
-        workers: override ``train.workers`` (how the run executes, not what it computes).
-        engine: where the rounds run (default the config's ``engine``): ``simulator`` here, or
-            ``flower`` on Flower's simulation engine (:mod:`fedselect.flower.engine`; the same
-            run directory and results). Engines are looked up by name
-            (:data:`fedselect.registry.ENGINES`).
-        transport: carry the clients' jobs with this transport instead of the local one (an
-            engine passes its own; :mod:`fedselect.fl.work`).
-        on_simulation: called with the run's :class:`Simulation` once built (notebooks, tests,
-            the Flower strategy keep it to look at the selector afterwards).
+        on_round, federation, stop_after, workers, session, on_simulation: see :func:`play`.
 
     Raises:
         FileExistsError: ``run_dir`` already holds a run and neither ``resume`` nor ``overwrite``.
-        ValueError / ConfigError / DatasetNotFoundError: bad input (config, data, fault names,
-            a resume whose config.yaml no longer matches its checkpoint, ``cfg.rounds`` below the
-            rounds already done), raised before anything is written.
-        CheckpointError: ``resume`` and checkpoint files exist but none is readable.
+        ValueError / ConfigError / DatasetNotFoundError / CheckpointError: see :func:`plan` and
+        :func:`play`.
     """
-    run_dir = Path(run_dir)
-    if not resume:
-        check_run_dir(run_dir, overwrite)
-    elif not run_dir.is_dir():
-        raise FileNotFoundError(f"--resume {run_dir}: no such run directory")
-    r = resolve(cfg, cfg.name)
-    engine = engine or r.config.engine
-    if r.config.mode == "async":
-        if resume:
-            raise ValueError(
-                f"--resume {run_dir}: mode: async runs write no checkpoints (their in-flight jobs and buffer are not "
-                f"saved), so they cannot be resumed exactly; run it again with --overwrite"
-            )
-    if engine != "simulator" and transport is None:
-        kwargs = dict(on_round=on_round, resume=resume, stop_after=stop_after, overwrite=overwrite)
-        if on_simulation is not None:
-            kwargs["on_simulation"] = on_simulation
-        return engine_function(engine)(r.config, run_dir, workers=workers, **kwargs)
-    with single_threaded():  # results never depend on this machine's thread settings
-        fed = federation or build_federation(r.config)
-        sim = Simulation(r, fed, workers=workers, transport=transport)
-        if on_simulation is not None:
-            on_simulation(sim)
-        try:
-            return _run(sim, r, cfg, run_dir, on_round, resume, stop_after, overwrite)
-        finally:
-            sim.close()
-
-
-def engine_function(name: str) -> Callable[..., dict[str, Any]]:
-    """The function running an experiment on engine ``name``, with the signature of
-    :func:`run_experiment` (the engine kind of the registry, :data:`fedselect.registry.ENGINES`;
-    imported when first used: Flower is an optional extra).
-
-    Raises:
-        ValueError: an unknown engine, or one whose optional extra is not installed (says how).
-    """
-    return ENGINES.get(name)
-
-
-def run_on_simulator(cfg: ExperimentConfig, run_dir: str | Path, **kwargs: Any) -> dict[str, Any]:
-    """This process and its worker pool, the reference engine: :func:`run_experiment` with
-    ``engine="simulator"``, whatever ``cfg.engine`` says (the ``simulator`` engine of
-    :data:`fedselect.registry.ENGINES`); the same arguments and exceptions."""
-    return run_experiment(cfg, run_dir, engine="simulator", **kwargs)
-
-
-def _engine_part(table: dict[str, str], name: str) -> Callable[..., Any]:
-    """``table[name]`` (``module:function``) imported, or ImportError saying how to install it."""
-    import importlib
-
-    module, _, func = table[name].partition(":")
-    try:
-        return getattr(importlib.import_module(module), func)
-    except ImportError as e:
-        raise ImportError(
-            f"engine {name!r} needs Flower: install the optional extra with `pip install fedselect[flower]` "
-            f"(or `make install-flower`) ({e})"
-        ) from None
-
-
-#: engines that run several experiments of one federation in one start: ``module:function``
-#: taking ``(cfg, body)`` and calling ``body(run)`` with a ``run(cfg, run_dir, **kwargs)`` of
-#: the signature of :func:`run_experiment` (Flower: one simulation engine for every run)
-ENGINE_SESSIONS = {"flower": "fedselect.flower.engine:session"}
-
-
-def engine_session(name: str, cfg: ExperimentConfig, body: Callable[[Callable[..., dict[str, Any]]], Any]) -> Any:
-    """``body(run)`` where ``run(cfg, run_dir, **kwargs)`` runs an experiment on engine
-    ``name``; an engine with a session (:data:`ENGINE_SESSIONS`) starts once for all of them
-    (the experiments then share ``cfg``'s data, model, system and seed).
-
-    Raises:
-        ValueError: see :func:`engine_function`. ImportError: the session's optional extra is
-            missing. What ``body`` raises.
-    """
-    if name == "simulator":
-        return body(run_on_simulator)
-    engine_function(name)  # an unknown engine is refused
-    return _engine_part(ENGINE_SESSIONS, name)(cfg, body)
+    planned = plan(plan_or_config, run_dir, resume=resume, overwrite=overwrite)
+    return play(
+        planned,
+        on_round=on_round,
+        federation=federation,
+        stop_after=stop_after,
+        workers=workers,
+        session=session,
+        on_simulation=on_simulation,
+    )
 
 
 def _run(
-    sim: Simulation,
-    r: Resolved,
-    cfg: ExperimentConfig,
-    run_dir: Path,
-    on_round,
-    resume: bool,
-    stop_after: int | None,
-    overwrite: bool,
+    sim: Simulation, r: Resolved, run_dir: Path, on_round, resume: bool, stop_after: int | None, overwrite: bool
 ) -> dict[str, Any]:
-    fed = sim.fed
+    fed, cfg = sim.fed, r.config
     ck = _load_resume_point(run_dir, r, sim) if resume else None
     # ---- validation done: from here on files are written
     if ck is None and (overwrite or resume):
@@ -402,14 +436,15 @@ def with_validation_keys(base: dict[str, Any]) -> dict[str, Any]:
     return _with_keys(base, defaults)
 
 
-def no_effect_keys(cfg: ExperimentConfig) -> tuple[str, ...]:
+def no_effect_keys(cfg: ExperimentConfig, selector: type | None = None) -> tuple[str, ...]:
     """Keys that cannot change the results of ``cfg``'s run, which comparisons of saved and
     current configs leave out: ``selection_eval`` when none of its selector's decisions reads
-    model quality (:func:`fedselect.selectors.base.reads_quality`)."""
+    model quality (:func:`fedselect.selectors.base.reads_quality`). ``selector``: the run's
+    selector class when known (else ``cfg`` is resolved to find it)."""
     from fedselect.selectors.base import reads_quality
 
     try:
-        sel = resolve(cfg).selector
+        sel = selector if selector is not None else resolve(cfg).selector
     except (ValueError, TypeError):
         return ()
     return () if reads_quality(sel) else ("selection_eval",)
@@ -423,7 +458,8 @@ def with_current_defaults(saved: dict[str, Any]) -> dict[str, Any]:
     (:data:`PRE_VALIDATION_VALUES`). A saved config this version cannot read (a removed key, say)
     is returned unchanged, and its differences show."""
     try:
-        return resolve(parse_config(with_pre_validation_values(saved), "<saved run>")).config.model_dump(mode="json")
+        source = "<saved run>"
+        return resolve(parse_config(with_pre_validation_values(saved), source), source).config.model_dump(mode="json")
     except (ValueError, TypeError):  # ConfigError is a ValueError
         return saved
 
@@ -533,7 +569,7 @@ def _load_resume_point(run_dir: Path, r: Resolved, sim: Simulation) -> dict[str,
             f"{ck.get('format_version', 1)}; this one needs {FORMAT_VERSION}); start the run again with --overwrite"
         )
     cfg = r.config
-    ignore = ("rounds", *EXECUTION_KEYS, *no_effect_keys(cfg))
+    ignore = ("rounds", *EXECUTION_KEYS, *no_effect_keys(cfg, r.selector))
     diff = config_differences(ck.get("config") or {}, cfg.model_dump(mode="json"), ignore=ignore)
     if diff:
         raise ValueError(
@@ -591,5 +627,4 @@ def resume_experiment(
     if isinstance(doc, dict) and rounds is not None:
         doc["rounds"] = rounds
     source = str(cfg_path) + (f" (with rounds={rounds})" if rounds is not None else "")
-    cfg = resolve_doc(doc, source).config
-    return run_experiment(cfg, run_dir, on_round=on_round, resume=True, workers=workers)
+    return play(plan(resolve_doc(doc, source), run_dir, resume=True), on_round=on_round, workers=workers)

@@ -48,8 +48,6 @@ class Registry:
             (``package`` may then be None: nothing to import beforehand).
         needs: per declared name, what its import needs when it fails (an optional extra and how
             to install it), for the error message.
-        summaries: per declared name, its one-line summary, so that ``fedselect list`` shows it
-            without importing it (an optional extra's import takes seconds).
     """
 
     def __init__(
@@ -61,7 +59,6 @@ class Registry:
         builtin: str | None = None,
         declared: dict[str, str] | None = None,
         needs: dict[str, str] | None = None,
-        summaries: dict[str, str] | None = None,
     ):
         self.kind, self.package, self.group, self._base = kind, package, group, base
         self._builtin = builtin or package or ""
@@ -71,8 +68,6 @@ class Registry:
         #: built-ins declared by module path (name -> ``"module:Name"``), imported on first lookup
         self.declared: dict[str, str] = dict(declared or {})
         self._needs = dict(needs or {})
-        #: one-line summaries of declared built-ins, read without importing them
-        self.summaries: dict[str, str] = dict(summaries or {})
 
     @property
     def path_form(self) -> str:
@@ -254,21 +249,19 @@ DATASETS = Registry("dataset", "fedselect.data.catalog", "fedselect.datasets", b
 PARTITIONERS = Registry(
     "partition scheme", "fedselect.data.partition", "fedselect.partitioners", base="fedselect.data.partition:Partitioner"
 )
-#: the engines: where the rounds of a run execute (``engine``), each a function with the
-#: signature of :func:`fedselect.experiment.run_experiment`. The built-ins are declared by module
-#: path, so nothing is imported until an engine is looked up, and Flower (an optional extra) only
-#: when a run asks for it
+#: the engines: where the rounds of a run execute (:mod:`fedselect.engines`; docs/architecture.md,
+#: "Adding an engine"). The built-ins are declared by module path, so nothing is imported until an
+#: engine is looked up, and Flower (an optional extra) only when a run asks for it; users' own
+#: engines are named ``"package.module:Name"``, registered with ``@ENGINES.register`` or published
+#: under the entry-point group ``fedselect.engines``
 ENGINES = Registry(
     "engine",
     None,
     "fedselect.engines",
+    base="fedselect.engines:Engine",
     builtin="fedselect",
-    declared={"simulator": "fedselect.experiment:run_on_simulator", "flower": "fedselect.flower.engine:run_experiment"},
+    declared={"simulator": "fedselect.engines:SimulatorEngine", "flower": "fedselect.flower.engine:FlowerEngine"},
     needs={"flower": "Flower: install the optional extra with `pip install fedselect[flower]` (or `make install-flower`)"},
-    summaries={
-        "simulator": "this process and its worker pool (the reference engine)",
-        "flower": "Flower's simulation engine, one SuperNode per client; the same metrics.csv and model.pt (docs/flower.md)",
-    },
 )
 
 #: every kind, by the suffix of its entry-point group (``fedselect.<key>``), in the order

@@ -1,12 +1,18 @@
 """One resolve step from a config to the components of a run, before any data is loaded.
 
 :func:`resolve` looks each registry up once — data set, partition scheme, model, the method
-preset, the selector and the algorithm — validates every component's options with the
+preset, the selector, the algorithm and the engine — validates every component's options with the
 component's own pydantic model (or, for data sets, models and partition schemes without one,
 its signature), checks that the selector and the algorithm fit together and with the
 settings, and returns a :class:`Resolved` whose ``config`` has every default written out (what
 ``config.yaml`` holds).
 All problems are reported at once, one line each, naming the key and what is allowed.
+
+A run is resolved once: the :class:`Resolved` (not the raw :class:`~fedselect.config.ExperimentConfig`)
+is what the experiment layer plans a run from and what travels to the round, to the engine and
+to a Ray task; nothing downstream resolves it again. :func:`fedselect.config.parse_config` gives
+the raw config (schema only); :func:`resolve_doc` the :class:`Resolved`; :func:`parse_experiment` only its
+written-out config (for saving and comparing configs).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from fedselect.data.catalog import make_partitioner
 from fedselect.fl.train import TrainConfig
 from fedselect.fl.types import RunSettings
 from fedselect.presets import PRESETS, Preset
-from fedselect.registry import ALGORITHMS, DATASETS, MODELS, PARTITIONERS, SELECTORS
+from fedselect.registry import ALGORITHMS, DATASETS, ENGINES, MODELS, PARTITIONERS, SELECTORS
 from fedselect.selectors.base import Selector, reads_quality
 
 #: a problem of a config: (dotted key, what is wrong); key "" when the message names its keys
@@ -45,6 +51,8 @@ class Resolved:
             preset's, else ``"<selector>+<algorithm>"``.
         selector, selector_options, algorithm, algorithm_options: the classes and validated options.
         settings: what the components may read. train_cfg: local-training settings.
+        engine: the class of ``config.engine`` (:class:`fedselect.engines.Engine`, from
+            :data:`fedselect.registry.ENGINES`): where the rounds run.
     """
 
     config: ExperimentConfig
@@ -55,6 +63,7 @@ class Resolved:
     algorithm_options: BaseModel
     settings: RunSettings
     train_cfg: TrainConfig
+    engine: type
 
 
 # ------------------------------------------------------------------------ signature options
@@ -278,6 +287,7 @@ def resolve(cfg: ExperimentConfig, source: str = "<config>") -> Resolved:
         alg_opts,
         settings,
         TrainConfig(tr.local_epochs, tr.batch_size, tr.lr, tr.momentum, tr.optimizer, tr.weight_decay),
+        found["engine"],
     )
 
 
@@ -380,6 +390,7 @@ def _components(cfg: ExperimentConfig, errors: list[Problem]) -> dict[str, Any]:
         "preset": preset,
         "selector": (sel_cls, sel_name, sel_opts),
         "algorithm": (alg_cls, alg_name, alg_opts),
+        "engine": _lookup(ENGINES, cfg.engine, "engine", errors),
     }
 
 
@@ -531,7 +542,9 @@ def _cut(doc: dict[str, Any], loc: tuple) -> str:
 
 
 def parse_experiment(doc: dict[str, Any] | None, source: str = "<dict>") -> ExperimentConfig:
-    """Schema validation and :func:`resolve`: the resolved config (:func:`resolve_doc`).
+    """Schema validation and :func:`resolve`: the resolved config alone, every default written
+    out (what ``config.yaml`` holds; for saving and comparing configs). To run it, keep the
+    whole :class:`Resolved` instead (:func:`resolve_doc`), so that nothing resolves it again.
 
     Raises:
         ConfigError: one line per problem, all of them in one pass.

@@ -127,7 +127,9 @@ class Simulation:
             ``workers`` processes, :func:`make_trainer`).
         workers: None = ``train.workers``.
         transport: carries the jobs (default: :class:`fedselect.fl.work.LocalTransport` over
-            ``trainer``); Flower's engine passes its own.
+            ``trainer``).
+        session: an engine's session (:class:`fedselect.engines.Session`) giving the transport,
+            connected once the model is checked: how the experiment layer runs on any engine.
 
     Attributes:
         resolved, fed, settings: what it was built from.
@@ -137,11 +139,15 @@ class Simulation:
         columns: the ``metrics.csv`` header of this run.
     """
 
-    def __init__(self, resolved: Resolved, fed: Federation, trainer=None, workers: int | None = None, transport=None):
+    def __init__(
+        self, resolved: Resolved, fed: Federation, trainer=None, workers: int | None = None, transport=None, session=None
+    ):
         self.resolved, self.fed, self.settings = resolved, fed, resolved.settings
         check_model(resolved, fed)
         tr = resolved.config.train
-        if transport is None:
+        if session is not None:
+            transport = session.connect(resolved, fed, workers)
+        elif transport is None:
             trainer = trainer or make_trainer(fed, resolved.train_cfg, tr.workers if workers is None else workers, tr.device)
             transport = LocalTransport(fed, trainer, resolved.train_cfg)
         self.transport = transport

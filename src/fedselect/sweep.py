@@ -74,7 +74,7 @@ from fedselect.contenders import (
 )
 from fedselect.experiment import check_saved_runs, with_pre_validation_values, with_validation_keys
 from fedselect.fl.metrics import atomic_write, read_json, write_json_atomic
-from fedselect.resolve import resolve_doc
+from fedselect.resolve import Resolved, resolve_doc
 from fedselect.stats import mean_std, to_target
 from fedselect.tables import COLUMNS, OPTIONAL_COLUMNS
 from fedselect.tables import TO_TARGET as _TO_TARGET
@@ -167,10 +167,17 @@ class SweepConfig(BaseModel):
         doc = apply_overrides(doc, point)
         return apply_overrides(doc, self.set_)
 
+    def resolved(self, m: SweepMethod, point: dict[str, Any], seed: int) -> Resolved:
+        """The resolved experiment of method ``m`` at grid ``point`` with ``seed``: what its run is
+        planned from.
+
+        Raises:
+            ConfigError: the experiment is invalid (names the method and point)."""
+        return resolve_doc(self.experiment_doc(m, point, seed), f"{self.name}: {m.label} at {point or 'base'}, seed {seed}")
+
     def experiment(self, m: SweepMethod, point: dict[str, Any], seed: int) -> ExperimentConfig:
-        return resolve_doc(
-            self.experiment_doc(m, point, seed), f"{self.name}: {m.label} at {point or 'base'}, seed {seed}"
-        ).config
+        """The resolved config of :meth:`resolved` (every default written out)."""
+        return self.resolved(m, point, seed).config
 
 
 def parse_sweep(doc: Any, source: str = "<dict>") -> SweepConfig:
@@ -338,12 +345,12 @@ def run_sweep(
                 jobs.setdefault((m.label, json.dumps(rp, sort_keys=True), seed), (m, rp, seed))
     groups: dict[str, list] = {}
     for _key, (m, rp, seed) in jobs.items():
-        cfg = sc.experiment(m, rp, seed)
-        groups.setdefault(_fed_key(cfg), []).append((m, rp, seed, cfg))
+        r = sc.resolved(m, rp, seed)
+        groups.setdefault(_fed_key(r.config), []).append((m, rp, seed, r))
     finished = [
-        (run_dir_for(out, m.label, rp, seed), cfg)
+        (run_dir_for(out, m.label, rp, seed), r.config)
         for members in groups.values()
-        for m, rp, seed, cfg in members
+        for m, rp, seed, r in members
         if (run_dir_for(out, m.label, rp, seed) / "summary.json").exists()
     ]
     check_saved_runs(
@@ -354,11 +361,11 @@ def run_sweep(
     spec = sc.model_dump(mode="json")
     write_json_atomic(out / "sweep.json", {**spec, "base": with_validation_keys(spec["base"]), "runs": len(jobs)})
     specs = [
-        RunSpec(cfg, run_dir_for(out, m.label, rp, seed), f"{m.label} {rp or ''} seed {seed}", group)
+        RunSpec(r, run_dir_for(out, m.label, rp, seed), f"{m.label} {rp or ''} seed {seed}", group)
         for group, members in groups.items()
-        for m, rp, seed, cfg in members
+        for m, rp, seed, r in members
     ]
-    epochs = {group: members[0][3].train.local_epochs for group, members in groups.items()}
+    epochs = {group: members[0][3].config.train.local_epochs for group, members in groups.items()}
 
     def write_info(group: str, fed: Any) -> None:  # what the plots read of a federation
         from fedselect.tables import federation_info

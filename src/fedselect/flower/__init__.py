@@ -1,11 +1,10 @@
 """fedselect on Flower (flwr 1.42, Message API): the engine ``flower``, where the simulator's
 round drives a Flower federation, every selector with every algorithm it composes with.
 
-* :mod:`fedselect.flower.engine` — ``engine: flower`` / ``--engine flower``: an experiment on
-  Flower's simulation engine, one SuperNode per client (the engine kind of
-  :mod:`fedselect.registry` names it);
-* :mod:`fedselect.flower.grid_run` — a whole experiment on a Flower grid through the simulator's
-  round;
+* :mod:`fedselect.flower.engine` — ``engine: flower``, the engine plug-in
+  (:class:`~fedselect.flower.engine.FlowerEngine`: Flower's simulation engine, one SuperNode per
+  client; a run's transport on a grid);
+* :mod:`fedselect.flower.grid_run` — whole experiments on a grid given from outside;
 * :mod:`fedselect.flower.strategy` — :class:`~fedselect.flower.strategy.FedselectStrategy`, a
   Flower strategy whose four seams call the round's phases (:mod:`fedselect.fl.round`);
 * :mod:`fedselect.flower.transport`, :mod:`fedselect.flower.wire`,
@@ -17,6 +16,7 @@ round drives a Flower federation, every selector with every algorithm it compose
 * :mod:`fedselect.flower.logs` — Flower's console lines in the processes fedselect runs.
 
 Flower is the optional extra ``fedselect[flower]`` (requirements-flower.txt); the rest of
-fedselect imports nothing here except through the engine registry, on first use. See
-docs/flower.md and examples/flower.
+fedselect imports none of it: the engine registry (:data:`fedselect.registry.ENGINES`) declares
+``flower`` by module path and imports it only for a run that asks for it. See docs/flower.md and
+examples/flower.
 """

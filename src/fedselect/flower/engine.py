@@ -1,11 +1,14 @@
-"""``engine: flower``: an experiment played on Flower, through the round the simulator plays.
+"""``engine: flower``: the rounds of a run on Flower, through the round the simulator plays.
 
-:func:`fedselect.flower.grid_run.run_on_grid` runs a whole experiment on a Flower grid with
-the simulator's round; :func:`run_experiment` (what
-``fedselect run --engine flower`` calls) starts Flower's simulation engine with one SuperNode
-per client (:func:`flwr.simulation.run_simulation`, the Ray backend, one CPU per node) and runs
-:func:`~fedselect.flower.grid_run.run_on_grid` in its ServerApp; :func:`run_many` runs several experiments of one
-federation in one simulation (comparisons, the contract test).
+:class:`FlowerEngine` is the engine plug-in (:mod:`fedselect.engines`, registered as ``flower``
+in :data:`fedselect.registry.ENGINES`): its session starts Flower's simulation engine with one
+SuperNode per client (:func:`flwr.simulation.run_simulation`, the Ray backend, one CPU per
+node) and, in its ServerApp, gives every run a :class:`GridSession` on that grid, whose
+``connect`` learns the nodes and returns a :class:`~fedselect.flower.transport.FlowerTransport`:
+the jobs of the simulator's round travel as messages. The run itself (directory, resume,
+checkpoints, run files) is the experiment layer's, which calls this module and is never called
+back. A grid given from outside (a Flower deployment's ServerApp, tests) takes a
+:class:`GridSession` directly (:mod:`fedselect.flower.grid_run`).
 """
 
 from __future__ import annotations
@@ -16,23 +19,28 @@ import tempfile
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedselect.config import ExperimentConfig, dump_config
-from fedselect.federation import build_federation
+from fedselect.engines import Engine, Session
+from fedselect.federation import Federation
+from fedselect.fl.pool import ClientTrainer
+from fedselect.fl.work import LocalTransport
 from fedselect.flower.client_app import make_client_app
-from fedselect.flower.grid_run import run_on_grid
 from fedselect.flower.logs import flower_console
 from fedselect.flower.nodes import FlowerOptions
 from fedselect.flower.settings import CONFIG_FILE_KEY
-from fedselect.resolve import resolve
+from fedselect.flower.transport import FlowerTransport
+from fedselect.resolve import Resolved
 
 log = logging.getLogger("fedselect.flower")
 
-__all__ = ["run_experiment", "run_many", "session", "node_settings"]
+__all__ = ["FlowerEngine", "GridSession", "connect", "node_settings"]
+
+T = TypeVar("T")
 
 
 def node_settings(cfg: ExperimentConfig, path: Path) -> dict[str, Any]:
@@ -88,33 +96,73 @@ def _simulate(cfg: ExperimentConfig, main: Callable[[Grid, threading.Event], Any
     return out["value"]
 
 
-def run_experiment(cfg: ExperimentConfig, run_dir: str | Path, workers: int | None = None, **kwargs: Any) -> dict[str, Any]:
-    """``fedselect run --engine flower``: ``cfg`` on Flower's simulation engine (module
-    docstring), the same run directory as the simulator's. ``workers`` is the simulator's and
-    is not used (each node trains in its own process)."""
-    from fedselect.experiment import check_run_dir
+def connect(grid: Grid, r: Resolved, fed: Federation, options: FlowerOptions, stop=None) -> FlowerTransport:
+    """The Flower transport of the resolved experiment ``r`` on ``grid``, its nodes learnt:
+    all N waited for, except for a selector whose candidates stream in (``candidate_stream``)
+    with ``arrival: nodes``. The server's own jobs (validation- and test-set scores) run in this process.
 
-    if not kwargs.get("resume"):
-        check_run_dir(run_dir, kwargs.get("overwrite", False))  # before the engine starts
-    return _simulate(cfg, lambda grid, stop: run_on_grid(grid, cfg, run_dir, stop=stop, **kwargs))
-
-
-def session(cfg: ExperimentConfig, body: Callable[[Callable[..., dict[str, Any]]], Any]) -> Any:
-    """One simulation engine start for several experiments of ``cfg``'s federation:
-    ``body(run)`` runs in the ServerApp, ``run(cfg, run_dir, **kwargs)`` plays one experiment
-    on its grid (:func:`~fedselect.flower.grid_run.run_on_grid`; comparisons use it)."""
-
-    def main(grid: Grid, stop: threading.Event) -> Any:
-        return body(lambda c, d, **kw: run_on_grid(grid, c, d, stop=stop, **kw))
-
-    return _simulate(cfg, main)
+    Raises:
+        ConfigError / RuntimeError: a node of another federation, or one whose query failed.
+    """
+    server = LocalTransport(fed, ClientTrainer.from_federation(fed, r.train_cfg, workers=0, device="cpu"), r.train_cfg)
+    transport = FlowerTransport(grid, fed, r.train_cfg, options, server, r.config.system.round_deadline_s, stop)
+    try:
+        transport.connect(wait_for_all=not (r.selector.candidate_stream and options.arrival_mode == "nodes"))
+    except BaseException:
+        transport.close()
+        raise
+    return transport
 
 
-def run_many(
-    runs: list[tuple[ExperimentConfig, str | Path]], options: FlowerOptions | None = None, **kwargs: Any
-) -> list[dict[str, Any]]:
-    """Several experiments of one federation (same data, model, system and seed) one after
-    another in one simulation (one engine start); returns their summaries."""
-    fed_cfg = runs[0][0]
-    fed = build_federation(resolve(fed_cfg, fed_cfg.name).config)
-    return session(fed_cfg, lambda run: [run(c, d, options=options, federation=fed, **kwargs) for c, d in runs])
+class GridSession:
+    """Runs on the nodes of one Flower grid (:class:`fedselect.engines.Session`): each run's
+    transport talks to the grid's nodes, which serve clients 0..N-1 of the same federation.
+
+    Args:
+        grid: a ServerApp's grid. options: how to talk to the nodes (default :class:`FlowerOptions`).
+        stop: a ``threading.Event`` ending a run with KeyboardInterrupt once set.
+    """
+
+    def __init__(self, grid: Grid, options: FlowerOptions | None = None, stop: threading.Event | None = None):
+        self.grid, self.options, self.stop = grid, options or FlowerOptions(), stop
+
+    def connect(self, plan: Resolved, fed: Federation, workers: int | None = None) -> FlowerTransport:
+        """The run's :class:`~fedselect.flower.transport.FlowerTransport` (:func:`connect`);
+        ``workers`` is the simulator's and is not used (each node trains in its own process).
+
+        Raises:
+            ValueError: ``mode: async`` with ``latency: measured``. ConfigError / RuntimeError:
+            a node of another federation, or one whose query failed (before any file is written).
+        """
+        if plan.config.mode == "async" and self.options.measured:
+            raise ValueError(
+                "latency: measured is not available with mode: async (its events follow the simulated fleet clock); "
+                "use latency: simulated (docs/async.md)"
+            )
+        return connect(self.grid, plan, fed, self.options, self.stop)
+
+
+class FlowerEngine(Engine):
+    """``engine: flower``: Flower's simulation engine with one SuperNode per client (module
+    docstring); every run of one session shares the engine start (a comparison's runs of one
+    federation: :mod:`fedselect.backends`).
+
+    Args:
+        options: how the server talks to the nodes (default :class:`FlowerOptions`: simulated
+            latency, seeded arrival order).
+    """
+
+    name = "flower"
+    summary = "Flower's simulation engine (Ray), one SuperNode per client; needs the extra fedselect[flower]"
+
+    def __init__(self, options: FlowerOptions | None = None):
+        self.options = options or FlowerOptions()
+
+    def session(self, plan: Resolved, body: Callable[[Session], T]) -> T:
+        """Start Flower's simulation engine with ``plan``'s N SuperNodes and return
+        ``body(GridSession(grid))``, run in its ServerApp.
+
+        Raises:
+            what ``body`` raises; KeyboardInterrupt on Ctrl-C (the runs' waits end at once).
+        """
+        return _simulate(plan.config, lambda grid, stop: body(GridSession(grid, self.options, stop)))

@@ -1,10 +1,13 @@
-"""A whole experiment on a Flower grid, through the simulator's round.
+"""Whole experiments on a Flower grid, through the simulator's round: the Flower front ends of
+the experiment layer.
 
-:func:`run_on_grid` learns the nodes, then calls :func:`fedselect.experiment.run_experiment`
-with a :class:`~fedselect.flower.transport.FlowerTransport`, so the preparation, the rounds,
-the faults, the checkpoints, ``--resume`` and the run files are exactly the simulator's; only
-the jobs travel as messages. The ServerApp (:mod:`fedselect.flower.server_app`) and Flower's
-simulation engine (:mod:`fedselect.flower.engine`) both call it.
+:func:`run_on_grid` runs one experiment on a grid given from outside (a deployment's ServerApp,
+:mod:`fedselect.flower.server_app`; tests' in-process grids): it calls
+:func:`fedselect.experiment.run_experiment` with a :class:`~fedselect.flower.engine.GridSession`
+on that grid, so the preparation, the rounds, the faults, the checkpoints, ``--resume`` and the
+run files are exactly the simulator's; only the jobs travel as messages. :func:`run_many` runs
+several experiments of one federation in one start of Flower's simulation engine
+(:class:`~fedselect.flower.engine.FlowerEngine`). The engine itself never imports this module.
 """
 
 from __future__ import annotations
@@ -15,73 +18,56 @@ from typing import Any
 from flwr.serverapp import Grid
 
 from fedselect.config import ExperimentConfig
+from fedselect.experiment import run_experiment
 from fedselect.federation import Federation, build_federation
-from fedselect.fl.pool import ClientTrainer
-from fedselect.fl.work import LocalTransport
+from fedselect.flower.engine import FlowerEngine, GridSession
 from fedselect.flower.nodes import FlowerOptions
-from fedselect.flower.transport import FlowerTransport
-from fedselect.resolve import resolve
+from fedselect.resolve import Resolved, resolve
 
-__all__ = ["run_on_grid", "connect"]
-
-
-def connect(grid: Grid, r, fed: Federation, options: FlowerOptions, stop=None) -> FlowerTransport:
-    """The Flower transport of the resolved experiment ``r`` on ``grid``, its nodes learnt:
-    all N waited for, except for a selector whose candidates stream in (``candidate_stream``)
-    with ``arrival: nodes``. The server's own jobs (validation- and test-set scores) run in this process.
-
-    Raises:
-        ConfigError / RuntimeError: a node of another federation, or one whose query failed.
-    """
-    server = LocalTransport(fed, ClientTrainer.from_federation(fed, r.train_cfg, workers=0, device="cpu"), r.train_cfg)
-    transport = FlowerTransport(grid, fed, r.train_cfg, options, server, r.config.system.round_deadline_s, stop)
-    try:
-        transport.connect(wait_for_all=not (r.selector.candidate_stream and options.arrival_mode == "nodes"))
-    except BaseException:
-        transport.close()
-        raise
-    return transport
+__all__ = ["run_on_grid", "run_many"]
 
 
 def run_on_grid(
     grid: Grid,
-    cfg: ExperimentConfig,
+    plan: Resolved | ExperimentConfig,
     run_dir: str | Path,
     options: FlowerOptions | None = None,
     federation: Federation | None = None,
     stop=None,
     **kwargs: Any,
 ) -> dict[str, Any]:
-    """Run ``cfg`` on ``grid``'s nodes into ``run_dir``; returns the summary.
+    """Run ``plan`` on ``grid``'s nodes into ``run_dir``; returns the summary.
 
     Args:
         grid: a ServerApp's grid (nodes serving clients 0..N-1 of the same federation).
+        plan: the resolved experiment (an :class:`ExperimentConfig` is resolved, once).
         options: how to talk to the nodes (default :class:`FlowerOptions`).
-        federation: the server's federation (default: built from ``cfg``).
+        federation: the server's federation (default: built from the config).
         stop: a ``threading.Event`` ending the run with KeyboardInterrupt once set.
         kwargs: :func:`fedselect.experiment.run_experiment`'s (``resume``, ``overwrite``,
-            ``on_round``, ``stop_after``).
+            ``on_round``, ``stop_after``, ``on_simulation``).
 
     Raises:
         what :func:`fedselect.experiment.run_experiment` raises; ConfigError / RuntimeError:
         a node of another federation, or one whose query failed; ValueError: ``mode: async``
-        with ``latency: measured``.
+        with ``latency: measured`` (:meth:`GridSession.connect`).
     """
-    from fedselect.experiment import check_run_dir
-    from fedselect.experiment import run_experiment as run_here
+    session = GridSession(grid, options, stop)
+    return run_experiment(plan, run_dir, federation=federation, session=session, **kwargs)
 
-    options = options or FlowerOptions()
-    r = resolve(cfg, cfg.name)
-    if r.config.mode == "async" and options.measured:
-        raise ValueError(
-            "latency: measured is not available with mode: async (its events follow the simulated fleet clock); "
-            "use latency: simulated (docs/async.md)"
-        )
-    if not kwargs.get("resume"):
-        check_run_dir(run_dir, kwargs.get("overwrite", False))
-    fed = federation or build_federation(r.config)
-    transport = connect(grid, r, fed, options, stop)  # nodes of another federation are refused before any file is written
-    try:
-        return run_here(r.config, run_dir, federation=fed, transport=transport, engine="simulator", **kwargs)
-    finally:
-        transport.close()
+
+def run_many(
+    runs: list[tuple[Resolved | ExperimentConfig, str | Path]], options: FlowerOptions | None = None, **kwargs: Any
+) -> list[dict[str, Any]]:
+    """Several experiments of one federation (same data, model, system and seed) one after
+    another in one start of Flower's simulation engine; returns their summaries.
+
+    Args:
+        runs: (resolved experiment or config, run directory) pairs.
+        options: how the server talks to the nodes. kwargs: :func:`~fedselect.experiment.run_experiment`'s.
+    """
+    plans = [(p if isinstance(p, Resolved) else resolve(p, p.name), d) for p, d in runs]
+    fed = build_federation(plans[0][0].config)
+    return FlowerEngine(options).session(
+        plans[0][0], lambda s: [run_experiment(p, d, session=s, federation=fed, **kwargs) for p, d in plans]
+    )

@@ -47,9 +47,9 @@ from fedselect.flower.logs import quiet_flower_logs
 from fedselect.flower.nodes import ARRIVAL_MODES, LATENCY_MODES
 from fedselect.flower.settings import set_threads, settings_document
 from fedselect.flower.strategy import FedselectStrategy
-from fedselect.resolve import parse_experiment
+from fedselect.resolve import Resolved, resolve_doc
 
-__all__ = ["app", "make_server_app", "server_experiment", "strategy_settings", "SERVER_KEYS"]
+__all__ = ["app", "make_server_app", "server_plan", "server_experiment", "strategy_settings", "SERVER_KEYS"]
 
 log = logging.getLogger("fedselect.flower")
 quiet_flower_logs()  # plain Flower lines in `flwr run --stream`, no deprecation notices
@@ -68,14 +68,24 @@ SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
 }
 
 
-def server_experiment(run_config: dict[str, Any]) -> ExperimentConfig:
-    """The experiment of the run config (module docstring), validated and resolved.
+def server_plan(run_config: dict[str, Any]) -> Resolved:
+    """The experiment of the run config (module docstring), validated and resolved (once: the
+    strategy runs this :class:`~fedselect.resolve.Resolved`).
 
     Raises:
         ConfigError / FileNotFoundError: a bad ``fedselect-config`` file or invalid keys (named).
     """
     doc, overrides, source = settings_document(dict(run_config), "run config")
-    return parse_experiment(apply_overrides(doc, overrides), source)
+    return resolve_doc(apply_overrides(doc, overrides), source)
+
+
+def server_experiment(run_config: dict[str, Any]) -> ExperimentConfig:
+    """The resolved config of :func:`server_plan` (every default written out).
+
+    Raises:
+        ConfigError / FileNotFoundError: a bad ``fedselect-config`` file or invalid keys (named).
+    """
+    return server_plan(run_config).config
 
 
 def strategy_settings(run_config: dict[str, Any]) -> dict[str, Any]:
@@ -132,10 +142,10 @@ def make_server_app(
     def main(grid: Grid, context: Context) -> None:
         rc = {**base, **dict(context.run_config)}
         set_threads(rc)
-        cfg = server_experiment(rc)
+        r = server_plan(rc)
         kwargs = strategy_settings(rc)
-        out = rc.get("run-dir") or run_dir or Path("fedselect-runs") / f"{cfg.name}-flower-{context.run_id}"
-        strategy = FedselectStrategy(cfg, out, **kwargs)
+        out = rc.get("run-dir") or run_dir or Path("fedselect-runs") / f"{r.config.name}-flower-{context.run_id}"
+        strategy = FedselectStrategy(r, out, **kwargs)
         # progress on the ServerApp's output (what `flwr run --stream` shows); run.log has it all
         root = logging.getLogger("fedselect")
         handler = logging.StreamHandler(sys.stderr)

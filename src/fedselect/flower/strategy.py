@@ -13,8 +13,9 @@ holds no round logic of its own: Flower's four seams call the phases of
     configure_evaluate  none: the evaluation's jobs (per-client evaluation) go out in close
     aggregate_evaluate  round.close (evaluation cadence, selector.observe) and the round's row
 
-:meth:`FedselectStrategy.start` runs the whole experiment with :func:`fedselect.flower.grid_run.run_on_grid`
-(the preparation, every round, the algorithm's finish, the run directory of ``fedselect run``).
+:meth:`FedselectStrategy.start` runs the whole experiment with :func:`fedselect.experiment.play` on a
+:class:`~fedselect.flower.engine.GridSession` of its grid (the preparation, every round, the
+algorithm's finish, the run directory of ``fedselect run``).
 
 Latency (``latency``): ``simulated`` (default) charges the cost model's latency and bytes
 (FR-eq 3-5 with round t's draws), exactly as the simulator, so a run gives the simulator's
@@ -35,14 +36,14 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from fedselect.config import ExperimentConfig
-from fedselect.experiment import check_run_dir
+from fedselect.experiment import RunPlan, plan, play
 from fedselect.federation import Federation, build_federation
 from fedselect.fl import round as rounds
-from fedselect.flower.grid_run import connect, run_on_grid
+from fedselect.flower.engine import GridSession, connect
 from fedselect.flower.messaging import Exchange
 from fedselect.flower.nodes import ARRIVAL_MODES, DROPOUT_CODES, LATENCY_MODES, FlowerOptions, NodeDirectory
 from fedselect.flower.wire import encode_job
-from fedselect.resolve import resolve
+from fedselect.resolve import Resolved, resolve
 from fedselect.simulation import Simulation
 
 log = logging.getLogger("fedselect.flower")
@@ -79,7 +80,7 @@ class FedselectStrategy(Strategy):
     """A Flower strategy running a fedselect experiment (module docstring).
 
     Args:
-        cfg: the experiment (validated; resolved here).
+        cfg: the resolved experiment (an :class:`ExperimentConfig` is resolved here, once).
         run_dir: where the run files go (None: nothing is kept but :attr:`results`).
         latency, reply_timeout, connect_timeout, arrival, poll_s: see :class:`FlowerOptions`.
         federation: the server's federation (default: built from ``cfg``).
@@ -88,7 +89,8 @@ class FedselectStrategy(Strategy):
 
     Raises:
         ConfigError: an invalid config. ValueError: bad options. FileExistsError: ``run_dir``
-        holds a run and neither ``overwrite`` nor ``resume``.
+        holds a run and neither ``overwrite`` nor ``resume`` (checked here, once:
+        :func:`fedselect.experiment.plan`). FileNotFoundError: ``resume`` and no such directory.
 
     Attributes:
         summary_json: the summary once :meth:`start` ran. run: the run's :class:`Simulation`
@@ -98,7 +100,7 @@ class FedselectStrategy(Strategy):
 
     def __init__(
         self,
-        cfg: ExperimentConfig,
+        cfg: Resolved | ExperimentConfig,
         run_dir: str | Path | None = None,
         *,
         latency: str = "simulated",
@@ -111,11 +113,12 @@ class FedselectStrategy(Strategy):
         resume: bool = False,
     ):
         self.options = FlowerOptions(latency, reply_timeout, connect_timeout, arrival, poll_s)
-        self.resolved = resolve(cfg, cfg.name)
+        self.resolved = cfg if isinstance(cfg, Resolved) else resolve(cfg, cfg.name)
         self.run_dir = None if run_dir is None else Path(run_dir)
         self.overwrite, self.resume = overwrite, resume
-        if self.run_dir is not None and not resume:
-            check_run_dir(self.run_dir, overwrite)
+        self._planned: RunPlan | None = None
+        if self.run_dir is not None:  # the run directory is checked once, here
+            self._planned = plan(self.resolved, self.run_dir, resume=resume, overwrite=overwrite)
         self.fed = federation or build_federation(self.resolved.config)
         self.summary_json: dict[str, Any] = {}
         self.run: Simulation | None = None
@@ -142,10 +145,11 @@ class FedselectStrategy(Strategy):
 
             with tempfile.TemporaryDirectory(prefix="fedselect-flower-") as tmp:
                 self.run_dir = Path(tmp) / "run"
+                self._planned = plan(self.resolved, self.run_dir)
                 try:
                     self.start(grid)
                 finally:
-                    self.run_dir = None
+                    self.run_dir, self._planned = None, None
             return Result()
         self.results = []
 
@@ -156,8 +160,8 @@ class FedselectStrategy(Strategy):
             self.results.append(ev.result)
             log.info("%s", round_line(ev))
 
-        opts = {"resume": self.resume, "overwrite": self.overwrite, "on_simulation": keep, "on_round": on_round}
-        self.summary_json = run_on_grid(grid, cfg, self.run_dir, self.options, federation=self.fed, **opts)
+        session = GridSession(grid, self.options)
+        self.summary_json = play(self._planned, session=session, federation=self.fed, on_simulation=keep, on_round=on_round)
         s = self.summary_json
         log.info(
             "done: %s rounds, final accuracy %s, end-to-end latency %s s; run directory %s",
