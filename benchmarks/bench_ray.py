@@ -3,7 +3,7 @@
 Measures: starting and stopping a local Ray instance; the round trip of an empty task once
 workers are warm; the first task on a fresh worker (which imports torch and fedselect); and a
 small budgeted-online sweep (the structure of configs/budgeted-sweep-small.yaml, 16 runs) with
-the local backend (--threads 1) and with Ray (1 CPU per run), checking that the tables agree
+the local backend and with Ray (1 CPU per run), checking that the tables agree
 but for wall-clock columns. ``quick`` uses 8 runs. Needs the optional extra fedselect[flower].
 """
 

@@ -148,8 +148,8 @@ def ray_instance():
 def test_ray_sweep_gives_the_local_table_and_files(tmp_path, ray_instance):
     """`fedselect sweep --backend ray --address` (joining a running Ray instance) on the
     budgeted-online sweep (configs/budgeted-sweep-small.yaml, smaller grid) writes the same table.csv
-    (but for the wall-clock columns) and byte-identical run files as the local backend with
-    --threads 1, keeps finished runs and continues an interrupted one from its checkpoint."""
+    (but for the wall-clock columns) and byte-identical run files as the local backend, keeps
+    finished runs and continues an interrupted one from its checkpoint."""
     from fedselect.sweep import parse_sweep, run_dir_for, run_sweep
 
     cfg_file = tmp_path / "sweep.yaml"

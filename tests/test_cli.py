@@ -1,4 +1,4 @@
-"""The command line: --set overrides, --threads, help texts."""
+"""The command line: --set overrides, help texts."""
 
 from pathlib import Path
 
@@ -44,7 +44,6 @@ def test_help_documents_every_command():
         "--device",
     ):
         assert opt in res.output
-    assert "--threads" not in res.output  # still accepted (old scripts), ignored with a note
 
 
 def test_version_is_the_package_version():
@@ -57,30 +56,6 @@ def test_version_is_the_package_version():
     res = runner.invoke(app, ["--version"])
     assert res.exit_code == 0 and res.output == f"fedselect {project['version']}\n"
     assert fedselect.__version__ == project["version"]
-
-
-def test_old_threads_option_is_accepted_and_ignored(tmp_path):
-    res = runner.invoke(
-        app,
-        [
-            "run",
-            "--rounds",
-            "1",
-            "--set",
-            "data.num_clients=4",
-            "--set",
-            "clients_per_round=2",
-            "--set",
-            "model.name=mlp",
-            "--threads",
-            "2",
-            "-o",
-            str(tmp_path / "r"),
-            "-q",
-        ],
-    )
-    assert res.exit_code == 0, res.output
-    assert "--threads is no longer needed and is ignored" in " ".join(res.output.split())
 
 
 # -- one policy for the command line and the Python API -----------------------------------------
@@ -192,12 +167,12 @@ def test_list_shows_every_fleet_key_with_its_default():
 
 
 def test_list_shows_every_partition_scheme_with_its_parameters():
-    from fedselect.console import partition_table
-    from fedselect.data.partition import PARTITIONERS
+    from fedselect.console import kind_table
+    from fedselect.registry import PARTITIONERS
 
-    t = partition_table()
+    t = kind_table("partitioners")
     rows = dict(zip(t.columns[0]._cells, t.columns[1]._cells))
-    assert set(rows) == set(PARTITIONERS)
+    assert set(rows) == set(PARTITIONERS.builtin_names())
     assert rows["client_dirichlet"] == "alpha=0.5, samples_per_client=None, size_sigma=0.0, min_size=1, replacement=False"
     assert rows["dirichlet"] == "alpha=0.5, min_size=10" and rows["iid"] == "-"
     res = runner.invoke(app, ["list"])

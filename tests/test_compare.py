@@ -12,7 +12,7 @@ from fedselect.config import ConfigError, parse_config
 from fedselect.federation import build_federation
 from fedselect.fl.metrics import CORE_COLUMNS
 from fedselect.report import build_report
-from fedselect.tables import load_run
+from fedselect.tables import load_run_summary
 
 
 def _doc(tiny_cfg_doc, seeds=(0,)):
@@ -151,7 +151,7 @@ def test_latency_sum_total_and_runs_saved_before_the_column(tmp_path):
     assert b.get("latency_sum_s") is None  # no figure for the old runs, the others as before
     assert b["final_accuracy"] == pytest.approx(0.87) and b["e2e_latency_s_vs"] == pytest.approx(-25.0)
     assert "latency sum (s)" in rep["markdown"]
-    assert load_run(c / "runs/B-s0", "B", 0).summary["latency_sum_s"] is None
+    assert load_run_summary(c / "runs/B-s0", "B", 0).summary["latency_sum_s"] is None
     # one of B's seeds with the column: its mean is marked, and no change vs A is given
     shutil.rmtree(c / "runs/B-s1")
     _fake_run(c / "runs/B-s1", [(0, 0.1, 0, 0), (1, 0.7, 75, 2.5), (2, 0.88, 150, 5)], 2)

@@ -157,7 +157,7 @@ def test_bad_new_options_name_the_key():
         ({"q_network": "tiny"}, "q_network"),
         ({"shared_hidden": 0}, "shared_hidden"),
     ):
-        with pytest.raises(Exception, match=key):
+        with pytest.raises(ConfigError, match=key):
             parse_experiment(
                 {
                     "name": "t",

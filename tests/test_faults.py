@@ -299,3 +299,15 @@ def test_every_method_runs_through_failures(tmp_path, fed, method):
     if r[2]["selected"] and uploads:  # every participant of round 2 is poisoned (or dropped / late): the round fails
         assert r[2]["round_failed"] == "1" and r[2]["aggregated"] == "0"
         assert len(r[2]["failed"].split(";")) == len(r[2]["selected"].split(";"))
+
+
+def test_one_list_of_failure_kinds_and_an_outcome_refuses_any_other():
+    from fedselect.fl.faults import INJECT_KINDS
+    from fedselect.fl.types import FAILURE_KINDS, ClientOutcome
+
+    assert FAILURE_KINDS == ("dropout", "error", "nan", "inf", "timeout", "cancelled")
+    assert set(INJECT_KINDS.values()) <= set(FAILURE_KINDS)
+    ok = ClientOutcome(3, 1, None, 10, math.nan, 0, 0.0, 0.0, 0.0, 1.5, 0, 0)
+    assert ok.ok and all(replace(ok, failed=kind).failed == kind for kind in FAILURE_KINDS)
+    with pytest.raises(ValueError, match=r"client 3: unknown failure kind 'crash'; allowed: \['dropout', 'error', "):
+        replace(ok, failed="crash")

@@ -16,7 +16,7 @@ from fedselect.compare import CompareConfig, load_compare, parse_compare
 from fedselect.config import ConfigError
 from fedselect.data import imu
 from fedselect.data.catalog import DATASETS
-from fedselect.report import COLUMNS, POINT_KEYS, RunResult, aggregate_table, render_markdown
+from fedselect.report import COLUMNS, POINT_KEYS, RunSummary, aggregate_table, render_markdown
 from fedselect.resolve import option_names
 from fedselect.sweep import SweepConfig, _restrict, _slug, build_sweep_table, load_sweep, parse_sweep
 
@@ -162,8 +162,8 @@ def test_missing_user_data_does_not_stop_validation(path, tmp_path):
     (parse_sweep if _is_sweep(doc) else parse_compare)(doc, str(path))
 
 
-def _result(label: str, **summary) -> RunResult:
-    return RunResult(label, 0, Path(label), [], summary, True, 1)
+def _result(label: str, **summary) -> RunSummary:
+    return RunSummary(label, 0, Path(label), [], summary, True, 1)
 
 
 def test_report_prints_ours_beside_the_papers_changes():

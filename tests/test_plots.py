@@ -22,14 +22,14 @@ def test_the_band_is_the_95_percent_interval_of_the_mean_with_three_seeds():
 
 
 def _result(label, seed, mode="sync", rounds=3):
-    """A RunResult of ``rounds`` rows: clients 0 and 1 selected every round."""
-    from fedselect.tables import RunResult
+    """A RunSummary of ``rounds`` rows: clients 0 and 1 selected every round."""
+    from fedselect.tables import RunSummary
 
     rows = [
         {"round": str(t), "accuracy": str(0.5 + 0.1 * t), "e2e_latency_s": str(2.0 * t), "selected": "0;1" if t else ""}
         for t in range(rounds + 1)
     ]
-    return RunResult(label, seed, None, rows, {}, True, rounds, mode=mode)
+    return RunSummary(label, seed, None, rows, {}, True, rounds, mode=mode)
 
 
 def _fed(seed, devices, networks):

@@ -108,6 +108,22 @@ USER_MODULE = textwrap.dedent('''
         return train, fedselect.ArrayDataset(x[cut:], y[cut:], 2, "two_blobs")
 
 
+    @fedselect.register_partitioner
+    class RoundRobin(fedselect.Partitioner):
+        """Rows sorted by label, dealt out one by one: client k gets sorted rows k + offset, k + offset + N, ..."""
+
+        name = "round_robin"
+
+        def __init__(self, offset: int = 0):
+            if offset < 0:
+                raise ValueError(f"offset must be >= 0, got {offset}")
+            self.offset = offset
+
+        def split(self, labels, num_clients, rng, groups=None):
+            order = np.argsort(labels, kind="stable")
+            return [np.sort(order[(k + self.offset) % num_clients :: num_clients]) for k in range(num_clients)]
+
+
     def not_a_pair(seed=0):
         return {"train": None}
 
@@ -511,6 +527,8 @@ def test_fedselect_list_shows_data_sets_and_models_with_their_options():
     ):
         assert row in out, row
     assert "fedselect.register_dataset" in out and "fedselect.register_model" in out
+    assert "fedselect.register_partitioner" in out and "the entry-point group fedselect.partitioners" in out
+    assert "engines (engine: NAME, --engine NAME)" in out and "this process and its worker pool" in out
 
 
 @pytest.mark.parametrize("group,key", [("fedselect.models", "model"), ("fedselect.datasets", "data")])
@@ -526,3 +544,130 @@ def test_entry_point_model_and_data_set(group, key, user_module, monkeypatch):
     assert (cfg.model.options if key == "model" else cfg.data.options) == (
         {"bias": True} if key == "model" else {"n": 400, "dims": 6}
     )
+
+
+# ------------------------------------------------------------------ one registry for every kind
+def test_every_kind_is_one_registry_with_its_entry_point_group_and_decorator():
+    from fedselect.console import KIND_TABLES
+    from fedselect.registry import REGISTRIES, Registry
+
+    assert list(REGISTRIES) == ["selectors", "algorithms", "datasets", "partitioners", "models", "engines"]
+    for key, reg in REGISTRIES.items():
+        assert type(reg) is Registry and reg.group == f"fedselect.{key}"
+        register = KIND_TABLES[key][1]
+        assert register is None or callable(getattr(fedselect, register)), key
+    from fedselect.algorithms import ALGORITHMS
+    from fedselect.data.datasets import DATASETS
+    from fedselect.data.partition import PARTITIONERS
+    from fedselect.models import MODELS
+    from fedselect.selectors import SELECTORS
+
+    assert [SELECTORS, ALGORITHMS, DATASETS, PARTITIONERS, MODELS] == [REGISTRIES[k] for k in list(REGISTRIES)[:5]]
+
+
+@pytest.mark.parametrize(
+    "key,name,message",
+    [
+        ("selectors", "nope", "unknown selector 'nope'; allowed: ['"),
+        ("algorithms", "nope", "unknown algorithm 'nope'; allowed: ['"),
+        ("datasets", "nope", "unknown dataset 'nope'; allowed: ['"),
+        ("partitioners", "nope", "unknown partition scheme 'nope'; allowed: ['"),
+        ("models", "nope", "unknown model 'nope'; allowed: ['"),
+        (
+            "engines",
+            "nope",
+            "unknown engine 'nope'; allowed: ['flower', 'simulator'] (or 'package.module:ClassName' for your own)",
+        ),
+        (
+            "partitioners",
+            "fedselect.models:MLP",
+            "partition scheme 'fedselect.models:MLP' is <class 'fedselect.models.MLP'>, not a",
+        ),
+        ("models", "fedselect.models:nothing", "model 'fedselect.models:nothing': module 'fedselect.models' has no attribute"),
+    ],
+)
+def test_every_kind_names_the_kind_the_name_and_what_is_allowed(key, name, message):
+    from fedselect.registry import REGISTRIES
+
+    with pytest.raises(ValueError, match="^" + message.replace("(", r"\(").replace("[", r"\[").replace(")", r"\)")) as e:
+        REGISTRIES[key].get(name)
+    if name == "nope":  # every built-in is allowed (other tests may have registered more)
+        assert all(repr(n) in str(e.value) for n in REGISTRIES[key].builtin_names())
+
+
+def test_own_partition_scheme_by_name_path_and_entry_point(tmp_path, user_module, monkeypatch):
+    """A partition scheme of the user's (``@fedselect.register_partitioner``, ``module:Class``
+    or the entry-point group ``fedselect.partitioners``): its parameters are validated and
+    recorded, and the federation holds exactly the rows it deals out."""
+    from fedselect.config import ConfigError
+    from fedselect.federation import build_federation
+
+    data = {"dataset": f"{user_module}:two_blobs", "num_clients": 4, "validation": 0, "holdout_fraction": 0.0}
+    d = doc(data={**data, "partition": {"scheme": f"{user_module}:RoundRobin", "offset": 1}}, model={"name": "mlp"})
+    cfg = parse_experiment(d)
+    assert cfg.data.partition.scheme == f"{user_module}:RoundRobin" and cfg.data.partition.params() == {"offset": 1}
+    fed = build_federation(cfg)
+    order = np.argsort(fed.train_set.y, kind="stable")  # 320 rows: client k gets sorted rows k+1, k+5, ... (mod 4)
+    for k, c in enumerate(fed.clients):
+        assert c.train_indices.tolist() == sorted(order[(k + 1) % 4 :: 4].tolist()) and len(c.train_indices) == 80
+    # by the decorator's name, once the module is imported; defaults written out
+    cfg = parse_experiment(doc(data={**data, "partition": {"scheme": "round_robin"}}, model={"name": "mlp"}))
+    assert cfg.data.partition.params() == {"offset": 0}
+    # by entry point
+    ep = importlib.metadata.EntryPoint("dealt", f"{user_module}:RoundRobin", "fedselect.partitioners")
+    real = importlib.metadata.entry_points
+    monkeypatch.setattr(
+        importlib.metadata, "entry_points", lambda group=None, **kw: [ep] if group == ep.group else real(group=group, **kw)
+    )
+    assert parse_experiment(doc(data={**data, "partition": {"scheme": "dealt"}})).data.partition.params() == {"offset": 0}
+    for partition, problem in (
+        ({"scheme": "round_robin", "offset": -1}, "data.partition: offset must be >= 0, got -1"),
+        ({"scheme": "round_robin", "ofset": 1}, "data.partition: unknown option(s) ['ofset'] for scheme 'round_robin'"),
+        (
+            {"scheme": f"{user_module}:two_blobs"},
+            f"data.partition.scheme: partition scheme '{user_module}:two_blobs' is <function",
+        ),
+    ):
+        with pytest.raises(ConfigError) as e:
+            parse_experiment(doc(data={**data, "partition": partition}))
+        assert problem in str(e.value), str(e.value)
+
+
+def test_engines_are_listed_without_importing_them():
+    """The engine kind declares its built-ins by module path: listing their names (the CLI's
+    choices) imports neither Flower's engine nor the engines and experiment layers; a lookup
+    imports one."""
+    import subprocess
+
+    code = (
+        "import sys; from fedselect.registry import ENGINES; names = ENGINES.names(); "
+        "print(names, ENGINES.builtin_names() == names, 'fedselect.flower' in sys.modules, "
+        "'fedselect.engines' in sys.modules or 'fedselect.experiment' in sys.modules)"
+    )
+    env = {**__import__("os").environ, "PYTHONPATH": str(Path(fedselect.__file__).resolve().parents[1])}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.stdout.split() == ["['flower',", "'simulator']", "True", "False", "False"], r.stderr
+    from fedselect.engines import SimulatorEngine
+    from fedselect.registry import ENGINES
+
+    assert ENGINES.get("simulator") is SimulatorEngine and "fedselect.engines" in sys.modules
+
+
+def test_a_declared_builtin_whose_extra_is_missing_says_what_to_install():
+    from fedselect.registry import Registry
+
+    reg = Registry(
+        "engine",
+        None,
+        "fedselect.test-engines",
+        builtin="no_such_engine_pkg_xyz",
+        declared={"ghost": "no_such_engine_pkg_xyz.engine:run", "local": "fedselect.registry:Registry"},
+        needs={"ghost": "Ghost: pip install ghost"},
+    )
+    assert reg.names() == ["ghost", "local"] and reg.builtin_names() == ["ghost"]  # declared, nothing imported
+    with pytest.raises(
+        ValueError,
+        match=r"^engine 'ghost' needs Ghost: pip install ghost \(engine 'no_such_engine_pkg_xyz.engine:run': cannot import",
+    ):
+        reg.get("ghost")
+    assert reg.get("local") is Registry and reg.path_of("local") == "fedselect.registry:Registry"

@@ -132,10 +132,10 @@ def test_cefl_communication_by_hand_is_under_two_percent():
 
 def test_claims_against_another_label_and_quick_method_options(tmp_path):
     from fedselect.reproduce import Claim, Entry, judge_entry, with_method_options
-    from fedselect.tables import RunResult
+    from fedselect.tables import RunSummary
 
     def run(label, seed, acc, mb):
-        return RunResult(label, seed, tmp_path, [], {"final_accuracy": acc, "communication_mb": mb}, True, 1)
+        return RunSummary(label, seed, tmp_path, [], {"final_accuracy": acc, "communication_mb": mb}, True, 1)
 
     results = [run("A", s, 0.80 + 0.01 * s, 10.0) for s in (0, 1, 2)]
     results += [run("B", s, 0.70 + 0.02 * s, 100.0) for s in (0, 1, 2)]

@@ -5,13 +5,13 @@ from fedselect.kernels.rewards import normalise_latency
 from fedselect.system import (
     DEFAULT_DEVICES,
     DEFAULT_NETWORKS,
+    LATENCY_MODELS,
     DeviceProfile,
     Fleet,
     NetworkProfile,
-    client_latency,
+    RoundDraws,
     compute_time,
     latency_bounds,
-    round_latency,
     transmit_time,
 )
 
@@ -24,17 +24,30 @@ def test_latency_worked_example():
     assert compute_time(5, bits, 20, 4, 350.0) == pytest.approx(1.0752)
     # model of 431,080 float32 parameters over wifi-1 at 6 Mb/s: 13,794,560 bits / 6e6 = 2.29909 s
     assert transmit_time(431_080 * 32, 6.0) == pytest.approx(2.2990933, rel=1e-6)
-    total = client_latency(5, bits, 20, 4, 350.0, 431_080 * 32, 6.0)
-    assert total == pytest.approx(1.0752 + 2.2990933, rel=1e-6)
-    # download counted: twice the transfer
-    assert client_latency(5, bits, 20, 4, 350.0, 431_080 * 32, 6.0, download_bits=431_080 * 32) == pytest.approx(
-        1.0752 + 2 * 2.2990933, rel=1e-6
+    # the cost model (fl/cost.py, where every latency of a run comes from): FR-eq 3 = compute + upload
+    from types import SimpleNamespace
+
+    from fedselect.fl.cost import CostModel
+    from fedselect.fl.types import RunSettings
+
+    fed = SimpleNamespace(
+        fleet=SimpleNamespace(cores=np.array([4])), latency_model=LATENCY_MODELS["paper"], client_bits=lambda k: bits
     )
+    draws = RoundDraws(1, np.array([350.0]), np.array([6.0]))
+    payload = (431_080 * 4, 431_080 * 4)  # bytes of float32 values, up and down
+    for count_download, total in ((False, 1.0752 + 2.2990933), (True, 1.0752 + 2 * 2.2990933)):  # download: twice the transfer
+        settings = RunSettings(0, 1, 1, 1, 5, count_download=count_download, cycles_per_bit=20.0)
+        cost = CostModel(fed, settings, payload).client_cost(0, 5, draws)
+        assert (cost.compute_s, cost.upload_s, cost.download_s) == pytest.approx((1.0752, 2.2990933, 2.2990933), rel=1e-6)
+        assert cost.latency_s == pytest.approx(total, rel=1e-6)
 
 
-def test_round_latency_is_the_straggler():
-    assert round_latency([2.0, 5.0, 3.0]) == 5.0
-    assert round_latency([]) == 0.0
+def test_round_latency_is_the_probing_then_the_straggler():
+    from fedselect.fl.cost import CostModel
+
+    assert CostModel.round_latency_s(0.0, [2.0, 5.0, 3.0]) == 5.0
+    assert CostModel.round_latency_s(1.5, [2.0, 5.0, 3.0]) == 6.5
+    assert CostModel.round_latency_s(0.25, []) == 0.25
 
 
 def test_profiles_match_the_paper_tables():

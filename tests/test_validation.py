@@ -57,7 +57,7 @@ CONFIG_CASES = [
     (with_(data__holdout_fraction=1.0), "data.holdout_fraction: Input should be less than 1"),
     (
         with_(data__partition__scheme="dirichlett"),
-        "data.partition.scheme: unknown scheme 'dirichlett'; allowed: ['client_dirichlet', 'dirichlet'",
+        "data.partition.scheme: unknown partition scheme 'dirichlett'; allowed: ['client_dirichlet', 'dirichlet'",
     ),
     (with_(data__partition__alpha=0), "data.partition.alpha must be a number > 0, got 0"),
     (

@@ -11,6 +11,11 @@ Python API (imported on first use, so ``import fedselect`` stays cheap)::
 ``fedselect.compare`` is also the module :mod:`fedselect.compare` (comparison configs,
 ``run_comparison``) once that is imported; calling it runs :func:`fedselect.api.compare`.
 
+Your own components (selectors, algorithms, models, data sets, partition schemes) are named
+``"package.module:Name"`` in a config, registered with ``fedselect.register_selector`` /
+``register_algorithm`` / ``register_model`` / ``register_dataset`` / ``register_partitioner``,
+or published under the entry-point group ``fedselect.<kind>s`` (:mod:`fedselect.registry`).
+
 Layers (arrows point down only; docs/architecture.md)::
 
     cli / api -> compare / sweep / report / plots -> experiment -> engines / runfiles / simulation
@@ -38,6 +43,8 @@ _LAZY = {
     "register_algorithm": "fedselect.algorithms",
     "register_model": "fedselect.models",
     "register_dataset": "fedselect.data.datasets",
+    "register_partitioner": "fedselect.data.partition",
+    "Partitioner": "fedselect.data.partition",
     "ArrayDataset": "fedselect.data.datasets",
 }
 

@@ -87,16 +87,6 @@ def _parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def _threads(n: int | None) -> None:
-    """--threads is gone (hidden, ignored): results no longer depend on thread counts."""
-    if n is not None:
-        console.print(
-            "note: --threads is no longer needed and is ignored: every client trains on one thread in a worker "
-            "process and results are the same for any thread count; use --workers N for the number of workers",
-            highlight=False,
-        )
-
-
 def _workers(n: int | None) -> int | None:
     if n is not None and n < 0:
         raise ValueError(f"--workers must be >= 0 (0 = train the clients in this process), got {n}")
@@ -183,7 +173,6 @@ RUN_RESUME_HELP = "continue the run in this directory from its last checkpoint (
 COMPARE_RESUME_HELP = "finish an interrupted comparison in this directory: finished runs are kept, interrupted ones continue from their checkpoints, missing ones run"
 COMPARE_CONFIG_HELP = "comparison YAML (base experiment + methods + seeds), or a plain experiment YAML; omitted: FedAvg vs FLASH-RL vs FAVOR on embedded MNIST"
 METHOD_HELP = "override the method preset (fedavg, full, flashrl, favor, cefl, oort, ...; see `fedselect list`): it names the selector and the algorithm (the config's sections stay where they name the same ones); refine with --set selector.options.KEY=V or algorithm.options.KEY=V"
-THREADS_HELP = "ignored (results no longer depend on threads)"
 
 
 class EngineName(click.ParamType):
@@ -243,7 +232,6 @@ def run(
     device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
     engine: Optional[str] = typer.Option(None, "--engine", click_type=ENGINE, help=ENGINE_HELP),
     log: Optional[list[str]] = typer.Option(None, "--log", help=LOG_HELP),
-    threads: Optional[int] = typer.Option(None, "--threads", hidden=True, help=THREADS_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
 ) -> None:
     """Run one experiment and write metrics.csv, summary.json, model.pt, config.yaml and run.log.
@@ -254,7 +242,6 @@ def run(
 
     plan = None
     try:
-        _threads(threads)
         if resume is not None:
             given = {"CONFIG": config, "--seed": seed, "--method": method, "--selector": selector, "--algorithm": algorithm}
             given.update(
@@ -305,7 +292,6 @@ def compare(
     device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
     engine: Optional[str] = typer.Option(None, "--engine", click_type=ENGINE, help=ENGINE_HELP),
     log: Optional[list[str]] = typer.Option(None, "--log", help=LOG_HELP),
-    threads: Optional[int] = typer.Option(None, "--threads", hidden=True, help=THREADS_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
     backend: str = typer.Option("local", "--backend", help=BACKEND_HELP),
     address: Optional[str] = typer.Option(None, "--address", help=ADDRESS_HELP),
@@ -329,7 +315,6 @@ def compare(
 
     out_dir = None
     try:
-        _threads(threads)
         runner_backend = _backend(backend, address, cpus_per_run, ray_cpus, workers)
         over = _overrides(rounds, None, None, sets, device=device, engine=engine, log=log) or None
         if resume is not None:
@@ -483,7 +468,6 @@ def sweep(
     engine: Optional[str] = typer.Option(None, "--engine", click_type=ENGINE, help=ENGINE_HELP),
     log: Optional[list[str]] = typer.Option(None, "--log", help=LOG_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress lines (one per run)"),
-    threads: Optional[int] = typer.Option(None, "--threads", hidden=True, help=THREADS_HELP),
     backend: str = typer.Option("local", "--backend", help=BACKEND_HELP),
     address: Optional[str] = typer.Option(None, "--address", help=ADDRESS_HELP),
     cpus_per_run: Optional[float] = typer.Option(None, "--cpus-per-run", help=CPUS_PER_RUN_HELP),
@@ -508,7 +492,6 @@ def sweep(
 
     out_dir = None
     try:
-        _threads(threads)
         runner_backend = _backend(backend, address, cpus_per_run, ray_cpus, workers)
         sc = load_sweep(config, _overrides(rounds, None, None, sets, device=device, engine=engine, log=log) or None)
         if seeds is not None:

@@ -245,12 +245,24 @@ def first_sentence(doc: str) -> str:
     return re.split(r"(?<=\.)\s", para, maxsplit=1)[0]
 
 
+#: how ``fedselect list`` shows each kind of :data:`fedselect.registry.REGISTRIES`: its title
+#: (where the name goes in a config) and the decorator that registers one's own (None: none yet)
+KIND_TABLES: dict[str, tuple[str, str | None]] = {
+    "selectors": ("selectors (selector: {name, options})", "register_selector"),
+    "algorithms": ("algorithms (algorithm: {name, options})", "register_algorithm"),
+    "datasets": ("data sets (data: {dataset, options})", "register_dataset"),
+    "partitioners": ("partition schemes (data.partition: {scheme, ...its parameters})", "register_partitioner"),
+    "models": ("models (model: {name, options})", "register_model"),
+    "engines": ("engines (engine: NAME, --engine NAME): where the rounds run; the results are the same on each", None),
+}
+
+
 def print_components() -> None:
-    """``fedselect list``: the method presets, selectors, algorithms, data sets and models with
-    their options, the fleet settings and the partition schemes."""
-    from fedselect.algorithms import ALGORITHMS
+    """``fedselect list``: the method presets, then every kind of the registry
+    (:data:`fedselect.registry.REGISTRIES`: selectors, algorithms, data sets, partition schemes,
+    models, engines) with their options, then the fleet settings."""
     from fedselect.presets import PRESETS
-    from fedselect.selectors import SELECTORS
+    from fedselect.registry import REGISTRIES
 
     t = Table(title="method presets (method: NAME)")
     for c in ("method", "selector", "algorithm", "what it is"):
@@ -259,28 +271,9 @@ def print_components() -> None:
         extra = f" ({', '.join(f'{k}: {v}' for k, v in p.algorithm_options.items())})" if p.algorithm_options else ""
         t.add_row(p.name, p.selector, p.algorithm + extra, p.description)
     show(t)
-    for title, reg in (
-        ("selectors (selector: {name, options})", SELECTORS),
-        ("algorithms (algorithm: {name, options})", ALGORITHMS),
-    ):
-        t = Table(title=title)
-        t.add_column("name")
-        t.add_column("options (default)")
-        t.add_column("what it is")
-        for name in reg.builtin_names():
-            cls = reg.get(name)
-            opts = getattr(cls, "Options", None)
-            fields = ", ".join(f"{k}={v.default!r}" for k, v in opts.model_fields.items()) if opts is not None else ""
-            doc = getattr(cls, "summary", "") or first_sentence(cls.__doc__ or "")
-            if getattr(cls, "round_scores", None):  # e.g. CEFL: members scored with their leader's model
-                doc += "; only its final figures are tabled (its rounds do not score every client's own model)"
-            t.add_row(name, fields or "-", doc)
-        show(t)
-    show(engine_table())
-    show(component_table("data sets (data: {dataset, options})", "dataset"))
-    show(component_table("models (model: {name, options})", "model"))
+    for key in REGISTRIES:
+        show(kind_table(key))
     show(fleet_table())
-    show(partition_table())
 
 
 def engine_table() -> Table:
@@ -291,7 +284,7 @@ def engine_table() -> Table:
     from fedselect.registry import ENGINES
 
     t = Table(
-        title="engines (engine: NAME, --engine NAME): where the rounds run; the results are the same on each",
+        title=KIND_TABLES["engines"][0],
         caption=f"your own: engine 'package.module:ClassName', @ENGINES.register, or the entry-point group {ENGINES.group} "
         "(docs/architecture.md, Adding an engine)",
     )
@@ -306,27 +299,51 @@ def engine_table() -> Table:
     return t
 
 
-def component_table(title: str, kind: str) -> Table:
-    """The built-in data sets (``kind="dataset"``) or models (``"model"``) with their options
-    and defaults, read from each loader's or factory's ``Options`` model or signature (what
-    :mod:`fedselect.resolve` validates), and how to bring one's own."""
-    from fedselect.data.datasets import DATASETS
-    from fedselect.models import MODELS
-    from fedselect.resolve import DATASET_ARGS, MODEL_ARGS, option_defaults
+def kind_table(key: str) -> Table:
+    """The built-in components of the registry kind ``key`` (a key of
+    :data:`fedselect.registry.REGISTRIES`) with their options and defaults, read from each one's
+    ``Options`` model, else its signature (what :mod:`fedselect.resolve` validates), a one-line
+    summary (its ``summary``, else its docstring's first sentence), and how to bring one's own.
+    The engines: :func:`engine_table`.
 
-    reg, passed = (DATASETS, DATASET_ARGS) if kind == "dataset" else (MODELS, MODEL_ARGS)
-    t = Table(
-        title=title,
-        caption=f"your own: {kind} name 'package.module:Name', fedselect.register_{kind}, or the entry-point group "
-        f"{reg.group} (docs/architecture.md)",
+    Raises:
+        KeyError: an unknown kind.
+    """
+    from rich.markup import escape
+
+    from fedselect.registry import REGISTRIES
+    from fedselect.resolve import DATASET_ARGS, MODEL_ARGS, option_defaults, options_model
+
+    if key == "engines":
+        return engine_table()
+    reg = REGISTRIES[key]
+    title, register = KIND_TABLES.get(key, (key, None))
+    caption = (
+        f"your own: {reg.kind} '{reg.path_form}', fedselect.{register}, or the entry-point group {reg.group} "
+        "(docs/architecture.md)"
+        if register
+        else None
     )
-    for c in ("name", "options (default)", "what it is"):
+    t = Table(title=title, caption=caption)
+    for c in ("name", "parameters (default)" if key == "partitioners" else "options (default)", "what it is"):
         t.add_column(c)
     for name in reg.builtin_names():
-        obj = reg.get(name)
-        options, more = option_defaults(obj, passed)
+        try:
+            obj = reg.get(name)
+        except ValueError as e:  # a declared built-in whose optional extra is not installed
+            t.add_row(name, "-", escape(str(e)))
+            continue
+        if key in ("selectors", "algorithms") and options_model(obj) is None:
+            options, more = {}, False  # options only through an Options model
+        else:
+            options, more = option_defaults(obj, {"datasets": DATASET_ARGS, "models": MODEL_ARGS}.get(key, ()))
+        if key == "partitioners":  # the retry bounds are not the scheme's parameters
+            options = {k: v for k, v in options.items() if not k.startswith("max_")}
         shown = ", ".join(f"{k}={v!r}" for k, v in options.items()) + (", ... (see its docs)" if more else "")
-        t.add_row(name, shown.removeprefix(", ") or "-", first_sentence(obj.__doc__ or ""))
+        doc = getattr(obj, "summary", "") or first_sentence(obj.__doc__ or "")
+        if getattr(obj, "round_scores", None):  # e.g. CEFL: members scored with their leader's model
+            doc += "; only its final figures are tabled (its rounds do not score every client's own model)"
+        t.add_row(name, escape(shown.removeprefix(", ")) or "-", escape(doc))
     return t
 
 
@@ -375,26 +392,4 @@ def fleet_table() -> Table:
     for name, f in StalenessConfig.model_fields.items():
         applies = "" if name == "function" else ", ".join(fn for fn, ks in STALENESS_KEYS.items() if name in ks)
         row(f"async.staleness.{name}", f, applies or "mode: async")
-    return t
-
-
-def partition_table() -> Table:
-    """The partition schemes (``data.partition.scheme``) with their parameters and defaults,
-    read from each partitioner's signature (``fedselect.data.partition``)."""
-    import inspect
-
-    from fedselect.data.partition import PARTITIONERS
-
-    t = Table(title="partition schemes (data.partition)")
-    for c in ("scheme", "parameters (default)", "what it does"):
-        t.add_column(c)
-    for name in sorted(PARTITIONERS):
-        cls = PARTITIONERS[name]
-        params = [
-            p
-            for p in inspect.signature(cls.__init__).parameters.values()
-            if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-        ]
-        shown = ", ".join(f"{p.name}={p.default!r}" for p in params if not p.name.startswith("max_")) or "-"
-        t.add_row(name, shown, first_sentence(cls.__doc__ or ""))
     return t

@@ -1,6 +1,6 @@
-"""The papers' networks and the model registry (:data:`MODELS`: built-ins, users' own by
-:func:`register_model`, entry point or ``"package.module:Name"``). Knows nothing of federated
-learning.
+"""The papers' networks, registered in the model kind of :mod:`fedselect.registry`
+(:data:`MODELS`: built-ins, users' own by :func:`register_model`, entry point or
+``"package.module:Name"``). Knows nothing of federated learning.
 
 Every model maps a float32 batch to logits of shape ``(batch, num_classes)``.
 
@@ -16,7 +16,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from fedselect.registry import Registry
+from fedselect.registry import MODELS
 
 
 class TwoConvNet(nn.Module):
@@ -138,12 +138,6 @@ class FDCNNOptions(TwoConvOptions):
 class GRUOptions(NoModelOptions):
     hidden: int = Field(256, ge=1, description="GRU hidden units per layer (FLASH-RL: 256)")
     layers: int = Field(2, ge=1, description="stacked GRU layers (FLASH-RL: 2)")
-
-
-#: the model registry: name -> factory ``(input_shape, num_classes, **options) -> nn.Module``
-#: (built-ins: this module; users' own: :func:`register_model`, the entry-point group
-#: ``fedselect.models``, or ``model.name: "package.module:Name"``)
-MODELS = Registry("model", __name__, "fedselect.models")
 
 
 def register_model(name: str, options: type[BaseModel] | None = None):

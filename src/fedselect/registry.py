@@ -1,20 +1,24 @@
-"""Name -> component registries: selectors and algorithms (classes), models and data sets
-(factories and loaders).
-
-A name is looked up, in order, among:
+"""The one registry of fedselect's plug-in kinds: selectors, algorithms, models, data sets,
+partition schemes and engines (:data:`REGISTRIES`). Every kind is a :class:`Registry`, and a name
+of any kind is looked up, in order, among:
 
 1. components registered with :meth:`Registry.register` / :meth:`Registry.add` (the built-ins
    register themselves when their modules are imported, which happens on the first lookup; a
-   user's module can call the decorators too, once it is imported), and built-ins *declared*
-   by module path (``declared={"flower": "fedselect.flower.engine:FlowerEngine"}``: imported
-   when first looked up, so a built-in of an optional extra costs nothing until used, and the
-   edge is a declaration that ``tests/test_architecture.py`` reads, not a string hidden in code);
-2. entry points of the registry's group (``[project.entry-points."fedselect.selectors"]`` in a
-   user package's ``pyproject.toml``: ``myname = "mypkg.module:MySelector"``);
+   user's module can call the decorators too, once it is imported: ``fedselect.register_selector``,
+   ``register_algorithm``, ``register_model``, ``register_dataset``, ``register_partitioner``),
+   and built-ins *declared* by module path (``declared={"flower": "fedselect.flower.engine:..."}``:
+   imported when first looked up, so a built-in of an optional extra costs nothing until used,
+   and the edge is a declaration that ``tests/test_architecture.py`` can read, not a string
+   hidden in code);
+2. entry points of the kind's group (``[project.entry-points."fedselect.selectors"]`` in a
+   user package's ``pyproject.toml``: ``myname = "mypkg.module:MySelector"``; the groups are
+   ``fedselect.`` + the keys of :data:`REGISTRIES`);
 3. ``"package.module:Name"``: the object is imported from the user's module (which must be
-   importable: installed, or on ``PYTHONPATH`` / the current directory).
+   importable: installed, on ``PYTHONPATH`` / the current directory).
 
-Every lookup error names what was asked for and lists the known names.
+Every lookup error names the kind, what was asked for and the allowed names. This module imports
+nothing of fedselect: each kind names the package that registers its built-ins, imported on the
+first lookup, so ``fedselect --help`` and config validation import only the kinds they use.
 """
 
 from __future__ import annotations
@@ -28,11 +32,12 @@ from typing import Any
 
 
 class Registry:
-    """A registry of components by name: classes with a class attribute ``name`` (selectors,
-    algorithms) or callables registered under a name (model factories, data-set loaders).
+    """The components of one kind by name: classes with a class attribute ``name`` (selectors,
+    algorithms, partition schemes, engines) or callables registered under a name (model
+    factories, data-set loaders).
 
     Args:
-        kind: what is registered (``"selector"``), for messages.
+        kind: what is registered (``"selector"``, ``"partition scheme"``), for messages.
         package: the package (every module of it) or module whose import registers the
             built-ins (imported on first lookup).
         group: the entry-point group of third-party components.
@@ -63,6 +68,12 @@ class Registry:
         #: built-ins declared by module path (name -> ``"module:Name"``), imported on first lookup
         self.declared: dict[str, str] = dict(declared or {})
         self._needs = dict(needs or {})
+
+    @property
+    def path_form(self) -> str:
+        """How a user's own component is named: ``"package.module:ClassName"`` (a kind with a
+        base class) or ``"package.module:Name"``."""
+        return self._path_form
 
     def register(self, cls: type) -> type:
         """Class decorator: add ``cls`` under ``cls.name``.
@@ -223,6 +234,21 @@ def _where(obj: Any) -> tuple[str, str]:
     return getattr(obj, "__module__", "") or "", getattr(obj, "__qualname__", repr(obj))
 
 
+#: WHOM to train each round (:class:`fedselect.selectors.base.Selector`; ``selector.name``)
+SELECTORS = Registry("selector", "fedselect.selectors", "fedselect.selectors", base="fedselect.selectors.base:Selector")
+#: WHAT happens to the selected clients' updates (:class:`fedselect.algorithms.base.Algorithm`;
+#: ``algorithm.name``)
+ALGORITHMS = Registry("algorithm", "fedselect.algorithms", "fedselect.algorithms", base="fedselect.algorithms.base:Algorithm")
+#: model factories ``(input_shape, num_classes, **options) -> nn.Module`` (``model.name``;
+#: :func:`fedselect.models.register_model`)
+MODELS = Registry("model", "fedselect.models", "fedselect.models")
+#: data-set loaders ``(seed=int, **options) -> (train, test)`` (``data.dataset``; the built-ins:
+#: the loaders :mod:`fedselect.data.catalog` imports; :func:`fedselect.data.datasets.register_dataset`)
+DATASETS = Registry("dataset", "fedselect.data.catalog", "fedselect.datasets", builtin="fedselect.data")
+#: partition schemes (:class:`fedselect.data.partition.Partitioner`; ``data.partition.scheme``)
+PARTITIONERS = Registry(
+    "partition scheme", "fedselect.data.partition", "fedselect.partitioners", base="fedselect.data.partition:Partitioner"
+)
 #: the engines: where the rounds of a run execute (:mod:`fedselect.engines`; docs/architecture.md,
 #: "Adding an engine"). The built-ins are declared by module path, so nothing is imported until an
 #: engine is looked up, and Flower (an optional extra) only when a run asks for it; users' own
@@ -237,3 +263,9 @@ ENGINES = Registry(
     declared={"simulator": "fedselect.engines:SimulatorEngine", "flower": "fedselect.flower.engine:FlowerEngine"},
     needs={"flower": "Flower: install the optional extra with `pip install fedselect[flower]` (or `make install-flower`)"},
 )
+
+#: every kind, by the suffix of its entry-point group (``fedselect.<key>``), in the order
+#: ``fedselect list`` shows them
+REGISTRIES: dict[str, Registry] = {
+    r.group.removeprefix("fedselect."): r for r in (SELECTORS, ALGORITHMS, DATASETS, PARTITIONERS, MODELS, ENGINES)
+}

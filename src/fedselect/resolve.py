@@ -26,16 +26,13 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from fedselect.algorithms import ALGORITHMS
 from fedselect.algorithms.base import Algorithm
 from fedselect.config import NAMES_ONLY, ConfigError, ExperimentConfig, parse_config, read_experiment, schema_problems
-from fedselect.data.catalog import DATASETS, PARTITIONERS, make_partitioner
+from fedselect.data.catalog import make_partitioner
 from fedselect.fl.train import TrainConfig
 from fedselect.fl.types import RunSettings
-from fedselect.models import MODELS
 from fedselect.presets import PRESETS, Preset
-from fedselect.registry import ENGINES
-from fedselect.selectors import SELECTORS
+from fedselect.registry import ALGORITHMS, DATASETS, ENGINES, MODELS, PARTITIONERS, SELECTORS
 from fedselect.selectors.base import Selector, reads_quality
 
 #: a problem of a config: (dotted key, what is wrong); key "" when the message names its keys
@@ -310,10 +307,9 @@ def _components(cfg: ExperimentConfig, errors: list[Problem]) -> dict[str, Any]:
         if opts is not None:
             doc["data"]["options"] = opts
     scheme, params = d.partition.scheme, d.partition.params()
-    if scheme not in PARTITIONERS:
-        errors.append(("data.partition.scheme", f"unknown scheme {scheme!r}; allowed: {sorted(PARTITIONERS)}"))
-    else:
-        init = PARTITIONERS[scheme].__init__
+    partitioner = _lookup(PARTITIONERS, scheme, "data.partition.scheme", errors)
+    if partitioner is not None:
+        init = partitioner.__init__
         bad = _check_signature("data.partition", f"scheme {scheme!r}", init, params, ("self",))
         if "alpha" in params and not (
             isinstance(params["alpha"], (int, float)) and not isinstance(params["alpha"], bool) and params["alpha"] > 0

@@ -488,7 +488,7 @@ def sweep_plots(out: str | Path, sc: SweepConfig) -> list[str]:
     with the federation file the selection and partition plots) into ``plots/<point>/``
     (``plots/`` for a sweep without a grid); returns the files written, relative to ``plots/``."""
     from fedselect.plots import make_plots
-    from fedselect.tables import load_run
+    from fedselect.tables import load_run_summary
 
     out = Path(out)
     points = sc.points()
@@ -500,7 +500,7 @@ def sweep_plots(out: str | Path, sc: SweepConfig) -> list[str]:
             for seed in sc.seeds:
                 d = run_dir_for(out, m.label, rp, seed)
                 if (d / "metrics.csv").exists():
-                    results.append(load_run(d, m.label, seed))
+                    results.append(load_run_summary(d, m.label, seed))
                     f = _federation_file(out, _fed_key(sc.experiment(m, rp, seed)))
                     if seed not in feds and f.is_file():
                         feds[seed] = {**read_json(f), "seed": seed}

@@ -1,8 +1,9 @@
 """System heterogeneity: device and network profiles, per-round draws, latency and bytes.
 
-Knows nothing of learning. Source: FLASH-RL Eq. 3 (latency), Eq. 4 (compute), Eq. 5
-(transmission) and Tables II, III; the authors' code as a second latency model
-(:data:`LATENCY_MODELS`). The standard deviations, the floor of the draws and the latency
+Knows nothing of learning. Source: FLASH-RL Eq. 4 (compute), Eq. 5 (transmission) and Tables
+II, III; the authors' code as a second latency model (:data:`LATENCY_MODELS`). A client's
+latency (Eq. 3) and a round's are composed from these in one place, the cost model
+(:mod:`fedselect.fl.cost`). The standard deviations, the floor of the draws and the latency
 bounds are fedselect's (docs/core.md, "System model").
 
 Units: CPU frequency in MHz, bandwidth in Mb/s (1e6 bits per second), time in seconds,
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -406,27 +407,6 @@ LATENCY_MODELS: dict[str, LatencyModel] = {
         "flashrl-code", sample_bits=FLASHRL_CODE_SAMPLE_BITS, per_epoch=False, cycles_per_bit=1.0, bits_per_value=64
     ),
 }
-
-
-def client_latency(
-    epochs: float,
-    bits: float,
-    cycles_per_bit: float,
-    cores: float,
-    freq_mhz: float,
-    upload_bits: float,
-    bandwidth_mbps: float,
-    download_bits: float = 0.0,
-) -> float:
-    """l_t^k = T_local + T_tx (FR-eq 3), seconds; ``download_bits`` > 0 adds the broadcast."""
-    return compute_time(epochs, bits, cycles_per_bit, cores, freq_mhz) + transmit_time(
-        upload_bits + download_bits, bandwidth_mbps
-    )
-
-
-def round_latency(latencies: Iterable[float]) -> float:
-    """A synchronous round lasts as long as its slowest participant (0 with no participant)."""
-    return max(latencies, default=0.0)
 
 
 def latency_bounds(

@@ -1,5 +1,5 @@
-"""Tables from saved metrics: per-run summaries (:func:`load_run`), the mean ± std table over
-seeds (:func:`aggregate_table`, with :func:`fedselect.stats.mean_std`), paired differences
+"""Tables from saved metrics: per-run summaries (:func:`load_run_summary`), the mean ± std
+table over seeds (:func:`aggregate_table`, with :func:`fedselect.stats.mean_std`), paired differences
 against the baseline (:func:`paired_table`), and their Markdown / CSV renderings (used by
 :mod:`fedselect.report`, :mod:`fedselect.sweep` and :mod:`fedselect.html_report`)."""
 
@@ -60,7 +60,20 @@ TO_TARGET = {"rounds_to_target": "rounds", "latency_to_target_s": "e2e_latency_s
 
 
 @dataclass
-class RunResult:
+class RunSummary:
+    """One run of a comparison or sweep as its tables and figures read it
+    (:func:`load_run_summary`): its method label and seed, its ``metrics.csv`` rows and the
+    figures summarised from them (not :class:`fedselect.api.RunResult`, a run's config, summary
+    and metrics as the Python API returns them).
+
+    Attributes:
+        label, seed: the method's label and the seed. dir: the run directory.
+        rows: ``metrics.csv`` rows as dicts of strings. summary: the figures of the table
+            (:func:`fedselect.fl.metrics.summarize`, the final ones from ``summary.json`` once
+            finished). complete: it finished (``summary.json``). rounds_planned: the config's T.
+        extra: the rest of ``summary.json``.
+    """
+
     label: str
     seed: int
     dir: Path
@@ -125,7 +138,7 @@ def run_selection_eval(run_dir: Path) -> str | None:
     return selection_eval_of(cfg) if isinstance(cfg, dict) else None
 
 
-def load_run(
+def load_run_summary(
     run_dir: Path,
     label: str,
     seed: int,
@@ -133,7 +146,7 @@ def load_run(
     metric: str = "accuracy",
     window: int = 10,
     window_override: int | None = None,
-) -> RunResult:
+) -> RunSummary:
     """Summarise one run directory from its ``metrics.csv`` and ``timing.csv`` (final figures
     and wall time from ``summary.json`` when the run finished); the target, metric and summary
     window come from its ``config.yaml`` when it has one (``window_override`` replaces the
@@ -186,28 +199,28 @@ def load_run(
         for k in PER_ROUND_KEYS:
             extra.pop(k, None)
     extra.pop("selection_eval", None)
-    return RunResult(label, seed, run_dir, rows, s, complete, planned, extra, metric, note, mode, run_selection_eval(run_dir))
+    return RunSummary(label, seed, run_dir, rows, s, complete, planned, extra, metric, note, mode, run_selection_eval(run_dir))
 
 
-def _value(r: RunResult, key: str):
+def _value(r: RunSummary, key: str):
     v = r.summary.get(key, r.extra.get(key))
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def _to_target(rs: list[RunResult], key: str) -> ToTarget:
+def _to_target(rs: list[RunSummary], key: str) -> ToTarget:
     """Rounds / latency to target of ``rs`` (:data:`TO_TARGET`): a run without a target, or whose
     rounds do not score the clients' own models (``round_scores``), is left out."""
     keep = [r for r in rs if r.summary.get("target") is not None and not r.round_scores]
     return to_target([_value(r, key) for r in keep], [_value(r, TO_TARGET[key]) for r in keep])
 
 
-def summary_window(results: list[RunResult]) -> int | None:
+def summary_window(results: list[RunSummary]) -> int | None:
     """The ``metrics.summary_window`` k of the runs (None when they differ or there are none)."""
     ks = {r.summary.get("summary_window") for r in results}
     return ks.pop() if len(ks) == 1 else None
 
 
-def metric_of(results: list[RunResult]) -> str:
+def metric_of(results: list[RunSummary]) -> str:
     """The runs' ``metrics.metric`` (that of the first run)."""
     return results[0].metric if results else "accuracy"
 
@@ -216,14 +229,14 @@ def _short(metric: str) -> str:
     return "F1" if metric == "f1_macro" else "acc"
 
 
-def last_k_column(results: list[RunResult]) -> tuple[str, str, int, bool]:
+def last_k_column(results: list[RunSummary]) -> tuple[str, str, int, bool]:
     """The stable-summary column: the metric's mean over the last k evaluated rounds; its
     header says k (``acc mean last 10``)."""
     metric, k = metric_of(results), summary_window(results)
     return (f"last_k_{metric}", f"{_short(metric)} mean last {k if k else 'k'}", 4, True)
 
 
-def columns_for(results: list[RunResult]) -> list[tuple[str, str, int, bool]]:
+def columns_for(results: list[RunSummary]) -> list[tuple[str, str, int, bool]]:
     """The standard columns, the last-k mean of the metric (after best acc) and the optional
     columns some run reports."""
     cols = list(COLUMNS)
@@ -231,7 +244,7 @@ def columns_for(results: list[RunResult]) -> list[tuple[str, str, int, bool]]:
     return cols + [c for c in OPTIONAL_COLUMNS if any(_value(r, c[0]) is not None for r in results)]
 
 
-def aggregate_table(results: list[RunResult], labels: list[str], baseline: str | None, columns=None) -> list[dict[str, Any]]:
+def aggregate_table(results: list[RunSummary], labels: list[str], baseline: str | None, columns=None) -> list[dict[str, Any]]:
     """Per label: mean and spread (sample std) over seeds of every column
     (:func:`fedselect.stats.mean_std`; ``<key>_n`` seeds have a value, e.g. the runs reaching
     the target), and the change vs ``baseline`` (percent; accuracy/F1 in points)."""
@@ -450,7 +463,7 @@ def paired_quantities(metric: str, window: int | None) -> list[tuple[str, str, s
 
 
 def paired_table(
-    results: list[RunResult], labels: list[str], baseline: str | None, quantities=None, confidence: float = 0.95
+    results: list[RunSummary], labels: list[str], baseline: str | None, quantities=None, confidence: float = 0.95
 ) -> list[dict[str, Any]]:
     """Per method but the baseline: for each quantity the per-seed differences against the
     baseline run of the same seed (same federation) and their mean with a ``confidence``
@@ -494,11 +507,11 @@ def paired_table(
 EXACT_KEYS = ("communication_mb", "upload_mb", "download_mb")
 
 
-def _selection_sizes(r: RunResult) -> tuple[int, ...]:
+def _selection_sizes(r: RunSummary) -> tuple[int, ...]:
     return tuple(len([k for k in (row.get("selected") or "").split(";") if k]) for row in r.rows)
 
 
-def _has_failures(r: RunResult) -> bool:
+def _has_failures(r: RunSummary) -> bool:
     if any(row.get("failed") for row in r.rows):
         return True
     return bool((r.extra or {}).get("client_failures")) or bool((r.extra or {}).get("failed_rounds"))
@@ -696,7 +709,7 @@ def render_paired_csv(paired: list[dict[str, Any]], quantities) -> str:
 
 def collect(
     directory: Path, window: int | None = None
-) -> tuple[str, list[RunResult], list[str], str | None, dict | None, str | None, list[dict]]:
+) -> tuple[str, list[RunSummary], list[str], str | None, dict | None, str | None, list[dict]]:
     """Results of a comparison directory or of a single run directory (``window`` overrides
     each run's metrics.summary_window)."""
     directory = Path(directory)
@@ -715,7 +728,7 @@ def collect(
                 f"{directory / 'compare.json'}: not a comparison record fedselect wrote (bad or missing {e}); "
                 "was it edited? Restore it or rerun the comparison"
             ) from None
-        results = [load_run(d, label, seed, window_override=window) for d, label, seed in runs if d.exists()]
+        results = [load_run_summary(d, label, seed, window_override=window) for d, label, seed in runs if d.exists()]
         return (
             name,
             results,
@@ -734,7 +747,7 @@ def collect(
         label = cfg.get("method", directory.name)
         return (
             cfg.get("name", directory.name),
-            [load_run(directory, label, cfg.get("seed", 0), window_override=window)],
+            [load_run_summary(directory, label, cfg.get("seed", 0), window_override=window)],
             [label],
             None,
             None,
@@ -762,17 +775,15 @@ def federation_info(fed: Any, local_epochs: int) -> dict[str, Any]:
     (:func:`load_federations` reads it back)."""
     import numpy as np
 
+    from fedselect.fl.cost import CostModel
     from fedselect.system import BYTES_PER_FLOAT
 
     model = fed.new_model()
     model_bytes = sum(v.numel() for v in model.state_dict().values()) * BYTES_PER_FLOAT
-    fl, lm = fed.fleet, fed.latency_model
-    compute = [
-        lm.compute_s(local_epochs, fed.client_bits(k), fed.system.cycles_per_bit, fl.cores[k], fl.mean_mhz[k])
-        for k in range(fed.num_clients)
-    ]
-    upload = [lm.transmit_s(model_bytes, fl.mean_mbps[k]) for k in range(fed.num_clients)]
-    expected = [c + u for c, u in zip(compute, upload)]
+    fl = fed.fleet
+    cost = CostModel.of_federation(fed, local_epochs, (model_bytes, 0))  # the upload only
+    compute, upload = cost.expected_compute_s(), cost.expected_transmit_s(model_bytes)
+    expected = cost.expected_latency_s()
     return {
         "num_clients": fed.num_clients,
         "num_classes": fed.num_classes,
@@ -803,7 +814,7 @@ def load_federations(directory: Path) -> list[dict[str, Any]]:
     return sorted(feds, key=lambda f: f["seed"])
 
 
-def window_caveat(results: list[RunResult]) -> str | None:
+def window_caveat(results: list[RunSummary]) -> str | None:
     """A warning when the last-k window covers more than half of some run's evaluated rounds:
     the mean then includes the early learning phase (None otherwise)."""
     wide = []

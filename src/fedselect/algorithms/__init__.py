@@ -1,12 +1,14 @@
 """Algorithms: WHAT happens to the selected clients' updates. One file per algorithm, each a
-small subclass of :class:`fedselect.algorithms.base.Algorithm`; :data:`ALGORITHMS` maps config
-names to classes (users' own: ``"package.module:ClassName"``, :func:`register_algorithm`, or the
-entry-point group ``fedselect.algorithms``; docs/architecture.md)."""
+small subclass of :class:`fedselect.algorithms.base.Algorithm`; :data:`ALGORITHMS` (the
+algorithm kind of :mod:`fedselect.registry`) maps config names to classes (users' own:
+``"package.module:ClassName"``, :func:`register_algorithm`, or the entry-point group
+``fedselect.algorithms``; docs/architecture.md)."""
 
 from __future__ import annotations
 
-from fedselect.registry import Registry
+from fedselect.registry import ALGORITHMS
 
-#: the algorithm registry (built-ins load on first lookup)
-ALGORITHMS = Registry("algorithm", __name__, "fedselect.algorithms", base="fedselect.algorithms.base:Algorithm")
+__all__ = ["ALGORITHMS", "register_algorithm"]
+
+#: class decorator registering an algorithm under its ``name`` (:meth:`fedselect.registry.Registry.register`)
 register_algorithm = ALGORITHMS.register

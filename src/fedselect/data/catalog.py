@@ -1,8 +1,8 @@
 """The catalogue of data sets and partition schemes: imports every loader module (each registers
-itself in :data:`fedselect.data.datasets.DATASETS`, which imports this module on its first
-lookup) and looks names up, users' own data sets included.
+itself in :data:`fedselect.registry.DATASETS`, which imports this module on its first lookup)
+and looks names up, users' own data sets and schemes included.
 
-Layering: ``datasets`` (the registry and :class:`ArrayDataset`) <- the loaders (``images``,
+Layering: ``datasets`` (:class:`ArrayDataset`, ``register_dataset``) <- the loaders (``images``,
 ``imu``, ``iot``) <- this module. Nothing below imports it, so there is no import cycle.
 """
 
@@ -16,7 +16,7 @@ import fedselect.data.images  # noqa: F401  (registers mnist-embedded, mnist, fa
 import fedselect.data.imu  # noqa: F401  (registers imu-watch, mobiact, mobiact-synthetic)
 import fedselect.data.iot  # noqa: F401  (registers iot-synthetic, iot-flows, iot-features)
 from fedselect.data.datasets import DATASETS, ArrayDataset, Loader
-from fedselect.data.partition import PARTITIONERS, Partitioner, make_partitioner
+from fedselect.data.partition import PARTITIONERS, Partitioner, make_partitioner, register_partitioner
 
 __all__ = [
     "DATASETS",
@@ -27,6 +27,7 @@ __all__ = [
     "make_partitioner",
     "partition_schemes",
     "Partitioner",
+    "register_partitioner",
 ]
 
 
@@ -36,8 +37,8 @@ def dataset_names() -> list[str]:
 
 
 def partition_schemes() -> list[str]:
-    """Registered partition schemes."""
-    return sorted(PARTITIONERS)
+    """Known partition schemes (built-ins, registered, entry points)."""
+    return PARTITIONERS.names()
 
 
 def get_loader(name: str) -> Loader:

@@ -1,4 +1,5 @@
-"""Datasets as in-memory arrays, and the registry loaders add themselves to.
+"""Datasets as in-memory arrays, and :func:`register_dataset`, with which loaders add
+themselves to the data-set kind of :mod:`fedselect.registry` (:data:`DATASETS`).
 
 A loader returns ``(train, test)`` :class:`ArrayDataset` pairs. Nothing downloads at run time:
 every loader reads an embedded package's data or files in a user directory, and a missing
@@ -16,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from fedselect.registry import Registry
+from fedselect.registry import DATASETS
 
 
 class DatasetNotFoundError(FileNotFoundError):
@@ -89,11 +90,6 @@ class ArrayDataset:
 
 
 Loader = Callable[..., tuple[ArrayDataset, ArrayDataset]]
-
-#: the data-set registry: name -> loader ``(seed=int, **options) -> (train, test)`` (built-ins:
-#: the loaders :mod:`fedselect.data.catalog` imports; users' own: :func:`register_dataset`, the
-#: entry-point group ``fedselect.datasets``, or ``data.dataset: "package.module:Name"``)
-DATASETS = Registry("dataset", "fedselect.data.catalog", "fedselect.datasets", builtin="fedselect.data")
 
 
 def register_dataset(name: str):

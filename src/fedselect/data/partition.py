@@ -20,6 +20,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from fedselect.registry import PARTITIONERS
+
 
 class Partitioner(ABC):
     """Splits sample indices among ``num_clients`` clients."""
@@ -37,25 +39,28 @@ class Partitioner(ABC):
         """
 
 
-#: scheme name -> Partitioner class
-PARTITIONERS: dict[str, type[Partitioner]] = {}
-
-
 def register_partitioner(cls: type[Partitioner]) -> type[Partitioner]:
-    PARTITIONERS[cls.name] = cls
-    return cls
+    """Class decorator registering a :class:`Partitioner` subclass under its ``name``
+    (``data: {partition: {scheme: NAME, ...its parameters}}``; the partition-scheme kind of
+    :mod:`fedselect.registry`). Its ``__init__`` keyword parameters are the scheme's parameters,
+    checked against the config before anything loads.
+
+    Raises:
+        ValueError: no ``name``, a name with ``:``, or another class already under that name.
+    """
+    return PARTITIONERS.register(cls)
 
 
 def make_partitioner(scheme: str, **params: Any) -> Partitioner:
-    """Instantiate scheme ``scheme`` with ``params``.
+    """Instantiate scheme ``scheme`` (a registered name, an entry point of the group
+    ``fedselect.partitioners`` or ``"package.module:ClassName"``) with ``params``.
 
     Raises:
         ValueError: unknown scheme (lists the known ones) or bad parameters.
     """
-    if scheme not in PARTITIONERS:
-        raise ValueError(f"unknown partition scheme {scheme!r}; known schemes: {sorted(PARTITIONERS)}")
+    cls = PARTITIONERS.get(scheme)
     try:
-        return PARTITIONERS[scheme](**params)
+        return cls(**params)
     except TypeError as e:
         raise ValueError(f"partition scheme {scheme!r}: {e}") from None
 

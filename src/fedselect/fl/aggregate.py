@@ -87,11 +87,6 @@ def state_bytes(state: State, keys: Iterable[str] | None = None) -> int:
     return int(sum(state[n].numel() * state[n].element_size() for n in names))
 
 
-def is_finite_state(state: State) -> bool:
-    """True when every floating entry is free of NaN and inf."""
-    return all(torch.isfinite(t).all().item() for t in state.values() if t.is_floating_point())
-
-
 def flat_parameters(state: State, keys: Iterable[str] | None = None) -> torch.Tensor:
     """Concatenate the floating entries of ``state`` (optionally only ``keys``, in that order)
     into one float32 vector ``(P,)`` — the weight vector of FR-eq 7 and of the PCA (FR-eq 12)."""

@@ -34,6 +34,23 @@ class CostModel:
         self.upload_bytes, self.download_bytes = (int(b) for b in payload_bytes)
         self._bits: np.ndarray | None = None
 
+    @classmethod
+    def of_federation(cls, fed, local_epochs: int, payload_bytes: tuple[int, int]) -> CostModel:
+        """The cost model of ``fed`` outside a run (reports: ``federation-s<seed>.json``): E =
+        ``local_epochs``, g = ``system.cycles_per_bit``, the broadcast counted as
+        ``system.count_download`` says; ``payload_bytes`` (upload, download) per client."""
+        sys_cfg = fed.system
+        settings = RunSettings(
+            fed.seed,
+            rounds=0,  # outside a run: no round, no selection
+            num_clients=fed.num_clients,
+            clients_per_round=0,
+            local_epochs=int(local_epochs),
+            count_download=sys_cfg.count_download,
+            cycles_per_bit=sys_cfg.cycles_per_bit,
+        )
+        return cls(fed, settings, payload_bytes)
+
     def client_bits(self) -> np.ndarray:
         """``(N,)`` float64 |D_k| in bits of every client in the latency model (computed once: the
         data are fixed)."""
@@ -76,13 +93,23 @@ class CostModel:
         """A synchronous round: the probing, then the slowest participant."""
         return probe_s + max(latencies, default=0.0)
 
+    def expected_compute_s(self, epochs: float | None = None) -> np.ndarray:
+        """``(N,)`` seconds: each client's compute (FR-eq 4) for ``epochs`` (default E) local
+        epochs at its profiles' mean frequency."""
+        s, fl = self.settings, self.fleet
+        e = s.local_epochs if epochs is None else epochs
+        return self.latency.compute_s(e, self.client_bits(), s.cycles_per_bit, fl.cores, fl.mean_mhz)
+
+    def expected_transmit_s(self, num_bytes: int) -> np.ndarray:
+        """``(N,)`` seconds: each client moving ``num_bytes`` bytes at its profiles' mean
+        bandwidth (FR-eq 5)."""
+        return self.latency.transmit_s(int(num_bytes), self.fleet.mean_mbps)
+
     def expected_latency_s(self, epochs: float | None = None) -> np.ndarray:
         """``(N,)`` seconds: each client's latency (FR-eq 3) at its profiles' mean frequency and
         bandwidth, for ``epochs`` (default E) local epochs and the round payload."""
-        s, fl, lm = self.settings, self.fleet, self.latency
-        e = s.local_epochs if epochs is None else epochs
-        comp = lm.compute_s(e, self.client_bits(), s.cycles_per_bit, fl.cores, fl.mean_mhz)
-        return comp + lm.transmit_s(self.upload_bytes + (self.download_bytes if s.count_download else 0), fl.mean_mbps)
+        down = self.download_bytes if self.settings.count_download else 0
+        return self.expected_compute_s(epochs) + self.expected_transmit_s(self.upload_bytes + down)
 
     def latency_bounds(self) -> tuple[float, float]:
         """(L_min, L_max) in seconds for FR-eq 10's min-max normalisation (:func:`fedselect.system.latency_bounds`

@@ -4,8 +4,8 @@ Knows no method: the round loop (``fedselect.fl.round``) asks a :class:`FaultMod
 to each selected client and uses :func:`non_finite_entries` to reject poisoned updates. See
 ``docs/reliability.md`` for the semantics, summarised here.
 
-Failure kinds (the code written to ``ClientOutcome.failed`` and to the ``failed`` column of
-``metrics.csv`` as ``client:kind``):
+Failure kinds (:data:`fedselect.fl.types.FAILURE_KINDS`: the code written to
+``ClientOutcome.failed`` and to the ``failed`` column of ``metrics.csv`` as ``client:kind``):
 
 ``dropout``
     the client is unreachable this round (random dropout or an injected ``drop``). It receives
@@ -44,9 +44,8 @@ import torch
 
 from fedselect.seeding import np_rng
 
-#: codes of ``ClientOutcome.failed``
-FAILURE_KINDS = ("dropout", "error", "nan", "inf", "timeout", "cancelled")
-#: what ``faults.inject[].kind`` may say, and the failure code each produces
+#: what ``faults.inject[].kind`` may say, and the failure code each produces (one of
+#: :data:`fedselect.fl.types.FAILURE_KINDS`)
 INJECT_KINDS = {"drop": "dropout", "raise": "error", "nan": "nan", "inf": "inf", "timeout": "timeout"}
 
 

@@ -23,8 +23,10 @@ import torch
 #: a model state: ``model.state_dict()``, parameter / buffer name -> tensor
 State = dict[str, torch.Tensor]
 
-#: failure kinds of :attr:`ClientOutcome.failed` (docs/reliability.md)
-FAILURE_KINDS = ("dropout", "error", "nan", "inf", "timeout")
+#: failure kinds of :attr:`ClientOutcome.failed` (their meaning: :mod:`fedselect.fl.faults`,
+#: docs/reliability.md); ``cancelled`` (over-selection) is not the client's failure and is left
+#: out of the ``failed`` column
+FAILURE_KINDS = ("dropout", "error", "nan", "inf", "timeout", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class ClientOutcome:
         compute_s, upload_s, download_s, latency_s, upload_bytes, download_bytes: see
             :class:`ClientCost`; for a failed client the failure's latency and the bytes that
             actually moved (docs/reliability.md).
-        failed: None, or one of :data:`FAILURE_KINDS`.
+        failed: None, or one of :data:`FAILURE_KINDS` (else ValueError).
         sample_loss_sq_sum, sample_loss_count: sum of squared per-sample losses and their
             number over every local mini-batch (only when the selector asked for sample losses,
             e.g. Oort's statistical utility; else 0.0 and 0).
@@ -97,6 +99,10 @@ class ClientOutcome:
     local_steps: int | None = None
     planned_latency_s: float | None = None
     aggregation_weight: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.failed is not None and self.failed not in FAILURE_KINDS:
+            raise ValueError(f"client {self.client_id}: unknown failure kind {self.failed!r}; allowed: {list(FAILURE_KINDS)}")
 
     @property
     def weight(self) -> float:

@@ -1,15 +1,19 @@
-"""fedselect on Flower (flwr 1.42, Message API): fedselect's selectors drive Flower federations.
+"""fedselect on Flower (flwr 1.42, Message API): the engine ``flower``, where the simulator's
+round drives a Flower federation, every selector with every algorithm it composes with.
 
+* :mod:`fedselect.flower.engine` — ``engine: flower``, the engine plug-in
+  (:class:`~fedselect.flower.engine.FlowerEngine`: Flower's simulation engine, one SuperNode per
+  client; a run's transport on a grid);
+* :mod:`fedselect.flower.grid_run` — whole experiments on a grid given from outside;
 * :mod:`fedselect.flower.strategy` — :class:`~fedselect.flower.strategy.FedselectStrategy`, a
-  Flower strategy wrapping any fedselect selector with FedAvg or FedPer aggregation, and the
-  selector context over Flower nodes;
-* :mod:`fedselect.flower.server_app` — the ServerApp running it from the run config;
-* :mod:`fedselect.flower.client_app` — the ClientApp for fedselect's models and partitions;
+  Flower strategy whose four seams call the round's phases (:mod:`fedselect.fl.round`);
+* :mod:`fedselect.flower.transport`, :mod:`fedselect.flower.wire`,
+  :mod:`fedselect.flower.nodes`, :mod:`fedselect.flower.messaging` — the round's jobs as
+  messages: the transport, the one wire protocol, who is who on the grid, silent nodes named;
+* :mod:`fedselect.flower.server_app`, :mod:`fedselect.flower.client_app`,
+  :mod:`fedselect.flower.settings` — the ServerApp and the ClientApp and the settings they read;
 * :mod:`fedselect.flower.deployment` — a SuperLink and SuperNodes on 127.0.0.1 (tests, demos);
-* :mod:`fedselect.flower.messaging` — sending messages and naming the nodes that stay silent;
-* :mod:`fedselect.flower.engine` — ``engine: flower``, the engine plug-in (:class:`~fedselect.flower.engine.FlowerEngine`:
-  Flower's simulation engine, one SuperNode per client; a run's transport on a grid);
-* :mod:`fedselect.flower.grid_run` — whole experiments on a grid given from outside.
+* :mod:`fedselect.flower.logs` — Flower's console lines in the processes fedselect runs.
 
 Flower is the optional extra ``fedselect[flower]`` (requirements-flower.txt); the rest of
 fedselect imports none of it: the engine registry (:data:`fedselect.registry.ENGINES`) declares
