@@ -13,28 +13,31 @@ back. A grid given from outside (a Flower deployment's ServerApp, tests) takes a
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import tempfile
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Callable, TypeVar
-
-from flwr.app import Context
-from flwr.serverapp import Grid, ServerApp
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from fedselect.config import ExperimentConfig, dump_config
 from fedselect.engines import Engine, Session
 from fedselect.federation import Federation
-from fedselect.fl.pool import ClientTrainer
-from fedselect.fl.work import LocalTransport
-from fedselect.flower.client_app import make_client_app
-from fedselect.flower.logs import flower_console
-from fedselect.flower.nodes import FlowerOptions
-from fedselect.flower.settings import CONFIG_FILE_KEY
-from fedselect.flower.transport import FlowerTransport
 from fedselect.resolve import Resolved
+
+if TYPE_CHECKING:
+    from flwr.serverapp import Grid
+
+    from fedselect.flower.nodes import FlowerOptions
+    from fedselect.flower.transport import FlowerTransport
+
+# Flower itself is imported where the engine runs, so that naming or listing this engine
+# (``fedselect list``, resolving a saved config) costs nothing; its absence is still told at
+# lookup (the registry's ``needs`` message for ``flower``).
+if importlib.util.find_spec("flwr") is None:
+    raise ModuleNotFoundError("No module named 'flwr'", name="flwr")
 
 log = logging.getLogger("fedselect.flower")
 
@@ -45,6 +48,8 @@ T = TypeVar("T")
 
 def node_settings(cfg: ExperimentConfig, path: Path) -> dict[str, Any]:
     """What every node of ``cfg``'s simulation reads: the experiment written to ``path``."""
+    from fedselect.flower.settings import CONFIG_FILE_KEY
+
     path.write_text(dump_config(cfg))
     return {CONFIG_FILE_KEY: str(path), "torch-threads": 1}
 
@@ -54,7 +59,12 @@ def _simulate(cfg: ExperimentConfig, main: Callable[[Grid, threading.Event], Any
     ``main(grid, stop)`` as its ServerApp; returns what it returned, raises what it raised.
     Ctrl-C sets ``stop``: the ServerApp's waits end at once (nothing more is recorded) and
     KeyboardInterrupt is raised here once it has ended."""
+    from flwr.app import Context
+    from flwr.serverapp import ServerApp
     from flwr.simulation import run_simulation
+
+    from fedselect.flower.client_app import make_client_app
+    from fedselect.flower.logs import flower_console
 
     out: dict[str, Any] = {}
     stop, done = threading.Event(), threading.Event()
@@ -104,6 +114,10 @@ def connect(grid: Grid, r: Resolved, fed: Federation, options: FlowerOptions, st
     Raises:
         ConfigError / RuntimeError: a node of another federation, or one whose query failed.
     """
+    from fedselect.fl.pool import ClientTrainer
+    from fedselect.fl.work import LocalTransport
+    from fedselect.flower.transport import FlowerTransport
+
     server = LocalTransport(fed, ClientTrainer.from_federation(fed, r.train_cfg, workers=0, device="cpu"), r.train_cfg)
     transport = FlowerTransport(grid, fed, r.train_cfg, options, server, r.config.system.round_deadline_s, stop)
     try:
@@ -124,6 +138,8 @@ class GridSession:
     """
 
     def __init__(self, grid: Grid, options: FlowerOptions | None = None, stop: threading.Event | None = None):
+        from fedselect.flower.nodes import FlowerOptions
+
         self.grid, self.options, self.stop = grid, options or FlowerOptions(), stop
 
     def connect(self, plan: Resolved, fed: Federation, workers: int | None = None) -> FlowerTransport:
@@ -156,6 +172,8 @@ class FlowerEngine(Engine):
     summary = "Flower's simulation engine (Ray), one SuperNode per client; needs the extra fedselect[flower]"
 
     def __init__(self, options: FlowerOptions | None = None):
+        from fedselect.flower.nodes import FlowerOptions
+
         self.options = options or FlowerOptions()
 
     def session(self, plan: Resolved, body: Callable[[Session], T]) -> T:
