@@ -11,10 +11,10 @@ import numpy as np
 def main(quick: bool = False) -> dict:
     import torch
 
-    from fedselect.config import parse_config
-    from fedselect.data.partition import make_partitioner
-    from fedselect.experiment import run_experiment
-    from fedselect.system import Fleet
+    from fedselect.config.schema import parse_config
+    from fedselect.experiment.run import run_experiment
+    from fedselect.world.data.partition import make_partitioner
+    from fedselect.world.system import Fleet
 
     res = {"torch_threads": torch.get_num_threads()}
     labels = np.repeat(np.arange(10), 6000)

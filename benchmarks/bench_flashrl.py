@@ -39,15 +39,15 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from fedselect.config import load_config  # noqa: E402
-from fedselect.experiment import run_experiment  # noqa: E402
-from fedselect.federation import build_federation  # noqa: E402
-from fedselect.fl.metrics import dumps_json, read_csv_rows  # noqa: E402
+from fedselect.common.files import dumps_json, read_csv_rows  # noqa: E402
+from fedselect.common.seeding import np_rng  # noqa: E402
+from fedselect.config.schema import load_config  # noqa: E402
+from fedselect.experiment.run import run_experiment  # noqa: E402
 from fedselect.methods import import_methods, register_method  # noqa: E402
 from fedselect.methods.ddqn import linear_epsilon  # noqa: E402
 from fedselect.methods.fedavg import FedAvg  # noqa: E402
 from fedselect.methods.flashrl import FlashRL  # noqa: E402
-from fedselect.seeding import np_rng  # noqa: E402
+from fedselect.world.federation import build_federation  # noqa: E402
 from flashrl_exploration_bound import oracle_round  # noqa: E402
 
 CONFIGS = {
@@ -120,7 +120,7 @@ def oracle_bound(fed, cfg, rounds: int, seed: int, repeats: int = 50) -> float |
     if cfg.method not in ("flashrl", "flashrl-latency-sim", "favor"):
         return None
     from fedselect.methods.base import Method  # noqa: F401  (documentation: same latency model)
-    from fedselect.system import compute_time, transmit_time
+    from fedselect.world.system import compute_time, transmit_time
 
     mo = cfg.method_options
     e0, e1, dec = mo.get("eps_init", 0.9), mo.get("eps_end", 0.2), mo.get("eps_decay_rounds") or rounds

@@ -58,8 +58,8 @@ CHILD = textwrap.dedent("""
     torch.set_num_threads(1)
     marks = {}
     import fedselect.fl.round as runner  # both engines play the round there
-    from fedselect.config import ExperimentConfig, apply_overrides
-    from fedselect.resolve import parse_experiment
+    from fedselect.config.schema import ExperimentConfig, apply_overrides
+    from fedselect.experiment.resolve import parse_experiment
     plain = {k: (json.loads(v) if isinstance(v, str) and v[:1] == "[" else v) for k, v in settings.items()
              if k.split(".")[0] in ExperimentConfig.model_fields}
     cfg = parse_experiment(apply_overrides({}, plain))
@@ -69,7 +69,7 @@ CHILD = textwrap.dedent("""
         return first(*a, **k)
     runner.play_round = play_round
     if engine == "simulator":
-        from fedselect.experiment import run_experiment
+        from fedselect.experiment.run import run_experiment
         run_experiment(cfg, out)
     else:
         from flwr.simulation import run_simulation

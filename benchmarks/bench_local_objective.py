@@ -1,7 +1,7 @@
 """Local objectives: what carrying and applying one costs per round of local training.
 
 One round of U = 4 clients (embedded MNIST, the MNIST CNN, E = 1, B = 32), trained by
-:class:`fedselect.fl.pool.ClientTrainer` with no objective, FedProx's ``ProximalTerm`` and
+:class:`fedselect.fl.local.pool.ClientTrainer` with no objective, FedProx's ``ProximalTerm`` and
 SCAFFOLD's ``DriftCorrection`` (closed-form hooks), and FedProx's term through the base class's
 autograd hook (what a user's objective without its own ``begin`` costs): in this process
 (``workers=0``) and, for the pool, with two worker processes (the objective pickled with each
@@ -20,11 +20,11 @@ def main(quick: bool = False) -> dict:
 
     from fedselect.algorithms.fedprox import ProximalTerm
     from fedselect.algorithms.scaffold import DriftCorrection
-    from fedselect.federation import build_federation
-    from fedselect.fl.clients import TrainJob
-    from fedselect.fl.objective import LocalObjective
-    from fedselect.fl.pool import ClientTrainer
-    from fedselect.resolve import parse_experiment, resolve
+    from fedselect.experiment.resolve import parse_experiment, resolve
+    from fedselect.fl.local.clients import TrainJob
+    from fedselect.fl.local.objective import LocalObjective
+    from fedselect.fl.local.pool import ClientTrainer
+    from fedselect.world.federation import build_federation
 
     @dataclass(frozen=True)
     class ProxByAutograd(ProximalTerm):

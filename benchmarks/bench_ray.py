@@ -1,4 +1,4 @@
-"""Overhead of the Ray backend (fedselect.backends.RayBackend) on this machine.
+"""Overhead of the Ray backend (fedselect.study.backends.RayBackend) on this machine.
 
 Measures: starting and stopping a local Ray instance; the round trip of an empty task once
 workers are warm; the first task on a fresh worker (which imports torch and fedselect); and a
@@ -54,8 +54,8 @@ def main(quick: bool = False) -> dict:
     import ray
     import torch
 
-    from fedselect.backends import RayBackend
-    from fedselect.sweep import parse_sweep, run_sweep
+    from fedselect.study.backends import RayBackend
+    from fedselect.study.sweep import parse_sweep, run_sweep
 
     torch.set_num_threads(1)
     cpus = min(2, os.cpu_count() or 1)

@@ -11,7 +11,7 @@ round's time is the faster of its two runs (bursts of other jobs only ever add t
   default thread count, per client ``load_state_dict`` + a new SGD optimiser, the same
   mini-batches (``torch_rng(seed, f"train/{t}/{k}")``), FedAvg of the states, evaluation of the
   10,000 test images in batches of 1,000 under ``no_grad``.
-* ``fedselect-inproc``: :class:`fedselect.fl.pool.ClientTrainer` with ``workers=0`` (in the
+* ``fedselect-inproc``: :class:`fedselect.fl.local.pool.ClientTrainer` with ``workers=0`` (in the
   main process, one torch thread), ``fedavg``, the trainer's evaluation.
 * ``fedselect-1w`` / ``fedselect-Nw``: the same with 1 worker process / one per usable core.
 
@@ -206,16 +206,16 @@ def workload(quick: bool) -> dict:
 def selections(seed: int, n: int, u: int, rounds: int) -> list[list[int]]:
     """The clients of rounds 1..rounds: uniform without replacement (FedAvg's rule), one
     generator shared by every variant."""
-    from fedselect.seeding import np_rng
+    from fedselect.common.seeding import np_rng
 
     rng = np_rng(seed, "bench/speed/select")
     return [sorted(int(k) for k in rng.choice(n, size=u, replace=False)) for _ in range(rounds)]
 
 
 def _fed_and_cfg(quick: bool):
-    from fedselect.config import parse_config
-    from fedselect.federation import build_federation
-    from fedselect.fl.train import TrainConfig
+    from fedselect.config.schema import parse_config
+    from fedselect.fl.local.train import TrainConfig
+    from fedselect.world.federation import build_federation
 
     cfg = parse_config(workload(quick), "bench_speed workload")
     t0 = time.perf_counter()
@@ -256,7 +256,7 @@ class BareLoop:
         import torch
         from torch import nn
 
-        from fedselect.seeding import torch_rng
+        from fedselect.common.seeding import torch_rng
 
         model, tc = self.model, self.tc
         t0 = time.perf_counter()
@@ -299,7 +299,7 @@ class FedselectLoop:
     """fedselect's training path: ClientTrainer jobs, fedavg, the trainer's evaluation."""
 
     def __init__(self, cfg, fed, tc, workers: int):
-        from fedselect.fl.pool import ClientTrainer
+        from fedselect.fl.local.pool import ClientTrainer
 
         self.cfg, self.fed, self.tc = cfg, fed, tc
         self.trainer = ClientTrainer.from_federation(fed, tc, workers=workers)
@@ -307,7 +307,7 @@ class FedselectLoop:
 
     def round(self, t: int, chosen: list[int], commit: bool = True) -> dict:
         from fedselect.fl.aggregate import fedavg
-        from fedselect.fl.pool import TrainJob
+        from fedselect.fl.local.pool import TrainJob
 
         t0 = time.perf_counter()
         res = self.trainer.train(
@@ -447,13 +447,13 @@ def child_scale(quick: bool, n: int, rounds: int) -> dict:
     """FedAvg rounds at N clients, 600 rows each (fixed work per round), all cores."""
     import numpy as np
 
-    from fedselect.data.catalog import load_dataset
+    from fedselect.common.seeding import np_rng, torch_rng
     from fedselect.fl.aggregate import fedavg
-    from fedselect.fl.pool import ClientData, ClientTrainer, ModelSpec, TrainJob, usable_cores
-    from fedselect.fl.train import TrainConfig
-    from fedselect.models import build_model
-    from fedselect.seeding import np_rng, torch_rng
-    from fedselect.system import Fleet
+    from fedselect.fl.local.pool import ClientData, ClientTrainer, ModelSpec, TrainJob, usable_cores
+    from fedselect.fl.local.train import TrainConfig
+    from fedselect.world.data.catalog import load_dataset
+    from fedselect.world.models import build_model
+    from fedselect.world.system import Fleet
 
     train, test = load_dataset("mnist-embedded" if quick else "mnist")
     per = 600
@@ -501,8 +501,8 @@ def child_scale(quick: bool, n: int, rounds: int) -> dict:
 def child_fedbuild(quick: bool, n: int, scheme: str = "dirichlet") -> dict:
     """Time to build a federation of N clients on full MNIST (the real ``build_federation``):
     Dirichlet(0.5) with ``min_size`` = min(10, 60000 / 4N) (at least 1), or IID."""
-    from fedselect.config import parse_config
-    from fedselect.federation import build_federation
+    from fedselect.config.schema import parse_config
+    from fedselect.world.federation import build_federation
 
     doc = workload(quick)
     min_size = max(1, min(10, (4000 if quick else 60000) // (4 * n)))
@@ -540,7 +540,7 @@ def child_agent(n: int, rounds: int, components: int = 100) -> dict:
         from fedselect.kernels.ddqn import DDQNAgent, DDQNConfig  # after the issue-11 refactor
     except ImportError:
         from fedselect.kernels.ddqn import DDQNAgent, DDQNConfig
-    from fedselect.seeding import np_rng, torch_rng
+    from fedselect.common.seeding import np_rng, torch_rng
 
     m = min(n, components)
     dim = n * (m + 4)
@@ -588,7 +588,7 @@ def child_small() -> dict:
     except ImportError:
         from fedselect.kernels.secretary import alpha_star, secretary_rule
         from fedselect.kernels.similarity import edge_weights, louvain_k, similarity_graph
-    from fedselect.seeding import np_rng
+    from fedselect.common.seeding import np_rng
 
     out = {"variant": "small"}
     for n in (100, 1000):
@@ -668,7 +668,7 @@ def print_speed(summary: dict) -> None:
 
 
 def main(quick: bool = False, rounds: int | None = None, parts: str = "speed,scaling,agents", reps: int | None = None) -> dict:
-    from fedselect.fl.pool import usable_cores
+    from fedselect.fl.local.pool import usable_cores
 
     cores = usable_cores()
     rounds = rounds or (3 if quick else 6)

@@ -5,7 +5,7 @@ even an agent that knows the fastest clients perfectly cannot save more than a b
 depends only on the epsilon schedule. This script simulates that *oracle* agent: each of the
 U slots is, with probability eps_t, a uniformly random not-yet-chosen client, else the
 not-yet-chosen client with the lowest true latency this round (FR-eq 3-5 via
-:mod:`fedselect.system`). It compares the end-to-end latency (sum of per-round
+:mod:`fedselect.world.system`). It compares the end-to-end latency (sum of per-round
 stragglers) with FedAvg (U uniform clients) over the same fleet and draws.
 
 No learning happens; it takes a few seconds:
@@ -20,10 +20,10 @@ import argparse
 
 import numpy as np
 
-from fedselect.fl.metrics import dumps_json
+from fedselect.common.files import dumps_json
+from fedselect.common.seeding import np_rng
 from fedselect.kernels.ddqn import linear_epsilon
-from fedselect.seeding import np_rng
-from fedselect.system import Fleet, compute_time, data_bits, transmit_time
+from fedselect.world.system import Fleet, compute_time, data_bits, transmit_time
 
 MNIST_CNN_PARAMS = 431_080
 
@@ -38,8 +38,8 @@ def client_sizes(num_clients: int, seed: int, equal: bool) -> np.ndarray:
     """Training-set sizes of the clients: full MNIST, hetero Dirichlet 0.5 (or 60000/N each)."""
     if equal:
         return np.full(num_clients, 60_000 // num_clients)
-    from fedselect.data.catalog import load_dataset
-    from fedselect.data.partition import make_partitioner
+    from fedselect.world.data.catalog import load_dataset
+    from fedselect.world.data.partition import make_partitioner
 
     train, _ = load_dataset("mnist", seed=seed)
     parts = make_partitioner("dirichlet", alpha=0.5, min_size=10).split(train.y, num_clients, np_rng(seed, "partition"))

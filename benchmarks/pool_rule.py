@@ -1,4 +1,4 @@
-"""The measurements behind the worker-pool rule (:mod:`fedselect.fl.pool_rule`).
+"""The measurements behind the worker-pool rule (:mod:`fedselect.fl.local.pool_rule`).
 
 One command::
 
@@ -8,7 +8,7 @@ One command::
 (also ``python benchmarks/run_all.py --only pool_rule``). Three parts, each in a fresh process:
 
 1. **The in-process estimate against the real thing**, for the built-in models at batch sizes
-   10, 20 and 50: :func:`fedselect.fl.pool_rule.measure_costs` (one mini-batch's forward and
+   10, 20 and 50: :func:`fedselect.fl.local.pool_rule.measure_costs` (one mini-batch's forward and
    backward pass, a forward pass per evaluated sample) against one local epoch of 5 clients of
    200 random samples and an evaluation of 1,000 in ``ClientTrainer(workers=0)`` (one torch
    thread, as a run trains without a pool). What a real step costs beyond the measured
@@ -76,12 +76,12 @@ def in_process(quick: bool) -> dict:
     import numpy as np
     import torch
 
-    from fedselect.data.datasets import ArrayDataset
     from fedselect.fl import pool_rule
-    from fedselect.fl.clients import TrainJob
-    from fedselect.fl.pool import ClientTrainer
-    from fedselect.fl.train import TrainConfig
-    from fedselect.models import build_model, prefers_channels_last
+    from fedselect.fl.local.clients import TrainJob
+    from fedselect.fl.local.pool import ClientTrainer
+    from fedselect.fl.local.train import TrainConfig
+    from fedselect.world.data.datasets import ArrayDataset
+    from fedselect.world.models import build_model, prefers_channels_last
 
     repeats = 2 if quick else 3
     rows = []
@@ -149,8 +149,8 @@ def in_process(quick: bool) -> dict:
 # ------------------------------------------------------------------------------ parts 2 and 3
 def default_federation():
     from fedselect.api import experiment_config
-    from fedselect.federation import build_federation
-    from fedselect.resolve import resolve
+    from fedselect.experiment.resolve import resolve
+    from fedselect.world.federation import build_federation
 
     r = resolve(experiment_config(None), "default")
     return r, build_federation(r.config)
@@ -161,7 +161,7 @@ def pool_start(quick: bool) -> dict:
 
     import torch
 
-    from fedselect.fl.pool import ClientTrainer
+    from fedselect.fl.local.pool import ClientTrainer
 
     c = time.process_time()
     import torch._dynamo  # noqa: F401  (what the first optimiser step in a process imports)
@@ -185,9 +185,9 @@ def pool_start(quick: bool) -> dict:
 
 
 def rounds(quick: bool) -> dict:
-    from fedselect.fl.clients import TrainJob
-    from fedselect.fl.pool import ClientTrainer
-    from fedselect.fl.pool_rule import EFFICIENCY
+    from fedselect.fl.local.clients import TrainJob
+    from fedselect.fl.local.pool import ClientTrainer
+    from fedselect.fl.local.pool_rule import EFFICIENCY
 
     r, fed = default_federation()
     cfg = r.config

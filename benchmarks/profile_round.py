@@ -35,10 +35,10 @@ def epoch_table(reps: int = 5) -> list[tuple[str, float]]:
     import numpy as np
     import torch
 
-    from fedselect.data.datasets import ArrayDataset
-    from fedselect.fl.train import TrainConfig, local_train
-    from fedselect.models import build_model
-    from fedselect.seeding import torch_rng
+    from fedselect.common.seeding import torch_rng
+    from fedselect.fl.local.train import TrainConfig, local_train
+    from fedselect.world.data.datasets import ArrayDataset
+    from fedselect.world.models import build_model
 
     rng = np.random.default_rng(0)
     d = ArrayDataset(rng.random((600, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, 600), 10)
@@ -75,8 +75,8 @@ def epoch_table(reps: int = 5) -> list[tuple[str, float]]:
 def flashrl_profile(rounds: int = 3) -> None:
     import tempfile
 
-    from fedselect.config import load_config
-    from fedselect.experiment import run_experiment
+    from fedselect.config.schema import load_config
+    from fedselect.experiment.run import run_experiment
 
     cfg = load_config(HERE.parent / "configs" / "flashrl-mnist-dir05.yaml", {"rounds": rounds, "checkpoint_every": 0})
     prof = cProfile.Profile()

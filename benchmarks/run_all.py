@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from fedselect.fl.metrics import dumps_json
+from fedselect.common.files import dumps_json
 
 HERE = Path(__file__).resolve().parent
 

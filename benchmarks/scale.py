@@ -63,8 +63,8 @@ def experiment(n: int, selector: str, rounds: int, dataset: str) -> dict:
 
 def one(n: int, selector: str, rounds: int, dataset: str) -> dict:
     """Run one (N, selector) pair in this process and return its figures."""
-    from fedselect.config import parse_config
-    from fedselect.experiment import run_experiment
+    from fedselect.config.schema import parse_config
+    from fedselect.experiment.run import run_experiment
     from fedselect.selectors import SELECTORS as REGISTRY
 
     cls = REGISTRY.get(selector)
@@ -114,7 +114,7 @@ def _child(n: int, selector: str, rounds: int, dataset: str) -> dict:
 def _dataset(requested: str | None) -> str:
     if requested:
         return requested
-    from fedselect.data.catalog import load_dataset
+    from fedselect.world.data.catalog import load_dataset
 
     try:
         load_dataset("mnist")

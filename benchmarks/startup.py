@@ -16,12 +16,12 @@ the real command line (:func:`fedselect.cli.main`) inside:
   and ``site``);
 * ``import_cli_s``: ``import fedselect.cli`` (all ``fedselect --help`` needs);
 * ``import_run_s``: the modules the command imports before doing anything (``fedselect.api``,
-  for ``compare`` also ``fedselect.compare`` and ``fedselect.report``); imports made later,
+  for ``compare`` also ``fedselect.study.compare`` and ``fedselect.report.build``); imports made later,
   on first use, fall into the phase that makes them;
-* ``data_load_s``: the data-set loader (``fedselect.data.catalog.load_dataset``);
+* ``data_load_s``: the data-set loader (``fedselect.world.data.catalog.load_dataset``);
 * ``federation_s``: building the federation (the data load, the partition, the fleet);
 * ``pool_start_s``: constructing the run's client trainer
-  (:class:`fedselect.fl.pool.ClientTrainer`: its worker processes, when it starts any), summed
+  (:class:`fedselect.fl.local.pool.ClientTrainer`: its worker processes, when it starts any), summed
   over the runs of a comparison; ``pool_workers`` lists each trainer's worker count;
 * ``first_round_s``: round 1 of the first run (``timing.csv``; round 0, the evaluation of the
   initial model, is ``initial_eval_s``);
@@ -93,8 +93,8 @@ def probe(args: list[str], out_json: str, t_launch: float) -> None:
     import fedselect.api  # noqa: F401  (what `run` and `compare` import first)
 
     if args[0] == "compare":
-        import fedselect.compare  # noqa: F401
-        import fedselect.report  # noqa: F401
+        import fedselect.report.build  # noqa: F401
+        import fedselect.study.compare  # noqa: F401
     marks["import_run_s"], marks["import_run_cpu_s"] = _t.perf_counter() - w0, _t.process_time() - c0
 
     spans: dict[str, list[tuple[float, float]]] = {"data_load": [], "federation": [], "pool_start": []}
@@ -132,11 +132,11 @@ def probe(args: list[str], out_json: str, t_launch: float) -> None:
         return True
 
     found = {
-        "data_load": rebind("fedselect.data.catalog", "load_dataset", "data_load"),
-        "federation": rebind("fedselect.federation", "build_federation", "federation"),
+        "data_load": rebind("fedselect.world.data.catalog", "load_dataset", "data_load"),
+        "federation": rebind("fedselect.world.federation", "build_federation", "federation"),
     }
     try:
-        from fedselect.fl.pool import ClientTrainer
+        from fedselect.fl.local.pool import ClientTrainer
 
         init = ClientTrainer.__init__
 

@@ -41,7 +41,7 @@ def tiny_cfg_doc():
 def tiny_experiment(method: str | None = "fedavg", seed: int = 4, **over):
     """A resolved tiny experiment on the embedded real MNIST: 8 clients (Dirichlet 0.5), 3 per
     round, 4 rounds, an MLP with 16 hidden units; ``over`` replaces top-level keys."""
-    from fedselect.resolve import parse_experiment
+    from fedselect.experiment.resolve import parse_experiment
 
     doc = {
         "name": "tiny",

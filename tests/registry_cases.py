@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import copy
 
-from fedselect.config import ConfigError
-from fedselect.presets import PRESETS
-from fedselect.resolve import parse_experiment, resolve
+from fedselect.config.presets import PRESETS
+from fedselect.config.schema import ConfigError
+from fedselect.experiment.resolve import parse_experiment, resolve
 from fedselect.selectors import SELECTORS
 
 #: options that make a component run on the tiny federations of the tests (and exercise its

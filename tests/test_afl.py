@@ -77,7 +77,7 @@ def test_round_one_is_uniform_over_the_clients():
 
 @pytest.mark.slow
 def test_afl_runs(tmp_path):
-    from fedselect.experiment import run_experiment
+    from fedselect.experiment.run import run_experiment
 
     s = run_experiment(tiny_experiment("afl"), tmp_path / "r")
     rows = (tmp_path / "r" / "metrics.csv").read_text().splitlines()

@@ -19,12 +19,12 @@ from fedselect.algorithms import ALGORITHMS
 from fedselect.algorithms._server_opt import AdagradOptions, AdaptiveOptions, server_step
 from fedselect.algorithms.fedprox import ProximalTerm
 from fedselect.algorithms.scaffold import DriftCorrection, Scaffold, ScaffoldOptions, momentum_steps
-from fedselect.config import ConfigError, parse_config
-from fedselect.experiment import run_experiment
-from fedselect.fl.clients import TrainJob
-from fedselect.fl.train import TrainConfig, train_steps
+from fedselect.config.schema import ConfigError, parse_config
+from fedselect.experiment.resolve import parse_experiment, resolve
+from fedselect.experiment.run import run_experiment
+from fedselect.fl.local.clients import TrainJob
+from fedselect.fl.local.train import TrainConfig, train_steps
 from fedselect.fl.types import ClientOutcome, ServerState
-from fedselect.resolve import parse_experiment, resolve
 
 NEW = ("fedprox", "fedadam", "fedyogi", "fedadagrad", "scaffold")
 
@@ -132,8 +132,8 @@ def test_fedadagrad_one_server_step_by_hand():
 
 def test_server_optimisers_initial_moments_live_in_the_server_state():
     r = resolve(parse_experiment(doc("fedyogi", {"tau": 0.01})))
-    from fedselect.federation import build_federation
-    from fedselect.simulation import Simulation
+    from fedselect.experiment.simulation import Simulation
+    from fedselect.world.federation import build_federation
 
     sim = Simulation(r, build_federation(r.config), workers=0)
     try:
@@ -283,8 +283,8 @@ START: dict = {}
 
 
 def test_fedprox_and_scaffold_objectives_reach_worker_processes_and_the_stacked_path():
-    from fedselect.federation import build_federation
-    from fedselect.fl.pool import ClientTrainer
+    from fedselect.fl.local.pool import ClientTrainer
+    from fedselect.world.federation import build_federation
 
     r = resolve(parse_experiment(doc("fedavg")))
     fed = build_federation(r.config)

@@ -18,41 +18,41 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "fedselect"
 #: layer of each module prefix (longest prefix wins); lower layers never import higher ones
 LAYERS = {
     "fedselect": 0,
-    "fedselect.seeding": 0,
-    "fedselect.config": 0,
-    "fedselect.config_fleet": 0,  # the fleet sections of the schema (config re-exports them)
-    "fedselect.contenders": 0,  # the methods of a comparison or sweep: labels, file names, where a problem was given
-    "fedselect.presets": 0,
+    "fedselect.common.seeding": 0,
+    "fedselect.config.schema": 0,
+    "fedselect.config.fleet": 0,  # the fleet sections of the schema (config re-exports them)
+    "fedselect.config.contenders": 0,  # the methods of a comparison or sweep: labels, file names, where a problem was given
+    "fedselect.config.presets": 0,
     "fedselect.registry": 0,
-    "fedselect.system": 1,
-    "fedselect.profile_presets": 1,  # named fleets (system.profiles): the paper's tables, the FLASH-RL authors' fleet
-    "fedselect.models": 1,
-    "fedselect.data": 1,
-    "fedselect.federation": 2,
+    "fedselect.world.system": 1,
+    "fedselect.world.profiles": 1,  # named fleets (system.profiles): the paper's tables, the FLASH-RL authors' fleet
+    "fedselect.world.models": 1,
+    "fedselect.world.data": 1,
+    "fedselect.world.federation": 2,
     "fedselect.fl": 3,
-    "fedselect.inputs": 3,  # digests of the input files and of the federation (reads data/federation)
+    "fedselect.experiment.inputs": 3,  # digests of the input files and of the federation (reads data/federation)
     "fedselect.kernels": 3,
-    "fedselect.stats": 3,
-    "fedselect.fedscale": 4,  # converters of FedScale fleet files (reads data.files, fl.metrics)
+    "fedselect.report.stats": 3,
+    "fedselect.world.fedscale": 4,  # converters of FedScale fleet files (reads data.files, fl.metrics)
     "fedselect.selectors": 4,
     "fedselect.algorithms": 4,
-    "fedselect.resolve": 5,
-    "fedselect.simulation": 6,
+    "fedselect.experiment.resolve": 5,
+    "fedselect.experiment.simulation": 6,
     "fedselect.engines": 6,  # the engine plug-in interface and the simulator's engine (registry: fedselect.registry.ENGINES)
-    "fedselect.runfiles": 6,
-    "fedselect.tblog": 6,  # the TensorBoard event files runfiles writes beside metrics.csv
-    "fedselect.experiment": 7,
+    "fedselect.experiment.runfiles": 6,
+    "fedselect.experiment.tblog": 6,  # the TensorBoard event files runfiles writes beside metrics.csv
+    "fedselect.experiment.run": 7,
     "fedselect.api": 9,  # the Python API: a face like the command line (runs, comparisons with progress)
-    "fedselect.compare": 8,
-    "fedselect.sweep": 8,
-    "fedselect.sweep_render": 8,  # how a sweep's table reads (cells, table.md, report.html)
-    "fedselect.report": 8,
-    "fedselect.reproduce": 8,
-    "fedselect.repro": 8,  # the parts of fedselect.reproduce (its public face)
-    "fedselect.plots": 8,
-    "fedselect.html_report": 8,
-    "fedselect.tables": 8,
-    "fedselect.backends": 8,  # compare and sweep hand their runs to a backend
+    "fedselect.study.compare": 8,
+    "fedselect.study.sweep": 8,
+    "fedselect.report.sweep_render": 8,  # how a sweep's table reads (cells, table.md, report.html)
+    "fedselect.report.build": 8,
+    "fedselect.repro.reproduce": 8,
+    "fedselect.repro": 8,  # the parts of fedselect.repro.reproduce (its public face)
+    "fedselect.report.plots": 8,
+    "fedselect.report.html": 8,
+    "fedselect.report.tables": 8,
+    "fedselect.study.backends": 8,  # compare and sweep hand their runs to a backend
     "fedselect.flower": 9,  # Flower's front ends: ServerApp, strategy, runs on a given grid, deployments
     # the Flower engine plug-in and its node side: below the experiment layer that drives it
     "fedselect.flower.engine": 6,
@@ -64,7 +64,7 @@ LAYERS = {
     "fedselect.flower.messaging": 6,
     "fedselect.flower.logs": 6,
     "fedselect.cli": 9,
-    "fedselect.console": 9,  # what the command line prints
+    "fedselect.cli.console": 9,  # what the command line prints
 }
 
 
@@ -110,8 +110,8 @@ def _drivers() -> dict[str, set[str]]:
     from fedselect.selectors import SELECTORS
 
     return {
-        "fedselect.experiment": plugin_modules(ENGINES),  # play(): engine.session, session.connect
-        "fedselect.simulation": plugin_modules(SELECTORS) | plugin_modules(ALGORITHMS),  # their classes, built per run
+        "fedselect.experiment.run": plugin_modules(ENGINES),  # play(): engine.session, session.connect
+        "fedselect.experiment.simulation": plugin_modules(SELECTORS) | plugin_modules(ALGORITHMS),  # their classes, built per run
     }
 
 
@@ -183,9 +183,9 @@ def test_no_import_cycles():
 def test_the_plugin_edges_are_seen():
     """The engines, selectors and algorithms loaded by name are edges of the graph: the test
     would see an engine that imported the experiment layer (the loop it once had)."""
-    assert {"fedselect.engines", "fedselect.flower.engine"} <= GRAPH["fedselect.experiment"]
-    assert "fedselect.selectors.oort" in GRAPH["fedselect.simulation"]
-    assert "fedselect.algorithms.fedprox" in GRAPH["fedselect.simulation"]
+    assert {"fedselect.engines", "fedselect.flower.engine"} <= GRAPH["fedselect.experiment.run"]
+    assert "fedselect.selectors.oort" in GRAPH["fedselect.experiment.simulation"]
+    assert "fedselect.algorithms.fedprox" in GRAPH["fedselect.experiment.simulation"]
 
 
 def test_no_engine_imports_the_experiment_layer():
@@ -196,14 +196,14 @@ def test_no_engine_imports_the_experiment_layer():
     engines = plugin_modules(ENGINES)
     assert engines == {"fedselect.engines", "fedselect.flower.engine"}
     for m in engines:
-        above = sorted(d for d in closure(m) | {m} if layer(d) >= layer("fedselect.experiment"))
+        above = sorted(d for d in closure(m) | {m} if layer(d) >= layer("fedselect.experiment.run"))
         assert above == [], f"engine module {m} imports the experiment layer or above: {above}"
 
 
 def test_config_is_a_schema_only():
-    assert GRAPH["fedselect.config"] <= {"fedselect.config_fleet"}, "config.py imports only its own fleet sections"
-    assert GRAPH["fedselect.config_fleet"] == set(), "config_fleet.py must import no other part of fedselect"
-    assert GRAPH["fedselect.data.datasets"] <= {"fedselect.registry"}, "the data registry imports no loader"
+    assert GRAPH["fedselect.config.schema"] <= {"fedselect.config.fleet"}, "config.py imports only its own fleet sections"
+    assert GRAPH["fedselect.config.fleet"] == set(), "config_fleet.py must import no other part of fedselect"
+    assert GRAPH["fedselect.world.data.datasets"] <= {"fedselect.registry"}, "the data registry imports no loader"
 
 
 def test_kernels_know_no_loop():
@@ -213,14 +213,20 @@ def test_kernels_know_no_loop():
                 d
                 for d in deps
                 if d.startswith(
-                    ("fedselect.fl", "fedselect.federation", "fedselect.selectors", "fedselect.algorithms", "fedselect.config")
+                    (
+                        "fedselect.fl",
+                        "fedselect.world.federation",
+                        "fedselect.selectors",
+                        "fedselect.algorithms",
+                        "fedselect.config.schema",
+                    )
                 )
             }, m
 
 
 def test_the_promised_components_are_registered():
     from fedselect.algorithms import ALGORITHMS
-    from fedselect.presets import PRESETS
+    from fedselect.config.presets import PRESETS
     from fedselect.selectors import SELECTORS
 
     assert set(SELECTORS.builtin_names()) >= {

@@ -9,11 +9,11 @@ import math
 import pytest
 import torch
 
-from fedselect.config import ConfigError
-from fedselect.experiment import run_experiment
+from fedselect.config.schema import ConfigError
+from fedselect.experiment.resolve import parse_experiment
+from fedselect.experiment.run import run_experiment
 from fedselect.fl.aggregate import buffered_update
 from fedselect.fl.asynchronous import AsyncSettings, staleness_weight
-from fedselect.resolve import parse_experiment
 
 
 def _doc(**over):
@@ -46,7 +46,7 @@ def test_buffer_equal_to_concurrency_on_an_equal_fleet_is_fedavg(tmp_path):
     asy = parse_experiment(
         _doc(system=system, mode="async", async_={"concurrency": 3, "buffer_size": 3, "staleness": {"function": "constant"}})
     )
-    from fedselect.federation import build_federation, federation_key
+    from fedselect.world.federation import build_federation, federation_key
 
     assert federation_key(sync) == federation_key(asy)
     fed = build_federation(sync)  # one federation for both, as in a comparison
@@ -227,7 +227,7 @@ def test_resume_is_refused(tmp_path):
 
 
 def test_list_shows_the_async_keys():
-    from fedselect.console import fleet_table
+    from fedselect.cli.console import fleet_table
 
     t = fleet_table()
     rows = dict(zip(t.columns[0]._cells, t.columns[1]._cells))
@@ -241,7 +241,7 @@ def test_list_shows_the_async_keys():
 def test_comparison_config_resolves():
     from pathlib import Path
 
-    from fedselect.compare import load_compare
+    from fedselect.study.compare import load_compare
 
     cc = load_compare(Path(__file__).resolve().parents[1] / "configs" / "async-fleet.yaml", {})
     modes = [cc.experiment(m, 0).mode for m in cc.methods]

@@ -1,4 +1,4 @@
-"""Sweep/compare backends (fedselect.backends): the shared run step, and Ray tasks giving the
+"""Sweep/compare backends (fedselect.study.backends): the shared run step, and Ray tasks giving the
 same files as the local backend, resuming interrupted runs, reporting failures and cleaning up
 after Ctrl-C."""
 
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedselect.backends import LocalBackend, RayBackend, RunSpec, make_backend, run_one
-from fedselect.experiment import run_experiment
-from fedselect.resolve import resolve_doc
+from fedselect.experiment.resolve import resolve_doc
+from fedselect.experiment.run import run_experiment
+from fedselect.study.backends import LocalBackend, RayBackend, RunSpec, make_backend, run_one
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,7 +95,7 @@ def test_run_one_continues_what_is_there(tmp_path, tiny_cfg_doc):
 
 
 def test_local_backend_shares_a_federation_per_key(tmp_path, tiny_cfg_doc, monkeypatch):
-    import fedselect.backends as backends
+    import fedselect.study.backends as backends
 
     built = []
     real = backends.build_federation
@@ -106,7 +106,7 @@ def test_local_backend_shares_a_federation_per_key(tmp_path, tiny_cfg_doc, monke
         for m in ("fedavg", "full")
     ]
     started = []
-    from fedselect.backends import RunCallbacks
+    from fedselect.study.backends import RunCallbacks
 
     done = LocalBackend().run(specs, RunCallbacks(on_start=lambda s, i, n: started.append((i, n))))
     assert built == [0, 1] and started == [(1, 4), (2, 4), (3, 4), (4, 4)] and len(done) == 4
@@ -150,7 +150,7 @@ def test_ray_sweep_gives_the_local_table_and_files(tmp_path, ray_instance):
     budgeted-online sweep (configs/budgeted-sweep-small.yaml, smaller grid) writes the same table.csv
     (but for the wall-clock columns) and byte-identical run files as the local backend, keeps
     finished runs and continues an interrupted one from its checkpoint."""
-    from fedselect.sweep import parse_sweep, run_dir_for, run_sweep
+    from fedselect.study.sweep import parse_sweep, run_dir_for, run_sweep
 
     cfg_file = tmp_path / "sweep.yaml"
     cfg_file.write_text(yaml.safe_dump(SWEEP, sort_keys=False))
@@ -181,7 +181,7 @@ def test_ray_sweep_gives_the_local_table_and_files(tmp_path, ray_instance):
 def test_ray_compare_matches_local(tmp_path, tiny_cfg_doc, ray_instance):
     import ray
 
-    from fedselect.compare import parse_compare, run_comparison
+    from fedselect.study.compare import parse_compare, run_comparison
 
     doc = {
         "name": "c",

@@ -4,12 +4,12 @@
 import numpy as np
 import pytest
 
-from fedselect.config import ConfigError
-from fedselect.experiment import make_simulation, resume_experiment, run_experiment
-from fedselect.federation import build_federation
-from fedselect.fl.metrics import read_csv_rows
+from fedselect.common.files import read_csv_rows
+from fedselect.config.schema import ConfigError
+from fedselect.experiment.resolve import parse_experiment, resolve_doc
+from fedselect.experiment.run import make_simulation, resume_experiment, run_experiment
 from fedselect.kernels.secretary import alpha_star, offline_best_rule, secretary_rule
-from fedselect.resolve import parse_experiment, resolve_doc
+from fedselect.world.federation import build_federation
 
 METHODS = ("budgeted_online", "online_random", "offline_best")
 
@@ -140,7 +140,7 @@ def test_bad_options_are_reported_before_any_data_is_loaded():
 
 
 def test_sweep_grid_table_and_continuation(tmp_path):
-    from fedselect.sweep import build_sweep_table, parse_sweep, run_sweep
+    from fedselect.study.sweep import build_sweep_table, parse_sweep, run_sweep
 
     base = doc(rounds=1)
     for k in ("name", "method", "seed"):
@@ -191,9 +191,9 @@ def test_sweep_grid_table_and_continuation(tmp_path):
 
 
 def test_summary_counts_the_fat_clients_accepted(shared):
-    from fedselect.data.partition import make_partitioner
-    from fedselect.runfiles import fat_selection
-    from fedselect.seeding import np_rng
+    from fedselect.common.seeding import np_rng
+    from fedselect.experiment.runfiles import fat_selection
+    from fedselect.world.data.partition import make_partitioner
 
     fed = build_federation(parse_experiment(doc()))
     # 12 clients, fat_fraction 0.2: round(2.4) = 2 fat clients, the partition's first draw

@@ -227,12 +227,12 @@ def test_communication_parts_tiny_model_by_hand():
 
 # ---------------------------------------------------------------- the methods on the core loop
 from fedselect.algorithms.cefl import fine_tune  # noqa: E402
-from fedselect.config import ConfigError  # noqa: E402
-from fedselect.data.datasets import ArrayDataset, register_dataset  # noqa: E402
-from fedselect.experiment import make_simulation, run_experiment  # noqa: E402
-from fedselect.federation import build_federation  # noqa: E402
-from fedselect.resolve import parse_experiment  # noqa: E402
+from fedselect.config.schema import ConfigError  # noqa: E402
+from fedselect.experiment.resolve import parse_experiment  # noqa: E402
+from fedselect.experiment.run import make_simulation, run_experiment  # noqa: E402
 from fedselect.selectors.base import RoundView  # noqa: E402
+from fedselect.world.data.datasets import ArrayDataset, register_dataset  # noqa: E402
+from fedselect.world.federation import build_federation  # noqa: E402
 
 
 @register_dataset("cefl-test-synthetic")
@@ -358,7 +358,7 @@ def test_cefl_too_many_clusters_and_empty_base(fed):
 
 
 def test_fine_tune_keeps_best_state_and_stops(fed):
-    from fedselect.fl.train import TrainConfig
+    from fedselect.fl.local.train import TrainConfig
 
     model = fed.new_model()
     start = {k: v.clone() for k, v in model.state_dict().items()}
@@ -372,7 +372,7 @@ def test_fine_tune_keeps_best_state_and_stops(fed):
 
 
 def test_cefl_resume_is_exact(tmp_path, fed):
-    from fedselect.experiment import resume_experiment
+    from fedselect.experiment.run import resume_experiment
 
     doc = dict(method_options={"clusters": 2, "base_layers": 1, "transfer_epochs": 2})
     cfg = _cfg("cefl", rounds=3, **doc["method_options"]).model_copy(update={"checkpoint_every": 1})
@@ -415,8 +415,8 @@ def test_cefl_table_leaves_per_round_figures_blank_and_says_why(tmp_path):
     """CEFL 2 rounds beside Individual 3 on the two-population data: CEFL's best / last-k / to-target
     are blank (members were scored with their leader's model during the rounds), its final is
     the transfer's mean client accuracy; Individual's per-round figures are its rows'."""
-    from fedselect.compare import parse_compare, run_comparison
-    from fedselect.report import build_report
+    from fedselect.report.build import build_report
+    from fedselect.study.compare import parse_compare, run_comparison
 
     base = _cfg("individual", rounds=3).model_dump(mode="json")
     for k in ("name", "seed", "method", "selector", "algorithm", "method_options"):  # the comparison gives these

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from fedselect.config_fleet import DeadlineConfig
+from fedselect.config.fleet import DeadlineConfig
 from fedselect.fl.availability import Availability
 from fedselect.fl.clock import FleetClock, latency_observation
 from fedselect.fl.types import ClientOutcome, RunSettings
@@ -103,9 +103,9 @@ def test_adaptive_deadline_keeps_its_share_on_a_stationary_fleet(percentile):
 
 # ---------------------------------------------------------------- rounds / latency to target
 def test_to_target_worked_examples():
-    from fedselect.stats import to_target
+    from fedselect.report.stats import to_target
 
-    # reached in rounds 20 and 40, the third never within its 50 rounds (fedselect.stats docstring)
+    # reached in rounds 20 and 40, the third never within its 50 rounds (fedselect.report.stats docstring)
     tt = to_target([20, 40, None], [50, 50, 50])
     assert (tt.value, tt.std, tt.reached, tt.runs, tt.censored) == (40.0, None, 2, 3, True)
     tt = to_target([20, None, None], [50, 50, 50])  # fewer than half: the median lies beyond 50
@@ -141,7 +141,7 @@ def test_a_method_that_missed_the_target_is_not_averaged_over_its_lucky_seeds(tm
     2.0 ± 1.41 (2/3 reached), -14.3% vs A's 2.33, and a paired mean over seeds 0 and 1. The
     Kaplan-Meier median (S(1) = 2/3, S(3) = 1/3) is 3.0; A's median 2.0, so +50%; latency to
     target 15 s against 20 s: -25%; the paired cell has no difference (seed 2 is censored)."""
-    from fedselect.report import build_report
+    from fedselect.report.build import build_report
 
     rep = build_report(_three_seeds(tmp_path), plots=False)
     a, b = rep["table"]
@@ -163,7 +163,7 @@ def test_a_method_that_missed_the_target_is_not_averaged_over_its_lucky_seeds(tm
 
 
 def test_one_run_that_never_reached_the_target_reads_beyond_its_rounds(tmp_path):
-    from fedselect.report import build_report
+    from fedselect.report.build import build_report
     from test_compare import _fake_run
 
     _fake_run(tmp_path / "r", [(0, 0.1, 0, 0), (1, 0.5, 5, 1), (2, 0.6, 10, 2)], 2)
@@ -178,8 +178,8 @@ def test_a_sweep_gives_censored_rounds_to_target_as_a_median(tmp_path):
     paired cell is blank."""
     import json
 
-    from fedselect.report import build_report
-    from fedselect.sweep import _restrict, parse_sweep, run_dir_for
+    from fedselect.report.build import build_report
+    from fedselect.study.sweep import _restrict, parse_sweep, run_dir_for
 
     base = {"rounds": 10, "data": {"dataset": "mnist-embedded", "num_clients": 8}, "model": {"name": "mlp"}}
     sc = parse_sweep(
@@ -220,8 +220,8 @@ def test_adaptive_deadline_on_a_real_run_holds_its_share(tmp_path):
     it stays at 0.8 +- 0.1 throughout."""
     from scipy.stats import norm
 
-    from fedselect.experiment import run_experiment
-    from fedselect.resolve import parse_experiment
+    from fedselect.experiment.resolve import parse_experiment
+    from fedselect.experiment.run import run_experiment
 
     doc = {
         "name": "deadline",

@@ -122,7 +122,7 @@ def test_engine_option_is_a_config_override(tmp_path):
     import yaml
 
     from fedselect.cli import _overrides
-    from fedselect.compare import load_compare
+    from fedselect.study.compare import load_compare
 
     for cmd in ("run", "compare"):
         text = " ".join(runner.invoke(app, [cmd, "--help"]).output.split())
@@ -148,8 +148,8 @@ def test_engine_option_is_a_config_override(tmp_path):
 
 
 def test_list_shows_every_fleet_key_with_its_default():
-    from fedselect.config_fleet import AVAILABILITY_KEYS, CAPACITY_KEYS
-    from fedselect.console import fleet_table
+    from fedselect.cli.console import fleet_table
+    from fedselect.config.fleet import AVAILABILITY_KEYS, CAPACITY_KEYS
 
     t = fleet_table()
     rows = dict(zip(t.columns[0]._cells, t.columns[1]._cells))
@@ -167,7 +167,7 @@ def test_list_shows_every_fleet_key_with_its_default():
 
 
 def test_list_shows_every_partition_scheme_with_its_parameters():
-    from fedselect.console import kind_table
+    from fedselect.cli.console import kind_table
     from fedselect.registry import PARTITIONERS
 
     t = kind_table("partitioners")
@@ -186,7 +186,7 @@ def _config_yaml_only(monkeypatch):
     """``fedselect run`` up to config.yaml: the run itself is replaced by writing the resolved
     config as a run writes it (one real run below checks the real writer)."""
     from fedselect import api
-    from fedselect.config import dump_config
+    from fedselect.config.schema import dump_config
 
     def write(plan, **kw):
         plan.run_dir.mkdir(parents=True)
@@ -334,7 +334,7 @@ def test_values_that_cannot_land_are_refused_naming_the_key(tmp_path, args, mess
 
 def test_the_api_takes_the_same_overrides_as_the_command_line():
     from fedselect import api
-    from fedselect.config import ConfigError
+    from fedselect.config.schema import ConfigError
 
     cfg = api.experiment_config(TINY_DOC, method="fedprox", algorithm__options__mu=0.5)
     assert (cfg.selector.name, cfg.algorithm.name, cfg.algorithm.options["mu"]) == ("random", "fedprox", 0.5)
@@ -379,7 +379,7 @@ def test_the_embedded_default_is_a_config_file_like_any_other(tmp_path, monkeypa
     import yaml
 
     from fedselect import api
-    from fedselect.config import dump_config
+    from fedselect.config.schema import dump_config
 
     shown = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"
     assert shown.resolve() == api.DEFAULT_EXPERIMENT.resolve()

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import tiny_experiment
-from fedselect.config import ConfigError
+from fedselect.config.schema import ConfigError
 from fedselect.fl.aggregate import fedavg
 from fedselect.fl.types import RunSettings
 from fedselect.kernels.clustered import aggregation_weights, cluster_distributions, cut_clusters, size_distributions
@@ -133,7 +133,7 @@ def test_similar_updates_are_spread_over_distributions():
 def test_the_selections_weights_reach_the_aggregate(tmp_path):
     """One round run by hand: the committed model is the average of the participants' updates with
     the selection's weights (1/m per draw), not with n_k."""
-    from fedselect.experiment import make_simulation
+    from fedselect.experiment.run import make_simulation
     from fedselect.fl.round import play_round, prepare, updates
 
     cfg = tiny_experiment("clustered_sampling", method_options={"clustering": "sample_size"})
@@ -153,7 +153,7 @@ def test_the_selections_weights_reach_the_aggregate(tmp_path):
 
 
 def test_an_unweighted_selector_keeps_fedavgs_sample_weights():
-    from fedselect.experiment import make_simulation
+    from fedselect.experiment.run import make_simulation
     from fedselect.fl.round import play_round, prepare
 
     sim = make_simulation(tiny_experiment("fedavg"))
@@ -166,7 +166,7 @@ def test_an_unweighted_selector_keeps_fedavgs_sample_weights():
 
 @pytest.mark.slow
 def test_clustered_sampling_runs_with_fedper(tmp_path):
-    from fedselect.experiment import run_experiment
+    from fedselect.experiment.run import run_experiment
 
     cfg = tiny_experiment(
         None, selector={"name": "clustered_sampling"}, algorithm={"name": "fedper", "options": {"base_layers": 1}}

@@ -6,13 +6,13 @@ import shutil
 import numpy as np
 import pytest
 
-from fedselect import backends as backends_mod
-from fedselect.compare import load_compare, parse_compare, run_comparison
-from fedselect.config import ConfigError, parse_config
-from fedselect.federation import build_federation
-from fedselect.fl.metrics import CORE_COLUMNS
-from fedselect.report import build_report
-from fedselect.tables import load_run_summary
+from fedselect.config.schema import ConfigError, parse_config
+from fedselect.experiment.metrics import CORE_COLUMNS
+from fedselect.report.build import build_report
+from fedselect.report.tables import load_run_summary
+from fedselect.study import backends as backends_mod
+from fedselect.study.compare import load_compare, parse_compare, run_comparison
+from fedselect.world.federation import build_federation
 
 
 def _doc(tiny_cfg_doc, seeds=(0,)):
@@ -37,7 +37,7 @@ def test_same_config_same_federation(tiny_cfg_doc):
 
 def test_every_method_gets_the_same_federation(tmp_path, tiny_cfg_doc, monkeypatch):
     seen, built = [], []
-    # the local backend (fedselect.backends) builds the federations and runs the experiments
+    # the local backend (fedselect.study.backends) builds the federations and runs the experiments
     real_build, real_run = backends_mod.build_federation, backends_mod.run_experiment
     monkeypatch.setattr(backends_mod, "build_federation", lambda cfg: built.append(real_build(cfg)) or built[-1])
 
@@ -217,7 +217,7 @@ def test_default_comparison_is_its_config_file():
     """`fedselect compare` with no argument reads the packaged file, which configs/ shows."""
     from pathlib import Path
 
-    from fedselect.compare import DEFAULT_COMPARE
+    from fedselect.study.compare import DEFAULT_COMPARE
 
     shown = Path(__file__).parent.parent / "configs" / "compare-default.yaml"
     assert shown.resolve() == DEFAULT_COMPARE.resolve() and DEFAULT_COMPARE.is_file()
@@ -254,14 +254,14 @@ def test_interrupted_comparison_is_finished_by_resume(tmp_path, tiny_cfg_doc):
 
 
 def _last(run_dir, key):
-    from fedselect.fl.metrics import read_csv_rows
+    from fedselect.common.files import read_csv_rows
 
     return float(read_csv_rows(run_dir / "metrics.csv")[-1][key])
 
 
 def test_methods_with_their_own_rounds_are_tabled_paired_and_resumed_each_at_its_own(tmp_path, tiny_cfg_doc):
     """FedAvg 1 round, Full 3 (the base's), FedAvg-2 2 (as ``overrides: {rounds: 2}``), seeds 0, 1."""
-    from fedselect.experiment import run_experiment
+    from fedselect.experiment.run import run_experiment
 
     doc = _doc({**tiny_cfg_doc, "rounds": 3, "checkpoint_every": 1}, seeds=(0, 1))
     doc["methods"] = [
@@ -311,7 +311,7 @@ def test_methods_with_their_own_rounds_are_tabled_paired_and_resumed_each_at_its
 
 
 def saved_compare_of(d):
-    from fedselect.compare import saved_compare
+    from fedselect.study.compare import saved_compare
 
     return saved_compare(d)
 
@@ -412,7 +412,7 @@ def test_labels_that_become_one_directory_are_refused_before_anything_runs(tmp_p
 
 
 def test_a_method_entry_refines_the_base_part_it_names_and_replaces_another(tiny_cfg_doc):
-    from fedselect.contenders import MethodSpec
+    from fedselect.config.contenders import MethodSpec
 
     base = {"selector": {"name": "oort", "options": {"exploration_factor": 0.5}}, "method_options": {"a": 1}}
     same = MethodSpec(selector={"name": "oort", "options": {"pacer_step": 5}}).apply(base)

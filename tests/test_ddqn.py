@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedselect.fl.checkpoint import decode_payload, encode_payload
+from fedselect.experiment.checkpoint import decode_payload, encode_payload
 from fedselect.kernels.ddqn import DDQNAgent, DDQNConfig, ReplayMemory, double_q_targets, linear_epsilon
 
 torch.set_num_threads(1)

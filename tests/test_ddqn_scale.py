@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from fedselect.config import ConfigError
-from fedselect.experiment import make_simulation, run_experiment
-from fedselect.federation import build_federation
+from fedselect.common.seeding import np_rng, torch_rng
+from fedselect.config.schema import ConfigError
+from fedselect.experiment.resolve import parse_experiment
+from fedselect.experiment.run import make_simulation, run_experiment
 from fedselect.kernels.ddqn import (
     DDQNAgent,
     DDQNConfig,
@@ -20,10 +21,9 @@ from fedselect.kernels.ddqn import (
     double_q_targets,
     shared_q_parameters,
 )
-from fedselect.resolve import parse_experiment
-from fedselect.seeding import np_rng, torch_rng
 from fedselect.selectors.favor import Favor
 from fedselect.selectors.flashrl import FlashRL, FlashRLOptions
+from fedselect.world.federation import build_federation
 
 torch.set_num_threads(1)
 
@@ -198,8 +198,8 @@ def test_shared_network_and_sampled_pca_end_to_end(tmp_path, method):
 def test_shipped_scale_configs_parse():
     from pathlib import Path
 
-    from fedselect.compare import load_compare
-    from fedselect.config import load_config
+    from fedselect.config.schema import load_config
+    from fedselect.study.compare import load_compare
 
     root = Path(__file__).resolve().parents[1] / "configs"
     cfg = load_config(root / "flashrl-mnist-10k.yaml")

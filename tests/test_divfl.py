@@ -69,7 +69,7 @@ def test_stochastic_greedy():
 
 
 def test_the_warm_up_gives_every_client_its_update_and_is_charged():
-    from fedselect.experiment import make_simulation
+    from fedselect.experiment.run import make_simulation
 
     sim = make_simulation(tiny_experiment("divfl"))
     prepared = sim.selector.prepare()
@@ -85,7 +85,7 @@ def test_the_warm_up_gives_every_client_its_update_and_is_charged():
 
 @pytest.mark.slow
 def test_divfl_runs_and_refreshes_its_participants(tmp_path):
-    from fedselect.experiment import run_experiment
+    from fedselect.experiment.run import run_experiment
 
     s = run_experiment(tiny_experiment("divfl", method_options={"greedy": "stochastic"}), tmp_path / "r")
     rows = (tmp_path / "r" / "metrics.csv").read_text().splitlines()

@@ -12,11 +12,11 @@ import math
 import numpy as np
 import pytest
 
-from fedselect.compare import parse_compare, run_comparison
+from fedselect.experiment.resolve import parse_experiment
 from fedselect.kernels.oort import MIN_RANGE, MIN_SHRINK, normalise_utilities
-from fedselect.resolve import parse_experiment
 from fedselect.selectors import SELECTORS
 from fedselect.selectors._ddqn import _stats
+from fedselect.study.compare import parse_compare, run_comparison
 from registry_cases import cases
 
 #: one device class and one network without spread: every client draws the same frequency and
@@ -43,8 +43,8 @@ def _base() -> dict:
 
 
 def test_the_fleet_is_really_alike():
-    from fedselect.experiment import make_simulation
-    from fedselect.federation import build_federation
+    from fedselect.experiment.run import make_simulation
+    from fedselect.world.federation import build_federation
 
     cfg = parse_experiment({**_base(), "method": "fedavg"})
     fed = build_federation(cfg)

@@ -15,9 +15,9 @@ import yaml
 from typer.testing import CliRunner
 
 from fedselect.cli import app
-from fedselect.config import ConfigError
-from fedselect.experiment import run_experiment
-from fedselect.resolve import resolve_doc
+from fedselect.config.schema import ConfigError
+from fedselect.experiment.resolve import resolve_doc
+from fedselect.experiment.run import run_experiment
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "own-engine"
 QUEUE = "queue_engine:QueueEngine"
@@ -49,7 +49,13 @@ def test_the_example_imports_no_experiment_layer():
     layers that do)."""
     tree = ast.parse((EXAMPLE / "queue_engine.py").read_text())
     used = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("fedselect")}
-    assert used == {"fedselect.engines", "fedselect.federation", "fedselect.fl.pool", "fedselect.fl.work", "fedselect.resolve"}
+    assert used == {
+        "fedselect.engines",
+        "fedselect.world.federation",
+        "fedselect.fl.local.pool",
+        "fedselect.fl.work",
+        "fedselect.experiment.resolve",
+    }
 
 
 @pytest.mark.parametrize("method", ["fedavg", "cefl", "oort"])
@@ -92,7 +98,7 @@ def test_resumed_on_the_queue_engine_and_from_the_command_line(tmp_path):
 
 
 def test_a_comparison_on_the_queue_engine_starts_it_once(tmp_path):
-    """The runs of one federation share one engine session (fedselect.backends): two methods,
+    """The runs of one federation share one engine session (fedselect.study.backends): two methods,
     one worker thread started, each run the simulator's."""
     import queue_engine
 
@@ -132,7 +138,7 @@ def test_the_engine_list_comes_from_the_registry(monkeypatch):
     """`fedselect list` and --engine read the registry: an engine registered by a user's module
     is listed and accepted beside the built-ins; a declared built-in whose optional extra is
     missing says what it needs."""
-    from fedselect.console import engine_table
+    from fedselect.cli.console import engine_table
     from fedselect.registry import ENGINES, Registry
 
     rows = dict(zip(engine_table().columns[0]._cells, engine_table().columns[1]._cells))

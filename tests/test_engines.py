@@ -18,8 +18,8 @@ pytestmark = pytest.mark.skipif(
 )
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fedselect.federation import build_federation  # noqa: E402
-from fedselect.resolve import parse_experiment  # noqa: E402
+from fedselect.experiment.resolve import parse_experiment  # noqa: E402
+from fedselect.world.federation import build_federation  # noqa: E402
 from registry_cases import cases  # noqa: E402
 
 #: every node's settings (flat dotted keys, as in a Flower run config)
@@ -65,7 +65,7 @@ def on_flower(doc: dict, out: Path, fed, g=None, **kw) -> Path:
 
 
 def on_simulator(doc: dict, out: Path, fed, **kw) -> Path:
-    from fedselect.experiment import run_experiment
+    from fedselect.experiment.run import run_experiment
 
     run_experiment(parse_experiment(doc), out, federation=fed, **kw)
     return out
@@ -79,7 +79,7 @@ def assert_same_run(a: Path, b: Path) -> None:
 
 def test_the_cases_cover_the_registry():
     from fedselect.algorithms import ALGORITHMS
-    from fedselect.presets import PRESETS
+    from fedselect.config.presets import PRESETS
     from fedselect.selectors import SELECTORS
 
     docs = CASES.values()
@@ -123,7 +123,7 @@ def test_engine_flower_from_the_cli_and_resume_on_it(tmp_path):
     from typer.testing import CliRunner
 
     from fedselect.cli import app
-    from fedselect.experiment import run_experiment
+    from fedselect.experiment.run import run_experiment
 
     doc = {**CASES["cefl"], "rounds": 3, "faults": {"dropout": 0.2}}
     cfg = tmp_path / "cefl.yaml"
@@ -148,7 +148,7 @@ def test_engine_flower_from_the_cli_and_resume_on_it(tmp_path):
 @pytest.mark.slow
 def test_a_comparison_on_flower_starts_the_engine_once(tmp_path):
     """`fedselect compare CONFIG --engine flower`: every run of a federation in one engine start
-    (fedselect.engines.Engine.session, from fedselect.backends), each run byte-identical to the simulator's."""
+    (fedselect.engines.Engine.session, from fedselect.study.backends), each run byte-identical to the simulator's."""
     import yaml
     from typer.testing import CliRunner
 

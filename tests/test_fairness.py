@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import tiny_experiment
-from fedselect.experiment import run_experiment
+from fedselect.experiment.run import run_experiment
 from fedselect.fl.fairness import (
     client_accuracy_figures,
     gini,
@@ -111,8 +111,8 @@ def test_the_final_models_client_accuracy_is_the_per_client_evaluation_of_the_sa
 
 @pytest.mark.slow
 def test_fairness_columns_in_the_tables_and_the_report(tmp_path):
-    from fedselect.compare import parse_compare, run_comparison
-    from fedselect.report import build_report
+    from fedselect.report.build import build_report
+    from fedselect.study.compare import parse_compare, run_comparison
 
     doc = {
         "name": "fair",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fedselect.experiment import make_simulation
-from fedselect.resolve import parse_experiment
+from fedselect.experiment.resolve import parse_experiment
+from fedselect.experiment.run import make_simulation
 from fedselect.selectors.base import RoundView
 
 
@@ -69,7 +69,7 @@ def test_actual_latency_follows_the_rounds_draws():
 
 
 def test_fastest_runs_and_beats_random_on_latency(tmp_path):
-    from fedselect.experiment import run_experiment
+    from fedselect.experiment.run import run_experiment
 
     fast = run_experiment(_cfg(rounds=3), tmp_path / "fast")
     rand = run_experiment(_cfg(rounds=3, method="fedavg"), tmp_path / "rand")

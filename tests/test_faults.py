@@ -15,13 +15,13 @@ import torch
 
 from fedselect.algorithms import register_algorithm
 from fedselect.algorithms.fedavg import FedAvg
-from fedselect.experiment import make_simulation, run_experiment
-from fedselect.federation import Client, build_federation
+from fedselect.config.presets import PRESETS
+from fedselect.experiment.resolve import parse_experiment
+from fedselect.experiment.run import make_simulation, run_experiment
 from fedselect.fl.faults import ClientFailure, FaultModel, Injection, corrupt_state, non_finite_entries, survivor_weights
-from fedselect.presets import PRESETS
-from fedselect.resolve import parse_experiment
 from fedselect.selectors import register_selector
 from fedselect.selectors.base import Selection, Selector
+from fedselect.world.federation import Client, build_federation
 from test_resume import METHOD_OPTIONS
 
 SIZES = {0: 40, 1: 60, 2: 50}

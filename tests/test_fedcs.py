@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from fedselect.config import ConfigError
-from fedselect.experiment import make_simulation
-from fedselect.resolve import parse_experiment
+from fedselect.config.schema import ConfigError
+from fedselect.experiment.resolve import parse_experiment
+from fedselect.experiment.run import make_simulation
 from fedselect.selectors.base import RoundView
 from fedselect.selectors.fedcs import greedy_schedule
 from test_fastest import _cfg as fastest_cfg
@@ -70,7 +70,7 @@ def test_on_a_fleet_whose_times_are_known():
 
 
 def test_a_run_trains_exactly_the_clients_that_fit(tmp_path):
-    from fedselect.experiment import run_experiment
+    from fedselect.experiment.run import run_experiment
 
     s = run_experiment(_cfg(), tmp_path / "r")
     rows = (tmp_path / "r" / "metrics.csv").read_text().splitlines()

@@ -25,10 +25,10 @@ import pickle
 import numpy as np
 import pytest
 
-from fedselect.fedscale import capacity_rows, main, trace_rows
+from fedselect.experiment.resolve import parse_experiment, resolve
+from fedselect.experiment.simulation import Simulation
 from fedselect.fl.availability import Trace, read_trace
-from fedselect.resolve import parse_experiment, resolve
-from fedselect.simulation import Simulation
+from fedselect.world.fedscale import capacity_rows, main, trace_rows
 
 # behaviour records in file order 3, 7, 5 (not sorted: FedScale takes the file's order)
 B = {"active": [0], "inactive": [50], "finish_time": 300, "duration": 50, "model": "x"}
@@ -145,7 +145,7 @@ def _sim(tmp_path, batch_size: int, epochs: int = 1):
         "train": {"local_epochs": epochs, "batch_size": batch_size, "workers": 0},
         "system": {"capacity": {"model": "file", "file": str(tmp_path / "c.csv")}, "count_download": True},
     }
-    from fedselect.federation import build_federation
+    from fedselect.world.federation import build_federation
 
     cfg = parse_experiment(doc)
     fed = build_federation(cfg)

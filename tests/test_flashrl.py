@@ -81,11 +81,11 @@ def test_normalised_latency_and_favor_reward():
 # ---------------------------------------------------------------- the methods in the round loop
 import csv
 
-from fedselect.config import ConfigError
-from fedselect.data.datasets import ArrayDataset, register_dataset
-from fedselect.experiment import make_simulation, run_experiment
-from fedselect.federation import build_federation
-from fedselect.resolve import parse_experiment
+from fedselect.config.schema import ConfigError
+from fedselect.experiment.resolve import parse_experiment
+from fedselect.experiment.run import make_simulation, run_experiment
+from fedselect.world.data.datasets import ArrayDataset, register_dataset
+from fedselect.world.federation import build_federation
 
 torch.set_num_threads(1)
 
@@ -302,7 +302,7 @@ def test_repro_schedules_config_uses_the_presets_with_the_same_values():
 
     import yaml
 
-    from fedselect.compare import load_compare, parse_compare
+    from fedselect.study.compare import load_compare, parse_compare
 
     path = Path(__file__).resolve().parents[1] / "configs/repro/flashrl-mnist-dir05-schedules.yaml"
     doc = yaml.safe_load(path.read_text())

@@ -14,18 +14,18 @@ import numpy as np
 import pytest
 import torch
 
-from fedselect.config import ConfigError
-from fedselect.experiment import make_simulation, run_experiment
-from fedselect.federation import build_federation
+from fedselect.config.schema import ConfigError
+from fedselect.experiment.resolve import parse_experiment
+from fedselect.experiment.run import make_simulation, run_experiment
 from fedselect.fl.cost import CostModel
 from fedselect.fl.types import ClientOutcome, Evaluation, RunSettings
 from fedselect.kernels.ddqn import DDQNAgent, DDQNConfig, linear_epsilon
 from fedselect.kernels.rewards import normalised_divergence, signed_mean_divergence
-from fedselect.models import build_model
-from fedselect.profile_presets import FLASHRL_CODE_DEVICES, PROFILE_PRESETS
-from fedselect.resolve import parse_experiment
 from fedselect.selectors.base import Feedback
-from fedselect.system import FLASHRL_CODE_SAMPLE_BITS, LATENCY_MODELS
+from fedselect.world.federation import build_federation
+from fedselect.world.models import build_model
+from fedselect.world.profiles import FLASHRL_CODE_DEVICES, PROFILE_PRESETS
+from fedselect.world.system import FLASHRL_CODE_SAMPLE_BITS, LATENCY_MODELS
 
 torch.set_num_threads(1)
 PAPER, CODE = LATENCY_MODELS["paper"], LATENCY_MODELS["flashrl-code"]
@@ -137,7 +137,7 @@ def test_config_errors_of_the_code_model():
 
 
 def test_federation_info_uses_the_latency_model(code_fed):
-    from fedselect.compare import federation_info
+    from fedselect.study.compare import federation_info
 
     info = federation_info(code_fed, 5)
     fl, params = code_fed.fleet, 784 * 8 + 8 + 8 * 10 + 10

@@ -8,12 +8,12 @@ import math
 import numpy as np
 import pytest
 
-from fedselect.config import ConfigError
-from fedselect.experiment import run_experiment
+from fedselect.config.schema import ConfigError
+from fedselect.experiment.resolve import parse_experiment
+from fedselect.experiment.run import run_experiment
 from fedselect.fl.availability import Bernoulli, Diurnal, Markov, Trace, read_trace
 from fedselect.fl.round import cancel_late
 from fedselect.fl.types import ClientOutcome
-from fedselect.resolve import parse_experiment
 
 
 def doc(**over) -> dict:
@@ -189,7 +189,7 @@ def test_fednova_by_hand():
 
 
 def test_capacities_from_draws_and_file(tmp_path):
-    from fedselect.federation import build_federation
+    from fedselect.world.federation import build_federation
 
     for model in ("lognormal", "pareto"):
         cfg = parse_experiment(doc(system={"capacity": {"model": model, "compute_mhz": 500.0, "bandwidth_mbps": 5.0}}))
@@ -202,7 +202,7 @@ def test_capacities_from_draws_and_file(tmp_path):
     cfg = parse_experiment(doc(system={"capacity": {"model": "file", "file": str(f)}}))
     fed = build_federation(cfg)
     # E n_k / compute_speed seconds of compute (FR-eq 4 with f = speed x bits/sample x g / 1e6)
-    from fedselect.system import compute_time
+    from fedselect.world.system import compute_time
 
     k = 3
     n_k = fed.clients[k].num_samples
@@ -215,7 +215,7 @@ def test_capacities_from_draws_and_file(tmp_path):
 
 # ---------------------------------------------------------------- many clients (issue 22 item 6)
 def test_clients_are_views_of_the_training_set():
-    from fedselect.federation import build_federation
+    from fedselect.world.federation import build_federation
 
     fed = build_federation(parse_experiment(doc(data={"dataset": "mnist-embedded", "num_clients": 30})))
     counts = fed.label_counts()
@@ -294,8 +294,8 @@ def test_a_trace_that_ends_stops_the_run_and_keeps_the_results(tmp_path):
     """The same trace without the second period: at round 4 nobody is online and nobody ever
     comes back. The run stops with an error naming round 4 and the trace's end; rows 0-3 and the
     round-3 checkpoint are kept, so `--resume` meets the same end."""
+    from fedselect.experiment.checkpoint import load_checkpoint
     from fedselect.fl.availability import FleetGone
-    from fedselect.fl.checkpoint import load_checkpoint
 
     cfg = parse_experiment(_gap_doc(_gap_trace(tmp_path / "t.csv", 6, 0.3, None)))
     with pytest.raises(FleetGone, match=r"round 4: no client is online at 0\.3 s .*last online interval ends at 0\.3 s"):
@@ -313,7 +313,7 @@ def test_a_markov_fleet_that_starts_all_offline_waits_for_the_first_client(tmp_p
     first offline period, Exp(1e4 s) drawn as -1e4 log(1 - u[k, 0]) with u from the generator
     ``availability/markov/0`` (fedselect.fl.availability.Markov), of the earliest client. Before,
     every round started at 0 s with nobody online and trained nobody."""
-    from fedselect.seeding import np_rng
+    from fedselect.common.seeding import np_rng
 
     n, seed = 6, 3
     start_on = np_rng(seed, "availability/markov/start").random(n) < 1.0 / (1.0 + 1e4)
@@ -392,7 +392,7 @@ def test_no_shipped_config_plays_two_rounds_at_one_instant(path, mean_off_s, tmp
     (async versions aggregated at the same moment), never an empty fleet. ``mostly-offline``
     makes offline periods 2000 s against 5 s online (0.15 of 60 clients online on average), so
     rounds and versions keep meeting an empty fleet and wait."""
-    from fedselect.compare import load_compare
+    from fedselect.study.compare import load_compare
 
     shrink = {"rounds": 5, "data.dataset": "mnist-embedded", "data.num_clients": 60, "model.options.hidden": [8]}
     if mean_off_s is not None:

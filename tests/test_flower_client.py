@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("flwr") is None, reason="Flower is the optional extra fedselect[flower] (make test installs it)"
 )
 
-from fedselect.config import ConfigError  # noqa: E402
+from fedselect.config.schema import ConfigError  # noqa: E402
 
 #: the experiment of every node (flat dotted keys, as in a Flower run config)
 SETTINGS = {
@@ -33,8 +33,8 @@ SETTINGS = {
 
 # ---------------------------------------------------------------------------- settings
 def test_node_settings_build_the_simulators_experiment(tmp_path):
+    from fedselect.experiment.resolve import parse_experiment
     from fedselect.flower.client_app import node_experiment
-    from fedselect.resolve import parse_experiment
 
     k, cfg = node_experiment(SETTINGS, {"partition-id": 2, "num-partitions": 8})
     doc = {
@@ -91,8 +91,8 @@ def test_every_job_goes_through_a_message_and_back():
     decoded on the server: the same result as the simulator's transport gives in process."""
     from flwr.app import Message
 
-    from fedselect.fl.pool import ClientTrainer
-    from fedselect.fl.train import TrainConfig
+    from fedselect.fl.local.pool import ClientTrainer
+    from fedselect.fl.local.train import TrainConfig
     from fedselect.fl.work import EvalJob, FineTuneJob, LocalTransport, TrainJob
     from fedselect.flower.client_app import run_job
     from fedselect.flower.wire import decode_job, decode_result, encode_job
@@ -123,7 +123,7 @@ def test_every_job_goes_through_a_message_and_back():
 
 
 def test_a_job_for_another_client_or_a_malformed_one_is_refused():
-    from fedselect.fl.train import TrainConfig
+    from fedselect.fl.local.train import TrainConfig
     from fedselect.fl.work import TrainJob
     from fedselect.flower.client_app import run_job
     from fedselect.flower.wire import encode_job
@@ -169,11 +169,11 @@ def test_hostile_train_replies_never_crash_the_server(kind, tmp_path):
     from flwr.app import ArrayRecord, Message
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from fedselect.experiment import run_experiment
+    from fedselect.experiment.resolve import parse_experiment
+    from fedselect.experiment.run import run_experiment
     from fedselect.flower.client_app import make_client_app
     from fedselect.flower.grid_run import run_on_grid
     from fedselect.flower.nodes import FlowerOptions
-    from fedselect.resolve import parse_experiment
     from flower_grid import LocalGrid
 
     bad = {1: [0], 2: [3], 3: [0, 1, 2, 3]}

@@ -53,8 +53,8 @@ def experiment(n: int, u: int, rounds: int, **extra) -> dict:
 
 
 def simulate(doc: dict, out: Path) -> list[dict[str, str]]:
-    from fedselect.experiment import run_experiment
-    from fedselect.resolve import parse_experiment
+    from fedselect.experiment.resolve import parse_experiment
+    from fedselect.experiment.run import run_experiment
 
     run_experiment(parse_experiment(doc), out)
     return rows(out)
@@ -80,9 +80,9 @@ def test_three_experiments_in_one_simulation_engine_start(tmp_path):
     (fedselect.flower.grid_run.run_many): FLASH-RL and Oort give the simulator's metrics.csv
     byte for byte; Power-of-Choice with measured latency probes by messages (its probing
     latency is the exchange's wall time) and charges measured round trips."""
+    from fedselect.experiment.resolve import parse_experiment
     from fedselect.flower.grid_run import run_many
     from fedselect.flower.nodes import FlowerOptions
-    from fedselect.resolve import parse_experiment
 
     runs = [(parse_experiment(doc), tmp_path / name) for name, doc in ENGINE.items() if name != "power_of_choice"]
     t0 = time.perf_counter()

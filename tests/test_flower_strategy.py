@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(
 )
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fedselect.config import ConfigError  # noqa: E402
+from fedselect.config.schema import ConfigError  # noqa: E402
 
 #: what every node builds (flat dotted keys, as in a Flower run config)
 NODE = {
@@ -58,8 +58,8 @@ def experiment(n: int = 6, u: int = 2, rounds: int = 3, **extra) -> dict:
 
 
 def simulate(doc: dict, out: Path) -> Path:
-    from fedselect.experiment import run_experiment
-    from fedselect.resolve import parse_experiment
+    from fedselect.experiment.resolve import parse_experiment
+    from fedselect.experiment.run import run_experiment
 
     run_experiment(parse_experiment(doc), out)
     return out
@@ -67,9 +67,9 @@ def simulate(doc: dict, out: Path) -> Path:
 
 def flower(doc: dict, out: Path | None, grid=None, n: int | None = None, **options):
     """Run ``doc`` with the strategy on an in-process grid of N nodes; returns (strategy, grid)."""
+    from fedselect.experiment.resolve import parse_experiment
     from fedselect.flower.client_app import make_client_app
     from fedselect.flower.strategy import FedselectStrategy
-    from fedselect.resolve import parse_experiment
     from flower_grid import LocalGrid
 
     n = n or doc["data"]["num_clients"]
@@ -133,7 +133,7 @@ def test_the_same_run_as_the_simulator(case, tmp_path):
     """Same config: the strategy on Flower nodes (simulated latency) writes the simulator's
     metrics.csv byte for byte (selections, losses, latencies, bytes, accuracies, the selector's
     columns) and model.pt, and ends with the same selector state."""
-    from fedselect.fl.checkpoint import load_checkpoint
+    from fedselect.experiment.checkpoint import load_checkpoint
 
     doc = experiment(**copy.deepcopy(CASES[case]))
     sim = simulate(doc, tmp_path / "sim")
@@ -297,8 +297,8 @@ def test_candidates_are_evaluated_as_their_nodes_connect(tmp_path):
     run = s.selector.runs[0]
     assert [k for kind, k, t in grid.events if kind == "train" and t == 1] == sorted(run["accepted_clients"])
     # the rule saw the scores of the simulator's candidate evaluation, in this order
-    from fedselect.experiment import make_simulation
-    from fedselect.resolve import parse_experiment
+    from fedselect.experiment.resolve import parse_experiment
+    from fedselect.experiment.run import make_simulation
 
     ref = make_simulation(parse_experiment(doc))
     assert run["accepted_scores"] == [ref.ctx.evaluate_candidate(k, 1)[0] for k in run["accepted_clients"]]
@@ -336,8 +336,8 @@ def test_a_node_of_another_federation_is_named(tmp_path):
 
 
 def test_bad_options_and_existing_runs(tmp_path):
+    from fedselect.experiment.resolve import parse_experiment
     from fedselect.flower.strategy import FedselectStrategy
-    from fedselect.resolve import parse_experiment
 
     cfg = parse_experiment(experiment(n=4, u=2))
     with pytest.raises(ValueError, match=r"latency must be one of \['simulated', 'measured'\], got 'wall'"):
@@ -351,8 +351,8 @@ def test_bad_options_and_existing_runs(tmp_path):
 
 # ---------------------------------------------------------------------------- the ServerApp's settings
 def test_server_app_settings(tmp_path):
+    from fedselect.experiment.resolve import parse_experiment
     from fedselect.flower.server_app import server_experiment, strategy_settings
-    from fedselect.resolve import parse_experiment
 
     f = tmp_path / "exp.yaml"
     f.write_text("seed: 7\nrounds: 4\ndata: {dataset: mnist-embedded, num_clients: 6}\nmodel: {name: mlp}\nmethod: oort\n")
@@ -396,9 +396,9 @@ def test_the_example_app(tmp_path, monkeypatch):
     `fedselect-config` is found in the app's directory as Flower puts it on sys.path."""
     import tomllib
 
+    from fedselect.experiment.resolve import resolve
     from fedselect.flower.client_app import config_file, federation_for, federation_hash, node_experiment
     from fedselect.flower.server_app import server_experiment, strategy_settings
-    from fedselect.resolve import resolve
 
     app = Path(__file__).resolve().parents[1] / "examples" / "flower"
     doc = tomllib.loads((app / "pyproject.toml").read_text())
@@ -426,9 +426,9 @@ def test_flowers_own_loop_drives_the_four_seams(tmp_path):
     from flwr.app import ArrayRecord
     from flwr.serverapp.strategy import Strategy
 
+    from fedselect.experiment.resolve import parse_experiment
     from fedselect.flower.client_app import make_client_app
     from fedselect.flower.strategy import FedselectStrategy
-    from fedselect.resolve import parse_experiment
     from flower_grid import LocalGrid
 
     doc = experiment(n=6, u=2, rounds=3, method="oort")
@@ -491,10 +491,10 @@ def test_an_interrupted_flower_run_stops_at_once_and_records_nothing_more(tmp_pa
     import threading
     import time
 
+    from fedselect.experiment.resolve import parse_experiment
     from fedselect.flower.client_app import make_client_app
     from fedselect.flower.grid_run import run_on_grid
     from fedselect.flower.nodes import FlowerOptions
-    from fedselect.resolve import parse_experiment
     from flower_grid import LocalGrid
 
     doc = experiment(n=4, u=4, rounds=3, method="full")

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedselect.config import apply_overrides, load_config, parse_config
-from fedselect.experiment import run_experiment
-from fedselect.federation import build_federation
+from fedselect.config.schema import apply_overrides, load_config, parse_config
+from fedselect.experiment.run import run_experiment
+from fedselect.world.federation import build_federation
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 NAMES = ["imu-fedavg-gru", "imu-fedavg-fdcnn", "mobiact-fedavg-fall", "mobiact-fedavg-cefl8", "mobiact-synthetic-fedavg-fall"]

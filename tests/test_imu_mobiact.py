@@ -5,9 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedselect.data.catalog import load_dataset
-from fedselect.data.mobiact import COLUMNS, read_mobiact, synthetic_mobiact_frames, write_synthetic_mobiact
-from fedselect.seeding import np_rng
+from fedselect.common.seeding import np_rng
+from fedselect.world.data.catalog import load_dataset
+from fedselect.world.data.mobiact import COLUMNS, read_mobiact, synthetic_mobiact_frames, write_synthetic_mobiact
 
 
 def _write_trial(root, act, subject, trial, times_s, label=None):

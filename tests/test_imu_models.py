@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from fedselect.models import build_model, count_parameters
+from fedselect.world.models import build_model, count_parameters
 
 
 def test_gru_shape_and_size():

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from seglearn.datasets import load_watch
 
-from fedselect.data.catalog import load_dataset
-from fedselect.data.imu import watch_recordings
-from fedselect.data.partition import make_partitioner
+from fedselect.world.data.catalog import load_dataset
+from fedselect.world.data.imu import watch_recordings
+from fedselect.world.data.partition import make_partitioner
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,9 @@ import logging
 import numpy as np
 import pytest
 
-from fedselect.data.bitmap import bitmap_side, encode_bitmaps
-from fedselect.data.imu import build_imu_datasets
-from fedselect.data.windows import (
+from fedselect.world.data.bitmap import bitmap_side, encode_bitmaps
+from fedselect.world.data.imu import build_imu_datasets
+from fedselect.world.data.windows import (
     Recording,
     activity_stride,
     num_windows,

@@ -11,14 +11,14 @@ import pytest
 from typer.testing import CliRunner
 
 from fedselect.cli import app
-from fedselect.compare import parse_compare, run_comparison
-from fedselect.data.files import note_read, recording_reads
-from fedselect.experiment import run_experiment
-from fedselect.federation import build_federation
-from fedselect.inputs import INPUTS_FILE, federation_digest, saved_inputs_changed
-from fedselect.report import build_report
-from fedselect.resolve import parse_experiment
-from fedselect.sweep import parse_sweep, run_sweep
+from fedselect.experiment.inputs import INPUTS_FILE, federation_digest, saved_inputs_changed
+from fedselect.experiment.resolve import parse_experiment
+from fedselect.experiment.run import run_experiment
+from fedselect.report.build import build_report
+from fedselect.study.compare import parse_compare, run_comparison
+from fedselect.study.sweep import parse_sweep, run_sweep
+from fedselect.world.data.files import note_read, recording_reads
+from fedselect.world.federation import build_federation
 from test_datafiles import mnist_rows, write_mnist
 
 

@@ -4,10 +4,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedselect.data.catalog import load_dataset
-from fedselect.data.datasets import DatasetNotFoundError
-from fedselect.data.iot import FEATURES, flow_features, load_flow_csv, synthetic_iot_flows
-from fedselect.data.partition import make_partitioner
+from fedselect.world.data.catalog import load_dataset
+from fedselect.world.data.datasets import DatasetNotFoundError
+from fedselect.world.data.iot import FEATURES, flow_features, load_flow_csv, synthetic_iot_flows
+from fedselect.world.data.partition import make_partitioner
 
 COLS = ["device", "start", "end", "bytes_in", "bytes_out", "packets", "dst_ip", "dst_port", "protocol", "dns_query"]
 ROWS = [

@@ -9,14 +9,14 @@ import math
 
 import pytest
 
-from fedselect.experiment import make_simulation, run_experiment
-from fedselect.federation import build_federation
-from fedselect.fl.checkpoint import load_checkpoint, save_checkpoint
-from fedselect.fl.metrics import CORE_COLUMNS, summarize
+from fedselect.experiment.checkpoint import load_checkpoint, save_checkpoint
+from fedselect.experiment.metrics import CORE_COLUMNS, summarize
+from fedselect.experiment.resolve import parse_experiment
+from fedselect.experiment.run import make_simulation, run_experiment
 from fedselect.fl.round import RoundResult
 from fedselect.fl.types import ClientOutcome, Evaluation, PhaseCost, Selection, SelectionCost
-from fedselect.report import build_report
-from fedselect.resolve import parse_experiment
+from fedselect.report.build import build_report
+from fedselect.world.federation import build_federation
 
 
 def _doc(**over):

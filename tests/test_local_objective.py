@@ -2,7 +2,7 @@
 
 The worked example is a plug-in outside ``src/``: FedDyn in ``examples/local-objective``
 (``myobjectives.feddyn:FedDyn``), which changes every client's objective with one
-:class:`~fedselect.fl.objective.LocalObjective` and touches no file of fedselect. Here: its
+:class:`~fedselect.fl.local.objective.LocalObjective` and touches no file of fedselect. Here: its
 term by hand, its run on the simulator (and that it changes training), in worker processes
 (the same bytes), on the stacked path (allclose), through the Flower wire (the simulator's
 bytes), resumed exactly; the hook's own rules (autograd default, declarations, fields on the
@@ -22,11 +22,11 @@ from torch import nn
 import fedselect
 from fedselect.algorithms.fedprox import ProximalTerm
 from fedselect.algorithms.scaffold import DriftCorrection
-from fedselect.experiment import run_experiment
-from fedselect.fl.clients import TrainJob
-from fedselect.fl.objective import LocalObjective, objective_bytes, objective_class, objective_fields, stack_key
-from fedselect.fl.train import TrainConfig, train_steps
-from fedselect.resolve import parse_experiment
+from fedselect.experiment.resolve import parse_experiment
+from fedselect.experiment.run import run_experiment
+from fedselect.fl.local.clients import TrainJob
+from fedselect.fl.local.objective import LocalObjective, objective_bytes, objective_class, objective_fields, stack_key
+from fedselect.fl.local.train import TrainConfig, train_steps
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "local-objective"
 FEDDYN = "myobjectives.feddyn:FedDyn"
@@ -144,7 +144,7 @@ def test_feddyn_from_outside_src_runs_changes_training_and_learns(feddyn, tmp_pa
     a, b = (torch.load(d / "model.pt", weights_only=True) for d in (res.run_dir, ref.run_dir))
     assert any(not torch.equal(a[k], b[k]) for k in a)  # ... trained to other weights
     assert float(res.metrics[-1]["accuracy"]) > 0.3  # chance is 0.1
-    from fedselect.fl.checkpoint import load_checkpoint
+    from fedselect.experiment.checkpoint import load_checkpoint
 
     aux = load_checkpoint(res.run_dir)["snapshot"]["server"]["aux"]  # what a resume starts from
     trained = {int(k) for r in res.metrics[1:] for k in r["selected"].split(";")}
@@ -176,10 +176,10 @@ def test_feddyn_through_the_flower_wire_gives_the_simulators_run(feddyn, tmp_pat
     from the message, importing ``myobjectives.feddyn:DynamicRegularizer`` by its path, and
     answers with the simulator's bytes."""
     sys.path.insert(0, str(Path(__file__).parent))
-    from fedselect.federation import build_federation
     from fedselect.flower.client_app import make_client_app
     from fedselect.flower.grid_run import run_on_grid
     from fedselect.flower.nodes import FlowerOptions
+    from fedselect.world.federation import build_federation
     from flower_grid import LocalGrid
 
     node = {
@@ -222,9 +222,9 @@ class Tilt(LocalObjective):
 
 
 def test_the_stacked_path_trains_stackable_objectives_and_leaves_the_others_sequential(feddyn, monkeypatch):
-    from fedselect.federation import build_federation
-    from fedselect.fl.pool import ClientTrainer
-    from fedselect.resolve import resolve
+    from fedselect.experiment.resolve import resolve
+    from fedselect.fl.local.pool import ClientTrainer
+    from fedselect.world.federation import build_federation
 
     r = resolve(parse_experiment(doc()))
     fed = build_federation(r.config)
@@ -238,7 +238,7 @@ def test_the_stacked_path_trains_stackable_objectives_and_leaves_the_others_sequ
     tilt = [TrainJob(3, start, 1, 2, "train/1/3", objective=Tilt(0.01))]
     with ClientTrainer.from_federation(fed, r.train_cfg, workers=0, channels_last=False) as here:
         ref = here.train(dyn + tilt)
-    import fedselect.fl.batched as batched
+    import fedselect.fl.local.batched as batched
 
     seen = []
     real = batched.train_batched
@@ -273,7 +273,7 @@ def test_objective_fields_and_bytes(feddyn):
 
     with pytest.raises(TypeError, match=r"Odd.weights is a list; a local objective's fields are bool, int, float, str"):
         objective_fields(Odd([1.0]))
-    with pytest.raises(TypeError, match="objective must be a fedselect.fl.objective.LocalObjective or None, got dict"):
+    with pytest.raises(TypeError, match="objective must be a fedselect.fl.local.objective.LocalObjective or None, got dict"):
         TrainJob(0, {}, 1, 0, "s", objective={"mu": 0.1})
 
 
@@ -282,7 +282,7 @@ def test_objective_fields_and_bytes(feddyn):
     [
         ("no_such_module_xyz:Term", "cannot import module 'no_such_module_xyz'"),
         ("fedselect.algorithms.fedprox:Nope", "'fedselect.algorithms.fedprox' has no attribute 'Nope'"),
-        ("fedselect.algorithms.fedprox:FedProx", "not a subclass of fedselect.fl.objective.LocalObjective"),
+        ("fedselect.algorithms.fedprox:FedProx", "not a subclass of fedselect.fl.local.objective.LocalObjective"),
         ("ProximalTerm", "is named 'module:qualname'"),
         ("mod:f.<locals>.C", "is named 'module:qualname'"),
     ],
@@ -294,9 +294,9 @@ def test_an_objective_class_named_on_the_wire_is_checked(path, message):
 
 
 def test_an_objective_that_does_not_fit_the_model_is_refused_before_training(feddyn):
-    from fedselect.federation import build_federation
-    from fedselect.fl.pool import ClientTrainer
-    from fedselect.resolve import resolve
+    from fedselect.experiment.resolve import resolve
+    from fedselect.fl.local.pool import ClientTrainer
+    from fedselect.world.federation import build_federation
 
     r = resolve(parse_experiment(doc()))
     fed = build_federation(r.config)

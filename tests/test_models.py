@@ -2,8 +2,8 @@ import pytest
 import torch
 from torch import nn
 
-from fedselect.models import build_model, count_parameters
-from fedselect.seeding import torch_rng
+from fedselect.common.seeding import torch_rng
+from fedselect.world.models import build_model, count_parameters
 
 
 @pytest.mark.parametrize(
@@ -41,8 +41,8 @@ def test_wrong_input_shape_is_a_clear_error():
 def test_two_conv_net_pools_before_relu_bit_identically():
     """TwoConvNet.forward runs maxpool before ReLU (faster); outputs and every gradient equal
     those of the papers' order conv -> ReLU -> maxpool exactly, in both memory formats."""
-    from fedselect.models import prefers_channels_last
-    from fedselect.seeding import torch_rng
+    from fedselect.common.seeding import torch_rng
+    from fedselect.world.models import prefers_channels_last
 
     def papers_order(m, x):
         x = m.pool(torch.relu(m.conv1(x)))

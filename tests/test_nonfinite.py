@@ -14,12 +14,12 @@ import pytest
 import torch
 from torch import nn
 
-from fedselect.experiment import run_experiment
-from fedselect.fl.metrics import read_csv_rows
+from fedselect.common.files import read_csv_rows
+from fedselect.experiment.resolve import resolve_doc
+from fedselect.experiment.run import run_experiment
 from fedselect.kernels.ddqn import DDQNAgent, DDQNConfig, double_q_targets, rank_scores
 from fedselect.kernels.secretary import competitive_ratio, offline_best_rule, secretary_rule
 from fedselect.kernels.similarity import edge_weights, select_leaders
-from fedselect.resolve import resolve_doc
 
 NAN, INF = float("nan"), float("inf")
 

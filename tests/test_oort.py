@@ -15,13 +15,14 @@ import torch
 from torch import nn
 
 from conftest import tiny_experiment
-from fedselect.config import ConfigError
-from fedselect.data.datasets import ArrayDataset
-from fedselect.experiment import run_experiment
-from fedselect.federation import build_federation
-from fedselect.fl.metrics import read_csv_rows
+from fedselect.common.files import read_csv_rows
+from fedselect.common.seeding import torch_rng
+from fedselect.config.schema import ConfigError
+from fedselect.experiment.resolve import parse_experiment, resolve
+from fedselect.experiment.run import run_experiment
+from fedselect.experiment.simulation import Simulation
+from fedselect.fl.local.train import TrainConfig, iterate_minibatches, local_train, make_optimizer
 from fedselect.fl.round import updates
-from fedselect.fl.train import TrainConfig, iterate_minibatches, local_train, make_optimizer
 from fedselect.fl.types import ClientOutcome, RunSettings
 from fedselect.kernels.oort import (
     blacklist,
@@ -33,11 +34,10 @@ from fedselect.kernels.oort import (
     statistical_utility,
 )
 from fedselect.kernels.sampling import weighted_sample
-from fedselect.resolve import parse_experiment, resolve
-from fedselect.seeding import torch_rng
 from fedselect.selectors.base import RoundView
 from fedselect.selectors.oort import Oort, OortOptions
-from fedselect.simulation import Simulation
+from fedselect.world.data.datasets import ArrayDataset
+from fedselect.world.federation import build_federation
 
 
 # ---------------------------------------------------------------- kernels, by hand

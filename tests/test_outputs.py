@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from conftest import with_keys
-from fedselect.compare import parse_compare, run_comparison
-from fedselect.experiment import run_experiment
-from fedselect.fl.metrics import atomic_write, current_umask, dumps_json, json_safe, write_json_atomic
-from fedselect.resolve import resolve_doc
-from fedselect.sweep import parse_sweep, run_sweep
+from fedselect.common.files import atomic_write, current_umask, dumps_json, json_safe, write_json_atomic
+from fedselect.experiment.resolve import resolve_doc
+from fedselect.experiment.run import run_experiment
+from fedselect.study.compare import parse_compare, run_comparison
+from fedselect.study.sweep import parse_sweep, run_sweep
 
 
 def _refuse(token: str):
@@ -192,8 +192,8 @@ def test_tables_fit_a_terminal_and_stay_whole_in_a_file(monkeypatch):
     from rich.cells import cell_len
     from rich.console import Console
 
-    from fedselect import console as ui
-    from fedselect.config_fleet import AvailabilityConfig
+    from fedselect.cli import console as ui
+    from fedselect.config.fleet import AvailabilityConfig
 
     term = Console(file=io.StringIO(), width=60, force_terminal=True, color_system=None)
     monkeypatch.setattr(ui, "console", term)
@@ -239,7 +239,7 @@ def test_piped_output_has_no_colour_codes_and_no_broken_lines(tmp_path):
 def test_cefl_bars_show_the_summary_figures(tmp_path):
     """CEFL's rounds score members with their leader's model: its bar shows no accuracy until
     the end, then the summary's (after the transfer); FedAvg's shows the round's accuracy."""
-    from fedselect import console as ui
+    from fedselect.cli import console as ui
 
     events = {}
     cefl = doc(method="cefl", rounds=1, method_options={"clusters": 2, "transfer_epochs": 1, "base_layers": 1})
@@ -264,8 +264,8 @@ def test_a_sweep_tables_the_figures_of_its_methods_and_draws_the_comparison_plot
 
     from rich.console import Console
 
-    from fedselect import console as ui
-    from fedselect.sweep import build_sweep_table
+    from fedselect.cli import console as ui
+    from fedselect.study.sweep import build_sweep_table
 
     spec = {
         "name": "s",

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedselect.compare import CompareConfig, load_compare, parse_compare
-from fedselect.config import ConfigError
-from fedselect.data import imu
-from fedselect.data.catalog import DATASETS
-from fedselect.report import COLUMNS, POINT_KEYS, RunSummary, aggregate_table, render_markdown
-from fedselect.resolve import option_names
-from fedselect.sweep import SweepConfig, _restrict, _slug, build_sweep_table, load_sweep, parse_sweep
+from fedselect.config.schema import ConfigError
+from fedselect.experiment.resolve import option_names
+from fedselect.report.build import COLUMNS, POINT_KEYS, RunSummary, aggregate_table, render_markdown
+from fedselect.study.compare import CompareConfig, load_compare, parse_compare
+from fedselect.study.sweep import SweepConfig, _restrict, _slug, build_sweep_table, load_sweep, parse_sweep
+from fedselect.world.data import imu
+from fedselect.world.data.catalog import DATASETS
 
 PAPER_DIR = Path(__file__).resolve().parents[1] / "configs" / "paper"
 FILES = sorted(PAPER_DIR.glob("*.yaml"))

@@ -3,7 +3,7 @@ import time
 import numpy as np
 import pytest
 
-from fedselect.data.partition import local_holdout, make_partitioner
+from fedselect.world.data.partition import local_holdout, make_partitioner
 
 LABELS = np.repeat(np.arange(10), 100)  # 1,000 samples, 100 per class
 
@@ -135,8 +135,8 @@ def test_dirichlet_min_size_error_names_client_dirichlet():
 
 
 def test_a_bad_partition_value_is_a_config_error_naming_the_key():
-    from fedselect.config import ConfigError
-    from fedselect.resolve import parse_experiment, resolve
+    from fedselect.config.schema import ConfigError
+    from fedselect.experiment.resolve import parse_experiment, resolve
 
     d = {"rounds": 1, "data": {"num_clients": 10, "partition": {"scheme": "client_dirichlet", "size_sigma": -2}}}
     with pytest.raises(ConfigError, match=r"data\.partition: client_dirichlet size_sigma must be >= 0, got -2"):
@@ -236,8 +236,8 @@ def test_fat_thin_more_classes_than_the_data_has_is_refused_before_any_draw():
 
 
 def test_fat_thin_class_option_is_a_config_error_naming_the_key():
-    from fedselect.config import ConfigError
-    from fedselect.resolve import parse_experiment, resolve
+    from fedselect.config.schema import ConfigError
+    from fedselect.experiment.resolve import parse_experiment, resolve
 
     d = {"rounds": 1, "data": {"num_clients": 10, "partition": {"scheme": "fat_thin", "thin_classes": -1}}}
     with pytest.raises(ConfigError, match=r"data\.partition: fat_thin thin_classes as a number of classes must be >= 1"):

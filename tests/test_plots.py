@@ -8,7 +8,7 @@ def test_the_band_is_the_95_percent_interval_of_the_mean_with_three_seeds():
     t_{0.975, 2} = 4.302653, half width 4.302653 / sqrt(3) = 2.484138; min..max without ci."""
     from types import SimpleNamespace
 
-    from fedselect.plots import _mean_band
+    from fedselect.report.plots import _mean_band
 
     runs = [
         SimpleNamespace(rows=[{"round": "0", "e2e_latency_s": "0"}, {"round": "1", "e2e_latency_s": str(v)}]) for v in (1, 2, 3)
@@ -23,7 +23,7 @@ def test_the_band_is_the_95_percent_interval_of_the_mean_with_three_seeds():
 
 def _result(label, seed, mode="sync", rounds=3):
     """A RunSummary of ``rounds`` rows: clients 0 and 1 selected every round."""
-    from fedselect.tables import RunSummary
+    from fedselect.report.tables import RunSummary
 
     rows = [
         {"round": str(t), "accuracy": str(0.5 + 0.1 * t), "e2e_latency_s": str(2.0 * t), "selected": "0;1" if t else ""}
@@ -54,7 +54,7 @@ def test_async_runs_are_plotted_per_server_version(tmp_path, monkeypatch):
     mixes sync and async says both; a sync one says communication round."""
     import matplotlib.axes
 
-    from fedselect.plots import make_plots, round_axis
+    from fedselect.report.plots import make_plots, round_axis
 
     labels = []
     monkeypatch.setattr(matplotlib.axes.Axes, "set_xlabel", lambda self, text, *a, **k: labels.append(text))
@@ -72,7 +72,7 @@ def test_async_runs_are_plotted_per_server_version(tmp_path, monkeypatch):
 def test_a_fleet_without_classes_gets_no_class_plot(tmp_path):
     """Capacity fleets (every client its own capacity, all named after the model) have one
     device class: no device-class plot; the network plot, with two classes, is drawn."""
-    from fedselect.plots import make_plots
+    from fedselect.report.plots import make_plots
 
     fed = _fed(0, ["pareto"] * 3, ["wifi-1", "wifi-4", "wifi-1"])
     files = make_plots(tmp_path, [_result("FedAvg", 0)], ["FedAvg"], [fed])

@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 
 import fedselect
 from fedselect.cli import app
-from fedselect.experiment import run_experiment
-from fedselect.resolve import parse_experiment
+from fedselect.experiment.resolve import parse_experiment
+from fedselect.experiment.run import run_experiment
 
 USER_MODULE = textwrap.dedent('''
     """A user's selectors and algorithms (lives outside fedselect)."""
@@ -236,7 +236,7 @@ def test_entry_point_selector(tmp_path, user_module, monkeypatch):
     ],
 )
 def test_bad_user_component_names_are_named(name, message):
-    from fedselect.config import ConfigError
+    from fedselect.config.schema import ConfigError
 
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
         parse_experiment(doc(selector={"name": name}))
@@ -363,7 +363,7 @@ def _bad_csv(tmp_path) -> Path:
     ],
 )
 def test_own_model_and_data_set_mistakes_are_named_before_anything_runs(over, message, own_example, user_module):
-    from fedselect.config import ConfigError
+    from fedselect.config.schema import ConfigError
 
     __import__(user_module)
     d = doc(**{k: {**doc()[k], **v} if k == "data" else v for k, v in over.items()})
@@ -373,9 +373,9 @@ def test_own_model_and_data_set_mistakes_are_named_before_anything_runs(over, me
 
 
 def test_own_data_set_problems_found_at_load_name_the_loader_or_the_file(own_example, user_module, tmp_path):
-    from fedselect.data.catalog import load_dataset
-    from fedselect.data.datasets import DatasetNotFoundError
-    from fedselect.data.files import DataFileError
+    from fedselect.world.data.catalog import load_dataset
+    from fedselect.world.data.datasets import DatasetNotFoundError
+    from fedselect.world.data.files import DataFileError
 
     __import__(user_module)
     with pytest.raises(
@@ -399,8 +399,8 @@ def test_registered_model_and_data_set_run_and_carry_an_importable_path(tmp_path
     """``@fedselect.register_model`` / ``@fedselect.register_dataset`` in a user's module: the
     names work once it is imported, their options are validated and recorded, and a worker
     process is given ``module:name`` to import (it never imported the user's module)."""
-    from fedselect.data.datasets import DATASETS
-    from fedselect.models import MODELS
+    from fedselect.world.data.datasets import DATASETS
+    from fedselect.world.models import MODELS
 
     __import__(user_module)
     d = doc(
@@ -427,7 +427,7 @@ def test_registered_model_and_data_set_run_and_carry_an_importable_path(tmp_path
 def test_own_models_train_in_worker_processes_exactly_as_in_process(own_example, user_module, tmp_path, monkeypatch):
     """The worker pool builds the user's model itself: by module path (the example's CNN) and
     by the importable path of a decorator-registered one; two workers give the bytes of none."""
-    import fedselect.fl.pool as pool
+    import fedselect.fl.local.pool as pool
 
     started = []
 
@@ -476,8 +476,8 @@ def test_own_model_and_data_on_flower_nodes_give_the_simulators_run(own_example,
 
 def test_compare_api_refuses_before_running(tmp_path):
     """``fedselect.compare``'s arguments are checked before anything is built or written."""
-    from fedselect.backends import LocalBackend
-    from fedselect.config import ConfigError
+    from fedselect.config.schema import ConfigError
+    from fedselect.study.backends import LocalBackend
 
     base = {k: v for k, v in doc().items() if k not in ("name", "seed")}  # a comparison names and seeds its runs
     cc = {"name": "c", "base": base, "methods": [{"label": "FedAvg", "method": "fedavg"}]}
@@ -497,22 +497,21 @@ def test_compare_api_refuses_before_running(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-def test_fedselect_compare_is_the_module_and_runs_the_comparison():
-    """``fedselect.compare`` is callable whether or not the module of that name was imported
-    first (importing a submodule binds it on its package)."""
+def test_fedselect_compare_and_run_are_the_api_functions():
+    """``fedselect.compare`` and ``fedselect.run`` are the API functions, before and after the
+    modules of the comparison (:mod:`fedselect.study.compare`) and of a run
+    (:mod:`fedselect.experiment.run`) are imported: no module of the package shadows them."""
     import subprocess
 
     code = (
-        "import fedselect, sys; f = fedselect.compare; import fedselect.compare as m; "
-        "from fedselect.compare import run_comparison; "
-        "print(f is m, callable(m), m.run_comparison is run_comparison, sys.modules['fedselect.compare'] is m)"
+        "import fedselect; f = fedselect.compare; g = fedselect.run; "
+        "import fedselect.study.compare as m; import fedselect.experiment.run; from fedselect.api import compare, run; "
+        "print(f is compare, g is run, fedselect.compare is compare, fedselect.run is run, "
+        "m.run_comparison.__module__ == 'fedselect.study.compare')"
     )
     env = {**__import__("os").environ, "PYTHONPATH": str(Path(fedselect.__file__).resolve().parents[1])}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert r.stdout.split() == ["True"] * 4, r.stderr
-    import fedselect.compare as m
-
-    assert fedselect.compare is m and "fedselect.api.compare" in type(m).__doc__
+    assert r.stdout.split() == ["True"] * 5, r.stderr
 
 
 def test_fedselect_list_shows_data_sets_and_models_with_their_options():
@@ -548,7 +547,7 @@ def test_entry_point_model_and_data_set(group, key, user_module, monkeypatch):
 
 # ------------------------------------------------------------------ one registry for every kind
 def test_every_kind_is_one_registry_with_its_entry_point_group_and_decorator():
-    from fedselect.console import KIND_TABLES
+    from fedselect.cli.console import KIND_TABLES
     from fedselect.registry import REGISTRIES, Registry
 
     assert list(REGISTRIES) == ["selectors", "algorithms", "datasets", "partitioners", "models", "engines"]
@@ -557,10 +556,10 @@ def test_every_kind_is_one_registry_with_its_entry_point_group_and_decorator():
         register = KIND_TABLES[key][1]
         assert register is None or callable(getattr(fedselect, register)), key
     from fedselect.algorithms import ALGORITHMS
-    from fedselect.data.datasets import DATASETS
-    from fedselect.data.partition import PARTITIONERS
-    from fedselect.models import MODELS
     from fedselect.selectors import SELECTORS
+    from fedselect.world.data.datasets import DATASETS
+    from fedselect.world.data.partition import PARTITIONERS
+    from fedselect.world.models import MODELS
 
     assert [SELECTORS, ALGORITHMS, DATASETS, PARTITIONERS, MODELS] == [REGISTRIES[k] for k in list(REGISTRIES)[:5]]
 
@@ -580,10 +579,14 @@ def test_every_kind_is_one_registry_with_its_entry_point_group_and_decorator():
         ),
         (
             "partitioners",
-            "fedselect.models:MLP",
-            "partition scheme 'fedselect.models:MLP' is <class 'fedselect.models.MLP'>, not a",
+            "fedselect.world.models:MLP",
+            "partition scheme 'fedselect.world.models:MLP' is <class 'fedselect.world.models.MLP'>, not a",
         ),
-        ("models", "fedselect.models:nothing", "model 'fedselect.models:nothing': module 'fedselect.models' has no attribute"),
+        (
+            "models",
+            "fedselect.world.models:nothing",
+            "model 'fedselect.world.models:nothing': module 'fedselect.world.models' has no attribute",
+        ),
     ],
 )
 def test_every_kind_names_the_kind_the_name_and_what_is_allowed(key, name, message):
@@ -599,8 +602,8 @@ def test_own_partition_scheme_by_name_path_and_entry_point(tmp_path, user_module
     """A partition scheme of the user's (``@fedselect.register_partitioner``, ``module:Class``
     or the entry-point group ``fedselect.partitioners``): its parameters are validated and
     recorded, and the federation holds exactly the rows it deals out."""
-    from fedselect.config import ConfigError
-    from fedselect.federation import build_federation
+    from fedselect.config.schema import ConfigError
+    from fedselect.world.federation import build_federation
 
     data = {"dataset": f"{user_module}:two_blobs", "num_clients": 4, "validation": 0, "holdout_fraction": 0.0}
     d = doc(data={**data, "partition": {"scheme": f"{user_module}:RoundRobin", "offset": 1}}, model={"name": "mlp"})
@@ -642,12 +645,12 @@ def test_engines_are_listed_without_importing_them():
     code = (
         "import sys; from fedselect.registry import ENGINES; names = ENGINES.names(); "
         "print(names, ENGINES.builtin_names() == names, 'fedselect.flower' in sys.modules, "
-        "'fedselect.engines' in sys.modules or 'fedselect.experiment' in sys.modules)"
+        "'fedselect.engines' in sys.modules or 'fedselect.experiment.run' in sys.modules)"
     )
     env = {**__import__("os").environ, "PYTHONPATH": str(Path(fedselect.__file__).resolve().parents[1])}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.stdout.split() == ["['flower',", "'simulator']", "True", "False", "False"], r.stderr
-    from fedselect.engines import SimulatorEngine
+    from fedselect.engines.simulator import SimulatorEngine
     from fedselect.registry import ENGINES
 
     assert ENGINES.get("simulator") is SimulatorEngine and "fedselect.engines" in sys.modules

@@ -1,4 +1,4 @@
-"""Parallel client training (fedselect.fl.pool), the stacked torch.func path (fl.batched),
+"""Parallel client training (fedselect.fl.local.pool), the stacked torch.func path (fl.batched),
 sample-loss statistics of local_train, and the evaluation chunking.
 
 Real data: the embedded MNIST. Every pool test is bounded in time (SIGALRM watchdog, and the
@@ -17,13 +17,13 @@ import pytest
 import torch
 from torch import nn
 
-from fedselect.data.catalog import load_dataset
-from fedselect.fl.batched import supports_batched, train_batched
+from fedselect.common.seeding import torch_rng
 from fedselect.fl.evaluate import evaluate
-from fedselect.fl.pool import ClientData, ClientTrainer, ModelSpec, TrainJob, _threads, usable_cores
-from fedselect.fl.train import TrainConfig, local_train
-from fedselect.models import build_model
-from fedselect.seeding import torch_rng
+from fedselect.fl.local.batched import supports_batched, train_batched
+from fedselect.fl.local.pool import ClientData, ClientTrainer, ModelSpec, TrainJob, _threads, usable_cores
+from fedselect.fl.local.train import TrainConfig, local_train
+from fedselect.world.data.catalog import load_dataset
+from fedselect.world.models import build_model
 
 SPEC = ModelSpec("mnist_cnn", (1, 28, 28), 10)
 CFG = TrainConfig(epochs=1, batch_size=32, lr=0.05, momentum=0.9)
@@ -362,8 +362,8 @@ def test_batched_frozen_and_trainer_option(data, init_state):
 def test_from_federation_matches_the_clients_own_data(tiny_cfg_doc):
     """The trainer over a real federation: client k's rows are its train_indices, the test set
     is registered as "test"; results equal local_train on the client's own ArrayDataset."""
-    from fedselect.config import parse_config
-    from fedselect.federation import build_federation
+    from fedselect.config.schema import parse_config
+    from fedselect.world.federation import build_federation
 
     doc = dict(tiny_cfg_doc, model={"name": "mnist_cnn"}, data=dict(tiny_cfg_doc["data"], holdout_fraction=0.2))
     cfg = parse_config(doc, "tiny")
@@ -390,9 +390,9 @@ def test_from_federation_matches_the_clients_own_data(tiny_cfg_doc):
 def _run_with_trainer(tmp_path, doc, name, make_trainer):
     """run_experiment with the local transport over ``make_trainer(r, fed)``: an engine session
     (anything with ``connect``) is how the loop takes a transport."""
-    import fedselect.experiment as experiment
+    import fedselect.experiment.run as experiment
+    from fedselect.experiment.resolve import resolve_doc
     from fedselect.fl.work import LocalTransport
-    from fedselect.resolve import resolve_doc
 
     class WithTrainer:
         def connect(self, r, fed, workers=None):
@@ -407,9 +407,9 @@ def test_run_metrics_byte_identical_for_0_1_2_workers(tmp_path, tiny_cfg_doc, wa
     """The real loop (`run_experiment`) with 0, 1 and 2 worker processes, with this process at
     2 torch threads, and with the number of workers left to the pool rule: byte-identical
     metrics.csv and model.pt."""
-    import fedselect.experiment as experiment
+    import fedselect.experiment.run as experiment
+    from fedselect.experiment.resolve import parse_experiment
     from fedselect.fl import pool_rule
-    from fedselect.resolve import parse_experiment
 
     doc = dict(
         tiny_cfg_doc,
@@ -421,7 +421,7 @@ def test_run_metrics_byte_identical_for_0_1_2_workers(tmp_path, tiny_cfg_doc, wa
     got, models, decided = {}, {}, []
     monkeypatch.delenv("FEDSELECT_WORKERS", raising=False)
     auto = pool_rule.auto_workers
-    monkeypatch.setattr("fedselect.simulation.auto_workers", lambda *a: decided.append(auto(*a)) or decided[-1])
+    monkeypatch.setattr("fedselect.experiment.simulation.auto_workers", lambda *a: decided.append(auto(*a)) or decided[-1])
     for w in (0, 1, 2, None):
         before = torch.get_num_threads()
         torch.set_num_threads(2 if w == 2 else 1)  # the loop's own work runs on one thread whatever this says
@@ -442,7 +442,7 @@ def test_worker_killed_mid_round_is_an_error_and_the_run_completes(tmp_path, tin
     fails with kind ``error``, the round aggregates the survivor, the run finishes."""
     from dataclasses import replace
 
-    from fedselect.fl.metrics import read_csv_rows
+    from fedselect.common.files import read_csv_rows
 
     class KillOnce:
         def __init__(self, inner):
@@ -483,11 +483,11 @@ def test_main_importable(monkeypatch, tmp_path):
     import sys
     import types
 
-    from fedselect.fl.pool import main_importable
+    from fedselect.fl.local.pool import main_importable
 
     script = tmp_path / "script.py"
     script.write_text("")
-    from fedselect.models import MODELS
+    from fedselect.world.models import MODELS
 
     def nb_model(input_shape, num_classes):  # a model registered in a notebook / python -c
         raise NotImplementedError
@@ -519,7 +519,7 @@ def test_main_importable(monkeypatch, tmp_path):
 def test_workers_train_in_process_where_the_main_module_is_not_importable(data, monkeypatch, caplog):
     import logging
 
-    import fedselect.fl.pool as pool
+    import fedselect.fl.local.pool as pool
 
     monkeypatch.setattr(pool, "worker_obstacle", lambda name=None: "a test's reason")
     with caplog.at_level(logging.WARNING, logger="fedselect"):

@@ -13,15 +13,15 @@ import pytest
 import torch
 
 from conftest import tiny_experiment
-from fedselect.config import ConfigError
-from fedselect.experiment import run_experiment
-from fedselect.federation import build_federation
-from fedselect.fl.metrics import read_csv_rows
+from fedselect.common.files import read_csv_rows
+from fedselect.config.schema import ConfigError
+from fedselect.experiment.resolve import parse_experiment, resolve
+from fedselect.experiment.run import run_experiment
+from fedselect.experiment.simulation import Simulation
 from fedselect.fl.types import ClientCost, ClientOutcome, RunSettings
-from fedselect.resolve import parse_experiment, resolve
 from fedselect.selectors.base import RoundView
 from fedselect.selectors.power_of_choice import PowerOfChoice, PowerOfChoiceOptions
-from fedselect.simulation import Simulation
+from fedselect.world.federation import build_federation
 
 N_SAMPLES = np.arange(1, 11) * 10  # clients 0..9 hold 10, 20, ..., 100 samples: p_k = (k + 1) / 55
 DOWN_BYTES = 1000
@@ -231,8 +231,8 @@ def test_unreachable_candidates_are_neither_charged_nor_chosen(tmp_path):
     whenever 2 are, and only the reachable candidates are probed and charged."""
     import csv
 
-    from fedselect.experiment import make_simulation, run_experiment
-    from fedselect.resolve import parse_experiment
+    from fedselect.experiment.resolve import parse_experiment
+    from fedselect.experiment.run import make_simulation, run_experiment
 
     doc = {
         "name": "pow-dropout",

@@ -13,11 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 from fedselect.cli import app
-from fedselect.compare import parse_compare, run_comparison
-from fedselect.config import ConfigError
-from fedselect.contenders import MethodSpec
-from fedselect.report import build_report
-from fedselect.stats import format_interval, paired_interval
+from fedselect.config.contenders import MethodSpec
+from fedselect.config.schema import ConfigError
+from fedselect.report.build import build_report
+from fedselect.report.stats import format_interval, paired_interval
+from fedselect.study.compare import parse_compare, run_comparison
 from test_compare import _fake_run
 
 # ------------------------------------------------------------------ 2. a report with a run missing
@@ -193,8 +193,8 @@ def test_non_ascii_labels_reach_the_plot_legends(tmp_path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from fedselect.plots import make_plots
-    from fedselect.tables import collect
+    from fedselect.report.plots import make_plots
+    from fedselect.report.tables import collect
 
     c = _coinciding(tmp_path)
     spec = json.loads((c / "compare.json").read_text())

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from fedselect.compare import parse_compare, run_comparison
+from fedselect.study.compare import parse_compare, run_comparison
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser") if shutil.which(n)), None)
 
@@ -141,8 +141,8 @@ def test_report_html_renders_in_headless_chromium(small_comparison, tmp_path):
 def test_fedselect_report_regenerates_the_page_from_saved_metrics(small_comparison, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    import fedselect.compare
-    import fedselect.experiment
+    import fedselect.experiment.run
+    import fedselect.study.compare
     from fedselect.cli import app
 
     d = tmp_path / "copy"
@@ -156,11 +156,11 @@ def test_fedselect_report_regenerates_the_page_from_saved_metrics(small_comparis
     def refuse(*a, **k):
         raise AssertionError("report must not run anything")
 
-    import fedselect.backends
+    import fedselect.study.backends
 
-    monkeypatch.setattr(fedselect.experiment, "run_experiment", refuse)
-    monkeypatch.setattr(fedselect.backends, "run_experiment", refuse)  # compare and sweep run through a backend
-    monkeypatch.setattr(fedselect.backends, "build_federation", refuse)
+    monkeypatch.setattr(fedselect.experiment.run, "run_experiment", refuse)
+    monkeypatch.setattr(fedselect.study.backends, "run_experiment", refuse)  # compare and sweep run through a backend
+    monkeypatch.setattr(fedselect.study.backends, "build_federation", refuse)
     res = CliRunner().invoke(app, ["report", str(d)])
     assert res.exit_code == 0, res.output
     assert "report.html" in res.output and "paired differences vs FedAvg over 2 seeds" in res.output

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedselect.compare import load_compare
-from fedselect.config import ConfigError
-from fedselect.reproduce import Job, _sweep_config, load_manifest, reproduce, verdict
+from fedselect.config.schema import ConfigError
+from fedselect.repro.reproduce import Job, _sweep_config, load_manifest, reproduce, verdict
+from fedselect.study.compare import load_compare
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "configs" / "reproduce.yaml"
@@ -118,7 +118,7 @@ def sched_id() -> str:
 def test_cefl_communication_by_hand_is_under_two_percent():
     """The header's arithmetic: FD-CNN (7 classes) 876,999 floats, conv layers 53,696; N 8, K 2."""
     from fedselect.algorithms.cefl import cefl_communication, regular_fl_communication
-    from fedselect.models import FDCNN
+    from fedselect.world.models import FDCNN
 
     model = FDCNN(7)
     full = sum(v.numel() for v in model.state_dict().values()) * 4
@@ -131,8 +131,8 @@ def test_cefl_communication_by_hand_is_under_two_percent():
 
 
 def test_claims_against_another_label_and_quick_method_options(tmp_path):
-    from fedselect.reproduce import Claim, Entry, judge_entry, with_method_options
-    from fedselect.tables import RunSummary
+    from fedselect.report.tables import RunSummary
+    from fedselect.repro.reproduce import Claim, Entry, judge_entry, with_method_options
 
     def run(label, seed, acc, mb):
         return RunSummary(label, seed, tmp_path, [], {"final_accuracy": acc, "communication_mb": mb}, True, 1)
@@ -140,7 +140,7 @@ def test_claims_against_another_label_and_quick_method_options(tmp_path):
     results = [run("A", s, 0.80 + 0.01 * s, 10.0) for s in (0, 1, 2)]
     results += [run("B", s, 0.70 + 0.02 * s, 100.0) for s in (0, 1, 2)]
     results += [run("C", s, 0.60, 0.0) for s in (0, 1, 2)]
-    from fedselect.tables import paired_table
+    from fedselect.report.tables import paired_table
 
     rep = {"results": results, "baseline": "C", "labels": ["A", "B", "C"], "quantities": None}
     rep["paired"] = paired_table(results, rep["labels"], "C")  # what build_report gives
@@ -200,7 +200,7 @@ def test_quick_reproduction_end_to_end(tmp_path):
         assert (d / "compare.json").is_file()
     assert "**Quick variant**" in text
     # every entry names the machine its runs were made on, from the record in its directory
-    from fedselect.reproduce import _machine, read_sessions
+    from fedselect.repro.reproduce import _machine, read_sessions
 
     for e in m.entries:
         sessions = read_sessions(tmp_path / "runs" / e.id)
@@ -242,8 +242,8 @@ def test_no_run_lists_what_has_not_run(tmp_path):
 
 
 def test_saved_runs_made_before_an_option_was_added_are_accepted_at_its_default():
-    from fedselect.experiment import config_differences
-    from fedselect.resolve import parse_experiment
+    from fedselect.experiment.resolve import parse_experiment
+    from fedselect.experiment.run import config_differences
 
     now = parse_experiment({"selector": {"name": "flashrl"}}).model_dump(mode="json")
     saved = {**now, "selector": {**now["selector"], "options": dict(now["selector"]["options"])}}
@@ -263,9 +263,9 @@ def test_the_sweep_entry_on_its_quick_grid_summarises_the_runs(tmp_path):
 
     import numpy as np
 
-    from fedselect.data.partition import make_partitioner
-    from fedselect.reproduce import render, run_entry
-    from fedselect.seeding import np_rng
+    from fedselect.common.seeding import np_rng
+    from fedselect.repro.reproduce import render, run_entry
+    from fedselect.world.data.partition import make_partitioner
 
     m, root = load_manifest(MANIFEST)
     e = next(x for x in m.entries if x.kind == "sweep")
@@ -341,8 +341,8 @@ def test_records_in_window_matches_every_order_of_five():
     """Monte Carlo over random orders against the exact share over all 5! = 120 orders."""
     import itertools
 
+    from fedselect.common.seeding import np_rng
     from fedselect.repro.alpha import records_in_window
-    from fedselect.seeding import np_rng
 
     def records_after(order, alpha):
         best, count = -1, 0
@@ -376,7 +376,7 @@ def test_wilson_interval_by_hand():
 def test_the_alpha_entry_computes_keeps_and_reads_back_table_ii(tmp_path):
     import json
 
-    from fedselect.reproduce import render, run_entry
+    from fedselect.repro.reproduce import render, run_entry
 
     m, root = load_manifest(MANIFEST)
     e = next(x for x in m.entries if x.kind == "alpha")
@@ -411,7 +411,7 @@ def test_the_alpha_entry_computes_keeps_and_reads_back_table_ii(tmp_path):
 
 
 def test_a_bad_alpha_config_names_the_key(tmp_path):
-    from fedselect.config import ConfigError
+    from fedselect.config.schema import ConfigError
     from fedselect.repro.alpha import load_alpha_config
 
     p = tmp_path / "a.yaml"
@@ -425,7 +425,7 @@ def test_a_bad_alpha_config_names_the_key(tmp_path):
 
 def test_a_session_is_recorded_before_the_work_and_timed_after_it_even_when_killed(tmp_path):
     from fedselect.repro.record import recorded_wall, session
-    from fedselect.reproduce import _machine, read_sessions
+    from fedselect.repro.reproduce import _machine, read_sessions
 
     d = tmp_path / "entry"
     with session(d):

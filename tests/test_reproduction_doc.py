@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fedselect.reproduce import load_manifest, read_sessions, reproduce
+from fedselect.repro.reproduce import load_manifest, read_sessions, reproduce
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "configs" / "reproduce.yaml"

@@ -1,7 +1,7 @@
 """A run resolves its config once (issue 36, "one way through"): the entry point resolves it
 (``fedselect.run``, ``fedselect run``, a comparison's plan, the Flower ServerApp), and the
-:class:`~fedselect.resolve.Resolved` then travels to the round, to the engine and to the run's
-files; nothing downstream resolves it again. Every call of :func:`fedselect.resolve.resolve`
+:class:`~fedselect.experiment.resolve.Resolved` then travels to the round, to the engine and to the run's
+files; nothing downstream resolves it again. Every call of :func:`fedselect.experiment.resolve.resolve`
 is counted here, wherever a module bound it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import fedselect.resolve as resolve_module
+import fedselect.experiment.resolve as resolve_module
 
 DOC = {
     "name": "once",
@@ -27,12 +27,12 @@ DOC = {
 
 @pytest.fixture
 def resolves(monkeypatch):
-    """The ``source`` of every :func:`fedselect.resolve.resolve` call while the test runs (in
+    """The ``source`` of every :func:`fedselect.experiment.resolve.resolve` call while the test runs (in
     every module that imported the function by name)."""
     import fedselect.api  # noqa: F401 - the modules that bind it, imported before patching
-    import fedselect.backends  # noqa: F401
     import fedselect.cli  # noqa: F401
-    import fedselect.experiment  # noqa: F401
+    import fedselect.experiment.run  # noqa: F401
+    import fedselect.study.backends  # noqa: F401
 
     calls: list[str] = []
     real = resolve_module.resolve
@@ -70,9 +70,9 @@ def test_the_command_line_resolves_a_run_once(resolves, tmp_path):
 def test_a_resolved_run_is_never_resolved_again(resolves, tmp_path):
     """run_experiment, resume and the backends' run step with a Resolved: no resolve at all,
     but on resume the checkpoint's own saved config, resolved to be compared with the run's."""
-    from fedselect.backends import LocalBackend, RunSpec
-    from fedselect.experiment import resume_experiment, run_experiment
-    from fedselect.resolve import resolve_doc
+    from fedselect.experiment.resolve import resolve_doc
+    from fedselect.experiment.run import resume_experiment, run_experiment
+    from fedselect.study.backends import LocalBackend, RunSpec
 
     r = resolve_doc(DOC)
     resolves.clear()
@@ -85,8 +85,8 @@ def test_a_resolved_run_is_never_resolved_again(resolves, tmp_path):
 
 
 def test_a_raw_config_is_resolved_once_at_the_entry(resolves, tmp_path):
-    from fedselect.config import parse_config
-    from fedselect.experiment import run_experiment
+    from fedselect.config.schema import parse_config
+    from fedselect.experiment.run import run_experiment
 
     raw = parse_config(DOC)  # the schema only: no resolve
     assert resolves == []
@@ -99,10 +99,10 @@ def test_a_run_on_flower_resolves_once_on_the_server(resolves, tmp_path):
     """On a Flower grid the server resolves nothing more (the nodes resolve their own node
     config, once per node, in their own processes; here in-process, so they are left out)."""
     sys.path.insert(0, str(Path(__file__).parent))
+    from fedselect.experiment.resolve import resolve_doc
     from fedselect.flower.client_app import make_client_app
     from fedselect.flower.grid_run import run_on_grid
     from fedselect.flower.nodes import FlowerOptions
-    from fedselect.resolve import resolve_doc
     from flower_grid import LocalGrid
 
     node = {

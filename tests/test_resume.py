@@ -29,14 +29,14 @@ from typer.testing import CliRunner
 
 from fedselect.algorithms import ALGORITHMS
 from fedselect.cli import app
-from fedselect.experiment import make_simulation, run_experiment
-from fedselect.federation import build_federation
+from fedselect.config.presets import PRESETS
+from fedselect.experiment.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from fedselect.experiment.resolve import parse_experiment
+from fedselect.experiment.run import make_simulation, run_experiment
+from fedselect.experiment.simulation import find_generators
 from fedselect.fl import checkpoint as ckmod
-from fedselect.fl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from fedselect.presets import PRESETS
-from fedselect.resolve import parse_experiment
 from fedselect.selectors import SELECTORS
-from fedselect.simulation import find_generators
+from fedselect.world.federation import build_federation
 
 parse_config = parse_experiment
 
@@ -163,7 +163,7 @@ def park_after_round(n: int):
     """Kill point: right after round n's checkpoint and progress callback."""
 
     def park(marker):
-        import fedselect.runfiles as runfiles
+        import fedselect.experiment.runfiles as runfiles
 
         orig = runfiles.save_checkpoint
 
@@ -182,7 +182,7 @@ def park_before_checkpoint(n: int):
     """Kill point: round n's metrics row is written, its checkpoint is not."""
 
     def park(marker):
-        import fedselect.runfiles as runfiles
+        import fedselect.experiment.runfiles as runfiles
 
         orig = runfiles.save_checkpoint
 
@@ -461,7 +461,7 @@ def test_real_process_killed_at_an_arbitrary_moment_then_resumed_in_a_fresh_proc
 
 
 def test_stale_temp_files_of_a_killed_writer_are_removed_and_nothing_else(tmp_path):
-    from fedselect.fl.checkpoint import remove_stale_temp_files
+    from fedselect.experiment.checkpoint import remove_stale_temp_files
 
     for n in ("..checkpoint.new.abc123.tmp", ".metrics.csv.x9.tmp", ".mine.tmp", "keep.tmp"):  # names as atomic_write makes them
         (tmp_path / n).write_text("x")

@@ -4,10 +4,11 @@ import json
 
 import pytest
 
-from fedselect.config import ConfigError
-from fedselect.experiment import run_experiment
-from fedselect.fl.metrics import read_csv_rows, summarize
-from fedselect.resolve import parse_experiment, resolve_doc
+from fedselect.common.files import read_csv_rows
+from fedselect.config.schema import ConfigError
+from fedselect.experiment.metrics import summarize
+from fedselect.experiment.resolve import parse_experiment, resolve_doc
+from fedselect.experiment.run import run_experiment
 
 
 def test_same_seed_gives_identical_metrics_csv(tmp_path, tiny_cfg_doc):

@@ -16,9 +16,7 @@ import yaml
 from typer.testing import CliRunner
 
 from fedselect.cli import app
-from fedselect.data.catalog import load_dataset
-from fedselect.data.files import DataFileError
-from fedselect.fl.checkpoint import (
+from fedselect.experiment.checkpoint import (
     CheckpointError,
     decode_payload,
     encode_payload,
@@ -26,6 +24,8 @@ from fedselect.fl.checkpoint import (
     read_checkpoint_file,
     save_checkpoint,
 )
+from fedselect.world.data.catalog import load_dataset
+from fedselect.world.data.files import DataFileError
 
 
 def touch_marker(path: str) -> str:

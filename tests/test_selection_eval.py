@@ -8,16 +8,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedselect.config import ConfigError
-from fedselect.data.datasets import register_dataset
-from fedselect.data.images import load_mnist_embedded
-from fedselect.experiment import config_differences, run_experiment, with_current_defaults
-from fedselect.federation import build_federation, validation_split
-from fedselect.fl.metrics import read_json, read_metrics
+from fedselect.common.files import read_json
+from fedselect.common.seeding import np_rng
+from fedselect.config.schema import ConfigError
+from fedselect.experiment.metrics import read_metrics
+from fedselect.experiment.resolve import parse_experiment
+from fedselect.experiment.run import config_differences, run_experiment, with_current_defaults
 from fedselect.fl.types import Evaluation, Feedback
-from fedselect.resolve import parse_experiment
-from fedselect.seeding import np_rng
-from fedselect.tables import selection_eval_note
+from fedselect.report.tables import selection_eval_note
+from fedselect.world.data.datasets import register_dataset
+from fedselect.world.data.images import load_mnist_embedded
+from fedselect.world.federation import build_federation, validation_split
 
 
 @register_dataset("mnist-two-test-files")
@@ -95,7 +96,7 @@ def test_the_federation_carves_a_stratified_validation_set_no_client_holds():
 def test_no_validation_set_partitions_the_whole_training_set_as_before():
     """data.validation: 0 gives the partition the whole training set with the same generator
     as before the validation set existed, so saved runs made that way stay valid."""
-    from fedselect.data.catalog import make_partitioner
+    from fedselect.world.data.catalog import make_partitioner
 
     doc = _doc("fedavg", selection_eval="test")
     doc["data"]["validation"] = 0
@@ -165,7 +166,7 @@ def test_a_selector_that_reads_nothing_gets_no_validation_columns(tmp_path):
 def test_per_client_validation_is_the_mean_of_the_clients_models_on_the_validation_set():
     """FedPer's figures for decisions: every client's own model scored on the server's
     validation set, the means over clients."""
-    from fedselect.experiment import make_simulation
+    from fedselect.experiment.run import make_simulation
     from fedselect.fl.work import EvalJob
 
     doc = _doc("flashrl", algorithm={"name": "fedper", "options": {"base_layers": 1}}, rounds=1)
@@ -226,7 +227,7 @@ def test_a_run_saved_before_the_validation_set_is_read_as_it_was_made():
 def test_a_comparison_saved_now_is_not_read_as_one_saved_before_the_validation_set():
     """compare.json / sweep.json bases state both keys when written, so reading one back keeps
     today's defaults; a base that lacks them (saved before) reads as no validation set, test."""
-    from fedselect.experiment import with_pre_validation_values, with_validation_keys
+    from fedselect.experiment.run import with_pre_validation_values, with_validation_keys
 
     saved_now = with_validation_keys({"rounds": 3, "data": {"num_clients": 8}})
     assert saved_now == {"rounds": 3, "data": {"num_clients": 8, "validation": 0.1}, "selection_eval": "validation"}
@@ -247,7 +248,7 @@ def test_the_tables_carry_a_caution_line_where_decisions_read_the_test_set():
 def test_a_model_scored_for_a_selector_reads_the_decision_set():
     """``ctx.evaluate`` (any selector through its context) scores on the validation set, or on
     the test set under selection_eval: test."""
-    from fedselect.experiment import make_simulation
+    from fedselect.experiment.run import make_simulation
 
     for selection_eval, rows in (("validation", 400), ("test", 500)):
         sim = make_simulation(parse_experiment(_doc("fedavg", selection_eval=selection_eval)), workers=0)

@@ -140,8 +140,8 @@ def test_start_cost_of_a_pool_over_training_here():
 
 
 def test_measure_costs_leaves_no_trace():
-    from fedselect.models import build_model
-    from fedselect.seeding import torch_rng
+    from fedselect.common.seeding import torch_rng
+    from fedselect.world.models import build_model
 
     model = build_model("mlp", (1, 28, 28), 10, generator=torch_rng(0, "m"), hidden=[8])
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -158,8 +158,8 @@ def test_measure_costs_leaves_no_trace():
 
 def _federation(**over):
     from conftest import tiny_experiment
-    from fedselect.federation import build_federation
-    from fedselect.resolve import resolve
+    from fedselect.experiment.resolve import resolve
+    from fedselect.world.federation import build_federation
 
     r = resolve(tiny_experiment("fedavg", **over))
     return r, build_federation(r.config)
@@ -195,11 +195,11 @@ def test_auto_workers_decides_by_the_work(caplog):
 
 def test_an_explicit_worker_count_is_honoured(monkeypatch):
     """--workers / train.workers / FEDSELECT_WORKERS bypass the rule."""
-    from fedselect.simulation import make_trainer
+    from fedselect.experiment.simulation import make_trainer
 
     r, fed = _federation(rounds=1)
     called = []
-    monkeypatch.setattr("fedselect.simulation.auto_workers", lambda *a: called.append(a) or 0)
+    monkeypatch.setattr("fedselect.experiment.simulation.auto_workers", lambda *a: called.append(a) or 0)
     monkeypatch.setenv("FEDSELECT_WORKERS", "0")
     with make_trainer(fed, r.train_cfg, None, "cpu", config=r.config) as tr:
         assert tr.workers == 0

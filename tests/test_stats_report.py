@@ -7,10 +7,10 @@ import shutil
 
 import pytest
 
-from fedselect.config import ConfigError, parse_config
-from fedselect.fl.metrics import last_k_mean, summarize
-from fedselect.report import build_report, paired_cell
-from fedselect.stats import format_interval, paired_differences, paired_interval
+from fedselect.config.schema import ConfigError, parse_config
+from fedselect.experiment.metrics import last_k_mean, summarize
+from fedselect.report.build import build_report, paired_cell
+from fedselect.report.stats import format_interval, paired_differences, paired_interval
 from test_compare import _fabricated
 
 # -- paired intervals (hand-computed) -----------------------------------------------------
@@ -170,7 +170,7 @@ def test_report_html_of_fabricated_comparison_is_self_contained_and_escaped(tmp_
 
 
 def test_selection_profile_counts_and_order():
-    from fedselect.plots import class_order, selection_profile_counts
+    from fedselect.report.plots import class_order, selection_profile_counts
 
     feds = [{"device": ["pi", "nano", "pi", "tx2"], "expected_latency_s": [3.0, 0.5, 2.0, 1.0]}]
     classes = class_order(feds, "device")
@@ -204,7 +204,7 @@ def test_selection_profile_counts_and_order():
 
 
 def test_sweep_paired_differences_per_grid_point(tmp_path):
-    from fedselect.sweep import _restrict, parse_sweep, run_dir_for
+    from fedselect.study.sweep import _restrict, parse_sweep, run_dir_for
 
     base = {"rounds": 1, "data": {"dataset": "mnist-embedded", "num_clients": 8}, "model": {"name": "mlp"}}
     sc = parse_sweep(
@@ -250,7 +250,7 @@ def test_sweep_paired_differences_per_grid_point(tmp_path):
 
 
 def test_sweep_baseline_must_be_a_label():
-    from fedselect.sweep import parse_sweep
+    from fedselect.study.sweep import parse_sweep
 
     with pytest.raises(ConfigError, match="baseline 'nobody' is not one of the method labels"):
         parse_sweep({"base": {}, "methods": [{"method": "fedavg"}], "baseline": "nobody"})
@@ -270,7 +270,7 @@ def test_window_override_and_caveat(tmp_path):
 
 
 def test_sweep_pair_across_federations_is_flagged(tmp_path):
-    from fedselect.sweep import parse_sweep, sweep_paired
+    from fedselect.study.sweep import parse_sweep, sweep_paired
 
     base = {
         "rounds": 1,
@@ -297,7 +297,7 @@ def test_sweep_pair_across_federations_is_flagged(tmp_path):
 
 
 def test_mean_std_leaves_nan_out_and_counts_the_values_used():
-    from fedselect.stats import mean_std
+    from fedselect.report.stats import mean_std
 
     # 0.8 and 0.9 are used: mean 0.85, sample std sqrt(2 * 0.05^2 / 1) = 0.0707107
     mean, std, n = mean_std([0.8, math.nan, 0.9, None])
@@ -316,7 +316,7 @@ def test_mean_std_without_nan_is_numpys_mean_and_sample_std_bit_for_bit():
     """The formula both tables used before the helper (NaN-free data: identical numbers)."""
     import numpy as np
 
-    from fedselect.stats import mean_std
+    from fedselect.report.stats import mean_std
 
     rng = np.random.default_rng(0)
     for size in (1, 2, 3, 5, 10):
@@ -326,7 +326,7 @@ def test_mean_std_without_nan_is_numpys_mean_and_sample_std_bit_for_bit():
 
 
 def test_comparison_and_sweep_tables_leave_a_missing_seed_out_alike(tmp_path):
-    from fedselect.sweep import parse_sweep, run_dir_for
+    from fedselect.study.sweep import parse_sweep, run_dir_for
     from test_compare import _fake_run
 
     # comparison: B's seed-1 run stopped after a round that was not evaluated (accuracy nan)

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from fedselect.kernels.rewards import normalise_latency
-from fedselect.system import (
+from fedselect.world.system import (
     DEFAULT_DEVICES,
     DEFAULT_NETWORKS,
     LATENCY_MODELS,

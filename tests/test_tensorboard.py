@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from conftest import tiny_experiment
-from fedselect.config import ConfigError
-from fedselect.experiment import run_experiment
-from fedselect.fl.metrics import read_csv_rows
+from fedselect.common.files import read_csv_rows
+from fedselect.config.schema import ConfigError
+from fedselect.experiment.run import run_experiment
 
 pytest.importorskip("tensorboard", reason="the tensorboard extra (requirements-tensorboard.txt) is not installed")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
@@ -78,7 +78,7 @@ def test_event_files_hold_the_metrics_of_every_round(tmp_path):
 
 
 def test_flashrl_curves_and_comparison_runs_overlay_by_label(tmp_path):
-    from fedselect.compare import parse_compare, run_comparison
+    from fedselect.study.compare import parse_compare, run_comparison
 
     base = {
         "rounds": 2,

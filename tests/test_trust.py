@@ -12,10 +12,11 @@ import yaml
 from typer.testing import CliRunner
 
 from fedselect.cli import app
-from fedselect.compare import parse_compare, run_comparison
-from fedselect.experiment import run_experiment
-from fedselect.fl.metrics import PER_ROUND_KEYS, read_csv_rows
-from fedselect.resolve import parse_experiment
+from fedselect.common.files import read_csv_rows
+from fedselect.experiment.metrics import PER_ROUND_KEYS
+from fedselect.experiment.resolve import parse_experiment
+from fedselect.experiment.run import run_experiment
+from fedselect.study.compare import parse_compare, run_comparison
 
 
 def invoke(*args):
@@ -159,7 +160,7 @@ def test_budgeted_online_reruns_refuse_extension(tmp_path):
 
 # ---------------------------------------------------------------- 5. config-only checks come first
 def test_config_checks_come_before_any_data_is_loaded(tmp_path, monkeypatch):
-    import fedselect.federation as federation
+    import fedselect.world.federation as federation
 
     def refuse(*a, **k):
         raise AssertionError("data loaded before the config was checked")
@@ -171,7 +172,7 @@ def test_config_checks_come_before_any_data_is_loaded(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------- 8. every phase's cost is counted
-from fedselect.presets import PRESETS  # noqa: E402
+from fedselect.config.presets import PRESETS  # noqa: E402
 from test_resume import tiny_doc  # noqa: E402
 
 
@@ -218,8 +219,8 @@ def test_cefl_transfer_is_charged_and_only_its_final_figures_are_reported(tmp_pa
     }
     s = run_experiment(parse_experiment(doc), tmp_path / "r")
     rows = read_csv_rows(tmp_path / "r" / "metrics.csv")
-    from fedselect.federation import build_federation
-    from fedselect.system import compute_time, transmit_time
+    from fedselect.world.federation import build_federation
+    from fedselect.world.system import compute_time, transmit_time
 
     fed = build_federation(parse_experiment(doc))
     draws = fed.fleet.draw(6)

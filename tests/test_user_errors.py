@@ -10,9 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from fedselect.cli import _parse_seeds, app
-from fedselect.config import ConfigError, load_config
-from fedselect.experiment import check_output_dir
-from fedselect.fl.metrics import CORE_COLUMNS, read_json, read_metrics
+from fedselect.common.files import read_json
+from fedselect.config.schema import ConfigError, load_config
+from fedselect.experiment.metrics import CORE_COLUMNS, read_metrics
+from fedselect.experiment.run import check_output_dir
 
 runner = CliRunner()
 TINY = ["--rounds", "1", "--set", "data.num_clients=4", "--set", "clients_per_round=2", "--set", "model.name=mlp"]
@@ -189,9 +190,9 @@ def test_a_key_given_twice_in_a_config_is_refused(tmp_path):
 def test_more_workers_than_cores_start_only_the_cores(caplog):
     import numpy as np
 
-    from fedselect.data.datasets import ArrayDataset
-    from fedselect.fl.pool import ClientTrainer, usable_cores
-    from fedselect.fl.train import TrainConfig
+    from fedselect.fl.local.pool import ClientTrainer, usable_cores
+    from fedselect.fl.local.train import TrainConfig
+    from fedselect.world.data.datasets import ArrayDataset
 
     data = [ArrayDataset(np.zeros((4, 3), np.float32), np.zeros(4, np.int64), 2) for _ in range(2)]
     with caplog.at_level(logging.WARNING, logger="fedselect"):

@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from conftest import with_keys
 from fedselect.cli import app
-from fedselect.config import ConfigError, load_config
-from fedselect.experiment import run_experiment
-from fedselect.resolve import parse_experiment, resolve_doc
+from fedselect.config.schema import ConfigError, load_config
+from fedselect.experiment.resolve import parse_experiment, resolve_doc
+from fedselect.experiment.run import run_experiment
 
 BASE = {
     "name": "tiny",
@@ -348,7 +348,7 @@ def test_mistakes_of_an_experiment_are_reported_in_one_run(tmp_path):
 
 
 def test_a_sweep_names_each_problem_by_where_it_was_given():
-    from fedselect.sweep import parse_sweep
+    from fedselect.study.sweep import parse_sweep
 
     doc = {
         "name": "sw",
@@ -378,10 +378,10 @@ SHIPPED = sorted(p for p in (Path(__file__).resolve().parent.parent / "configs")
 def test_every_shipped_config_resolves(path):
     """Each config under configs/ is accepted by the command its kind belongs to (the schema,
     every registry name, every component's options), before any data is loaded."""
-    from fedselect.compare import parse_compare
-    from fedselect.config import config_kind, read_yaml_file
-    from fedselect.resolve import load_experiment
-    from fedselect.sweep import parse_sweep
+    from fedselect.config.schema import config_kind, read_yaml_file
+    from fedselect.experiment.resolve import load_experiment
+    from fedselect.study.compare import parse_compare
+    from fedselect.study.sweep import parse_sweep
 
     root = path.parents[1] if path.parent.name != "configs" else path.parent
     manifest = read_yaml_file(root / "reproduce.yaml")["entries"]

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-from fedselect.presets import PRESETS
+from fedselect.config.presets import PRESETS
 
 #: every method preset (``fedselect list``), plus the selectors that have none (run with FedAvg)
 METHODS = list(PRESETS) + ["fedcs"]

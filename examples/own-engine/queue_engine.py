@@ -25,10 +25,10 @@ from typing import Callable, Sequence, TypeVar
 import torch
 
 from fedselect.engines import Engine, Session
-from fedselect.federation import Federation
-from fedselect.fl.pool import ClientTrainer
+from fedselect.experiment.resolve import Resolved
+from fedselect.fl.local.pool import ClientTrainer
 from fedselect.fl.work import Job, LocalTransport, Result, Submissions
-from fedselect.resolve import Resolved
+from fedselect.world.federation import Federation
 
 T = TypeVar("T")
 

@@ -35,18 +35,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from fedselect.config import ConfigError, ExperimentConfig, apply_overrides, load_config, read_experiment
-from fedselect.contenders import switch_components
-from fedselect.experiment import RoundEvent, RunPlan, check_output_dir, play, resume_experiment
-from fedselect.experiment import plan as plan_in
-from fedselect.federation import Federation
-from fedselect.fl.metrics import read_csv_rows, read_json
-from fedselect.resolve import Resolved, resolve_doc
+from fedselect.common.files import read_csv_rows, read_json
+from fedselect.config.contenders import switch_components
+from fedselect.config.schema import ConfigError, ExperimentConfig, apply_overrides, load_config, read_experiment
+from fedselect.experiment.resolve import Resolved, resolve_doc
+from fedselect.experiment.run import RoundEvent, RunPlan, check_output_dir, play, resume_experiment
+from fedselect.experiment.run import plan as plan_in
+from fedselect.world.federation import Federation
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from fedselect.compare import CompareConfig
+    from fedselect.study.compare import CompareConfig
 
 __all__ = [
     "ComparisonResult",
@@ -65,7 +65,7 @@ __all__ = [
 
 #: the embedded default experiment (``fedselect run`` without CONFIG, ``fedselect.run()``): a
 #: config file like any other (``configs/default.yaml`` in the repository is this file)
-DEFAULT_EXPERIMENT = Path(__file__).parent / "defaults" / "default.yaml"
+DEFAULT_EXPERIMENT = Path(__file__).parent / "config" / "defaults" / "default.yaml"
 #: how errors name it
 DEFAULT_SOURCE = "the embedded default (configs/default.yaml)"
 
@@ -106,7 +106,7 @@ def default_run_dir(name: str, method: str, seed: int) -> Path:
 
 def _resolve(config: ExperimentConfig | dict | str | Path | None, over: dict[str, Any]) -> Resolved:
     """The config resolved with the overrides ``over`` on top (a ``method``, ``selector.name``
-    or ``algorithm.name`` among them switches that part: :func:`fedselect.contenders.switch_components`),
+    or ``algorithm.name`` among them switches that part: :func:`fedselect.config.contenders.switch_components`),
     every problem in one pass."""
     if isinstance(config, ExperimentConfig):
         doc, source = config.model_dump(mode="json"), config.name
@@ -154,12 +154,12 @@ def plan_run(
     sets: Mapping[str, Any] | None = None,
     **overrides: Any,
 ) -> RunPlan:
-    """Resolve a run (once: the plan carries the :class:`~fedselect.resolve.Resolved` to the
+    """Resolve a run (once: the plan carries the :class:`~fedselect.experiment.resolve.Resolved` to the
     round) and choose its directory, refusing a conflict before anything is built or written:
     ``out`` (default :func:`default_run_dir`) must not hold a comparison or a sweep, nor a run
     unless ``overwrite`` (continue one with :func:`resume` instead). The plan's ``config`` is the
     resolved config, its ``method`` the display name, its ``run_dir`` where it goes
-    (:class:`fedselect.experiment.RunPlan`).
+    (:class:`fedselect.experiment.run.RunPlan`).
 
     Args:
         config, overrides: see :func:`experiment_config`. sets: dotted overrides taken as they
@@ -238,7 +238,7 @@ def output_dir(kind: str, name: str, out: str | Path | None = None, resume: str 
     Raises:
         FileExistsError: a comparison there already (and not ``resume``), or another kind of
         output. ValueError, PermissionError, NotADirectoryError: see
-        :func:`fedselect.experiment.check_output_dir`.
+        :func:`fedselect.experiment.run.check_output_dir`.
     """
     if resume is not None:
         return Path(resume)
@@ -317,7 +317,7 @@ def compare(
 
     Args:
         config: a comparison (``base``, ``methods``, ``seeds`` ...) as a mapping, a
-            :class:`fedselect.compare.CompareConfig` or a YAML path (a plain experiment YAML is
+            :class:`fedselect.study.compare.CompareConfig` or a YAML path (a plain experiment YAML is
             a one-method comparison); None: the embedded default (FedAvg vs FLASH-RL vs FAVOR).
         out: the comparison directory (default ``runs/<name>-<time>``); one already holding a
             comparison is refused (finish that one with ``resume``).
@@ -326,7 +326,7 @@ def compare(
         resume: finish the interrupted comparison in this directory (its saved config; give
             nothing else that changes it).
         backend: ``"local"`` (this process; default), ``"ray"``, or a backend object
-            (:func:`fedselect.backends.make_backend`).
+            (:func:`fedselect.study.backends.make_backend`).
         workers: worker processes per run (default ``train.workers``); results do not depend on it.
         progress: show the command line's progress bars (one per method and seed).
         sets, overrides: dotted keys of the base experiment, as ``--set`` (``sets={"train.lr":
@@ -344,9 +344,9 @@ def compare(
     """
     import pandas as pd
 
-    from fedselect import console as ui
-    from fedselect.backends import make_backend
-    from fedselect.compare import load_compare, parse_compare, run_comparison, run_dir_name, saved_compare
+    from fedselect.cli import console as ui
+    from fedselect.study.backends import make_backend
+    from fedselect.study.compare import load_compare, parse_compare, run_comparison, run_dir_name, saved_compare
 
     over = _dotted(sets, overrides)
     if resume is not None:

@@ -240,14 +240,17 @@ SELECTORS = Registry("selector", "fedselect.selectors", "fedselect.selectors", b
 #: ``algorithm.name``)
 ALGORITHMS = Registry("algorithm", "fedselect.algorithms", "fedselect.algorithms", base="fedselect.algorithms.base:Algorithm")
 #: model factories ``(input_shape, num_classes, **options) -> nn.Module`` (``model.name``;
-#: :func:`fedselect.models.register_model`)
-MODELS = Registry("model", "fedselect.models", "fedselect.models")
+#: :func:`fedselect.world.models.register_model`)
+MODELS = Registry("model", "fedselect.world.models", "fedselect.models")
 #: data-set loaders ``(seed=int, **options) -> (train, test)`` (``data.dataset``; the built-ins:
-#: the loaders :mod:`fedselect.data.catalog` imports; :func:`fedselect.data.datasets.register_dataset`)
-DATASETS = Registry("dataset", "fedselect.data.catalog", "fedselect.datasets", builtin="fedselect.data")
-#: partition schemes (:class:`fedselect.data.partition.Partitioner`; ``data.partition.scheme``)
+#: the loaders :mod:`fedselect.world.data.catalog` imports; :func:`fedselect.world.data.datasets.register_dataset`)
+DATASETS = Registry("dataset", "fedselect.world.data.catalog", "fedselect.datasets", builtin="fedselect.world.data")
+#: partition schemes (:class:`fedselect.world.data.partition.Partitioner`; ``data.partition.scheme``)
 PARTITIONERS = Registry(
-    "partition scheme", "fedselect.data.partition", "fedselect.partitioners", base="fedselect.data.partition:Partitioner"
+    "partition scheme",
+    "fedselect.world.data.partition",
+    "fedselect.partitioners",
+    base="fedselect.world.data.partition:Partitioner",
 )
 #: the engines: where the rounds of a run execute (:mod:`fedselect.engines`; docs/architecture.md,
 #: "Adding an engine"). The built-ins are declared by module path, so nothing is imported until an
@@ -260,7 +263,7 @@ ENGINES = Registry(
     "fedselect.engines",
     base="fedselect.engines:Engine",
     builtin="fedselect",
-    declared={"simulator": "fedselect.engines:SimulatorEngine", "flower": "fedselect.flower.engine:FlowerEngine"},
+    declared={"simulator": "fedselect.engines.simulator:SimulatorEngine", "flower": "fedselect.flower.engine:FlowerEngine"},
     needs={"flower": "Flower: install the optional extra with `pip install fedselect[flower]` (or `make install-flower`)"},
 )
 

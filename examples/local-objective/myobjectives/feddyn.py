@@ -34,7 +34,7 @@ import torch
 from pydantic import Field
 
 from fedselect.algorithms.base import Algorithm, AlgorithmOptions
-from fedselect.fl.objective import LocalObjective
+from fedselect.fl.local.objective import LocalObjective
 from fedselect.fl.types import ClientOutcome, ServerState, State
 
 

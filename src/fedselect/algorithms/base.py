@@ -35,13 +35,13 @@ from typing import Any, ClassVar, Literal, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from fedselect.federation import Federation
 from fedselect.fl.aggregate import fedavg, state_bytes
-from fedselect.fl.objective import LocalObjective
-from fedselect.fl.train import TrainConfig
+from fedselect.fl.local.objective import LocalObjective
+from fedselect.fl.local.train import TrainConfig
 from fedselect.fl.types import ClientOutcome, Evaluation, PhaseCost, RunSettings, ServerState, State, clone_state
 from fedselect.fl.work import EvalJob
 from fedselect.selectors.base import Prepared
+from fedselect.world.federation import Federation
 
 log = logging.getLogger("fedselect")
 
@@ -134,7 +134,7 @@ class Algorithm:
             use at that round; otherwise why not (CEFL: members are scored with their leader's
             model until the transfer after the last round). Then the figures read off the
             rounds (best, last-k mean, rounds / latency to target:
-            :data:`fedselect.fl.metrics.PER_ROUND_KEYS`) are blank in the run's summary and in
+            :data:`fedselect.experiment.metrics.PER_ROUND_KEYS`) are blank in the run's summary and in
             the tables, whose notes give this reason; only the final figures are reported.
         takes_selection_weights: the aggregate honours the selection's aggregation weights
             (:attr:`ClientOutcome.weight`); False where the rule weighs its own way (SCAFFOLD's
@@ -205,11 +205,11 @@ class Algorithm:
 
     def local_objective(self, state: ServerState, k: int) -> LocalObjective | None:
         """How client ``k``'s local objective differs from its mean cross-entropy in a round:
-        one :class:`fedselect.fl.objective.LocalObjective` (e.g. FedProx's
+        one :class:`fedselect.fl.local.objective.LocalObjective` (e.g. FedProx's
         :class:`~fedselect.algorithms.fedprox.ProximalTerm`, SCAFFOLD's
         :class:`~fedselect.algorithms.scaffold.DriftCorrection`), made from the server state (what
         a client carries between rounds lives in ``state.aux``, so it is checkpointed). The round
-        puts it on the client's :class:`~fedselect.fl.clients.TrainJob`; trainer, worker pool,
+        puts it on the client's :class:`~fedselect.fl.local.clients.TrainJob`; trainer, worker pool,
         stacked path and Flower wire carry it without asking which algorithm it came from
         (docs/architecture.md, "Adding a local objective"). Default: None (plain local training)."""
         return None

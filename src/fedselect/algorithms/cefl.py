@@ -48,11 +48,11 @@ from fedselect.algorithms.base import Finished, RunTotals, ServerState, clone_st
 from fedselect.algorithms.fedper import BaseLayerOptions, Personalised, base_layer_names
 from fedselect.fl.aggregate import State, state_bytes
 from fedselect.fl.cost import CostModel
-from fedselect.fl.finetune import fine_tune
+from fedselect.fl.local.finetune import fine_tune
 from fedselect.fl.types import ClientOutcome, PhaseCost
 from fedselect.fl.work import FineTuneJob
 from fedselect.selectors.base import ClientGroups, Prepared
-from fedselect.system import to_mb
+from fedselect.world.system import to_mb
 
 log = logging.getLogger(__name__)
 

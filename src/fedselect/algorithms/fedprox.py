@@ -6,7 +6,7 @@ model it started from,
 
 so local training adds ``mu (w - w^t)`` to each parameter's gradient before every optimiser
 step (``w^t`` is the server model the client starts from). That term is this file's
-:class:`ProximalTerm`, the client's :class:`~fedselect.fl.objective.LocalObjective`: each job
+:class:`ProximalTerm`, the client's :class:`~fedselect.fl.local.objective.LocalObjective`: each job
 carries one, and local training applies it wherever the job runs (this process, the worker
 pool, the stacked GPU path, a Flower node). The server averages the updates as FedAvg does
 (weights n_k / sum n). Nothing extra travels: the upload and download are FedAvg's (the job
@@ -27,7 +27,7 @@ from pydantic import Field
 
 from fedselect.algorithms import register_algorithm
 from fedselect.algorithms.base import Algorithm, AlgorithmOptions, ServerState
-from fedselect.fl.objective import LocalObjective
+from fedselect.fl.local.objective import LocalObjective
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from pydantic import Field
 from fedselect.algorithms import register_algorithm
 from fedselect.algorithms.base import Algorithm, AlgorithmOptions, ServerState
 from fedselect.fl.aggregate import state_bytes
-from fedselect.fl.objective import LocalObjective
+from fedselect.fl.local.objective import LocalObjective
 from fedselect.fl.types import ClientOutcome, State
 
 __all__ = ["ScaffoldOptions", "Scaffold", "DriftCorrection", "momentum_steps"]

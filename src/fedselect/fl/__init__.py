@@ -2,6 +2,6 @@
 
 from fedselect.fl.aggregate import fedavg, partial_average, state_bytes
 from fedselect.fl.evaluate import evaluate
-from fedselect.fl.train import TrainConfig, local_train
+from fedselect.fl.local.train import TrainConfig, local_train
 
 __all__ = ["fedavg", "partial_average", "state_bytes", "evaluate", "TrainConfig", "local_train"]

@@ -26,7 +26,7 @@ zone per client; in each local hour the client is online with a probability that
 cosine from ``p_trough`` to ``p_peak`` at ``peak_hour``; a day lasts ``day_s``) and ``trace``
 (online intervals read from a CSV ``client,start_s,end_s[,period_s]``; with ``period_s`` a
 client's intervals repeat every ``period_s`` seconds, as FedScale's behaviour trace repeats
-every ``finish_time``: ``fedselect/fedscale.py``).
+every ``finish_time``: ``fedselect/world/fedscale.py``).
 
 Determinism: what each client does at simulated time ``x`` depends only on (seed, client, x),
 never on the order or the times at which the run asks: the markov periods come in blocks of
@@ -44,7 +44,7 @@ from typing import Sequence
 
 import numpy as np
 
-from fedselect.seeding import np_rng
+from fedselect.common.seeding import np_rng
 
 __all__ = [
     "Availability",
@@ -340,12 +340,12 @@ def read_trace(path: str | Path, num_clients: int | None = None) -> tuple[dict[i
 
     Raises:
         FileNotFoundError: no such file.
-        fedselect.data.files.DataFileError: a missing column, a non-number, a negative client id
+        fedselect.world.data.files.DataFileError: a missing column, a non-number, a negative client id
             or start, ``end_s <= start_s``, a client id >= ``num_clients``, a period <= 0, a
             client with two periods, or an interval outside its period; the message names the
             file, the line and the column.
     """
-    from fedselect.data.files import Col, DataFileError, read_csv_checked
+    from fedselect.world.data.files import Col, DataFileError, read_csv_checked
 
     p = Path(path)
     if not p.is_file():
@@ -400,7 +400,7 @@ def read_trace(path: str | Path, num_clients: int | None = None) -> tuple[dict[i
 
 
 def make_availability(cfg, num_clients: int, seed: int) -> Availability:
-    """The availability model of an ``availability`` config section (:class:`fedselect.config.AvailabilityConfig`).
+    """The availability model of an ``availability`` config section (:class:`fedselect.config.schema.AvailabilityConfig`).
 
     Raises:
         FileNotFoundError / DataFileError: the trace file is missing or invalid.

@@ -1,7 +1,7 @@
 """The cost model: every simulated latency (seconds) and byte count of a run comes from here.
 
 FLASH-RL's equations through the federation's latency model (``system.latency_model``,
-:data:`fedselect.system.LATENCY_MODELS`): a client's compute time (FR-eq 4; ``paper``:
+:data:`fedselect.world.system.LATENCY_MODELS`): a client's compute time (FR-eq 4; ``paper``:
 ``E |D_k| g / (c_k f_{t,k})``, ``f`` in MHz, ``|D_k|`` in bits), the transfer of ``b`` bytes
 (FR-eq 5; ``paper``: ``8 b / b_{t,k}``, ``b_{t,k}`` in Mb/s), its latency compute + upload (+ the
 broadcast with ``system.count_download``) (FR-eq 3), and a synchronous round as long as its
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedselect.fl.types import ClientCost, RunSettings
-from fedselect.system import RoundDraws, latency_bounds
+from fedselect.world.system import RoundDraws, latency_bounds
 
 __all__ = ["CostModel"]
 
@@ -112,7 +112,7 @@ class CostModel:
         return self.expected_compute_s(epochs) + self.expected_transmit_s(self.upload_bytes + down)
 
     def latency_bounds(self) -> tuple[float, float]:
-        """(L_min, L_max) in seconds for FR-eq 10's min-max normalisation (:func:`fedselect.system.latency_bounds`
+        """(L_min, L_max) in seconds for FR-eq 10's min-max normalisation (:func:`fedselect.world.system.latency_bounds`
         in the latency model)."""
         s, lm = self.settings, self.latency
         bits = self.client_bits().tolist()

@@ -2,7 +2,7 @@
 
 The set is processed in chunks of ``batch_size`` rows under ``torch.inference_mode``: a chunk's
 cross-entropy is summed in float32 and the chunk sums are added in float64, in order. The
-parallel evaluation of :class:`fedselect.fl.pool.ClientTrainer` uses the same chunking, so both
+parallel evaluation of :class:`fedselect.fl.local.pool.ClientTrainer` uses the same chunking, so both
 give the same figures for the same model and memory format.
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedselect.data.datasets import ArrayDataset
+from fedselect.world.data.datasets import ArrayDataset
 
 
 def predict(

@@ -42,7 +42,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
-from fedselect.seeding import np_rng
+from fedselect.common.seeding import np_rng
 
 #: what ``faults.inject[].kind`` may say, and the failure code each produces (one of
 #: :data:`fedselect.fl.types.FAILURE_KINDS`)

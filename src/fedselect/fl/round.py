@@ -17,7 +17,7 @@ and the experiment around it::
 Every rule of a round exists here once: the wait for a client to come online (simulated time
 never stands still: docs/fleets.md), the restart (budgeted online re-runs), the failure kinds
 and their latencies (docs/reliability.md), the deadline, the failed round, the commit of finite
-aggregates only, the evaluation cadence. ``run`` is a :class:`fedselect.simulation.Simulation`
+aggregates only, the evaluation cadence. ``run`` is a :class:`fedselect.experiment.simulation.Simulation`
 (selector, algorithm, fault model, context with the cost model, transport); an engine only
 carries ``plan.jobs`` out and the results back.
 """
@@ -33,7 +33,7 @@ from fedselect.fl.cost import CostModel
 from fedselect.fl.faults import corrupt_state, non_finite_entries, survivor_weights
 from fedselect.fl.types import ClientOutcome, Evaluation, Feedback, Selection, ServerState
 from fedselect.fl.work import TrainJob, TrainResult
-from fedselect.system import RoundDraws
+from fedselect.world.system import RoundDraws
 
 log = logging.getLogger("fedselect")
 
@@ -316,7 +316,7 @@ def play_round(run, t: int, state: ServerState, before: Evaluation) -> tuple[Ser
 
 # ============================================================================ the experiment
 class Recorder(Protocol):
-    """Where a run's results go (:class:`fedselect.runfiles.RunFiles` writes them to disk)."""
+    """Where a run's results go (:class:`fedselect.experiment.runfiles.RunFiles` writes them to disk)."""
 
     def prepared(self, prepared, before: Evaluation) -> None: ...
 

@@ -16,12 +16,12 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from fedselect.federation import Federation
 from fedselect.fl.cost import CostModel
-from fedselect.fl.train import TrainConfig
+from fedselect.fl.local.train import TrainConfig
 from fedselect.fl.types import ClientCost, Evaluation, RunSettings, State, WarmClient, clone_state
 from fedselect.fl.work import EvalJob, TrainJob, Transport
-from fedselect.system import RoundDraws
+from fedselect.world.federation import Federation
+from fedselect.world.system import RoundDraws
 
 # federation -> namespace -> dict: memoised values shared by every run on one federation
 _SHARED: "weakref.WeakKeyDictionary[Federation, dict[str, dict]]" = weakref.WeakKeyDictionary()

@@ -18,7 +18,7 @@ job                    what the client does                   used by
 =====================  =====================================  ==================================
 
 :class:`LocalTransport` is the simulator's: training in the worker pool
-(:class:`fedselect.fl.pool.ClientTrainer`), scores on the server's validation and test sets in
+(:class:`fedselect.fl.local.pool.ClientTrainer`), scores on the server's validation and test sets in
 the pool, a client's own data in this process. A Flower node runs the very same :class:`LocalTransport` on its federation for
 the jobs the server sends it (:mod:`fedselect.flower.transport`), which is what makes both
 engines give the same numbers.
@@ -33,13 +33,13 @@ from typing import Protocol, Sequence, Union
 import numpy as np
 import torch
 
-from fedselect.data.partition import local_holdout
-from fedselect.fl.clients import TrainJob, TrainResult
+from fedselect.common.seeding import np_rng, torch_rng
 from fedselect.fl.evaluate import evaluate, predict
-from fedselect.fl.finetune import fine_tune
-from fedselect.fl.train import TrainConfig
+from fedselect.fl.local.clients import TrainJob, TrainResult
+from fedselect.fl.local.finetune import fine_tune
+from fedselect.fl.local.train import TrainConfig
 from fedselect.fl.types import Evaluation, State
-from fedselect.seeding import np_rng, torch_rng
+from fedselect.world.data.partition import local_holdout
 
 __all__ = [
     "TrainJob",
@@ -218,7 +218,7 @@ class LocalTransport:
 
     Args:
         fed: the federation (clients' data, test set, model).
-        trainer: the training engine (:class:`fedselect.fl.pool.ClientTrainer` or anything with
+        trainer: the training engine (:class:`fedselect.fl.local.pool.ClientTrainer` or anything with
             ``train(jobs)``, ``evaluate(state, "test")``, ``workers`` and ``close()``).
         train_cfg: local-training settings (fine-tuning uses them too).
     """

@@ -1,7 +1,7 @@
 """A Flower ClientApp for fedselect's models and partitions (flwr 1.42 Message API).
 
 Every node is one client of a fedselect federation: it builds the same federation as our
-simulator (:func:`fedselect.federation.build_federation`, deterministic for a seed, cached per
+simulator (:func:`fedselect.world.federation.build_federation`, deterministic for a seed, cached per
 process) and serves client ``k = partition-id`` of it. It answers the jobs of
 :mod:`fedselect.flower.wire` (training, evaluation, CEFL's fine-tuning) by running them with the
 simulator's own :class:`fedselect.fl.work.LocalTransport` on its data, so a node's result is
@@ -47,8 +47,7 @@ except ImportError as e:  # pragma: no cover - depends on the installation
         "fedselect.flower needs Flower: install the optional extra with `pip install fedselect[flower]` "
         "(or `pip install -r requirements-flower.txt`)"
     ) from e
-from fedselect.federation import Federation
-from fedselect.fl.train import TrainConfig
+from fedselect.fl.local.train import TrainConfig
 from fedselect.fl.work import LocalTransport
 from fedselect.flower.logs import quiet_flower_logs
 from fedselect.flower.settings import (  # noqa: F401 - the node settings, re-exported
@@ -60,6 +59,7 @@ from fedselect.flower.settings import (  # noqa: F401 - the node settings, re-ex
     settings_document,
 )
 from fedselect.flower.wire import decode_job, encode_result, federation_hash, profile_reply
+from fedselect.world.federation import Federation
 
 __all__ = [
     "app",
@@ -82,8 +82,8 @@ _TRANSPORTS: "weakref.WeakKeyDictionary[Federation, dict]" = weakref.WeakKeyDict
 
 def _transport(fed: Federation, train_cfg: TrainConfig) -> LocalTransport:
     """The simulator's transport over this node's federation, training in this process with
-    the simulator's engine (:class:`fedselect.fl.pool.ClientTrainer`, no worker processes)."""
-    from fedselect.fl.pool import ClientTrainer
+    the simulator's engine (:class:`fedselect.fl.local.pool.ClientTrainer`, no worker processes)."""
+    from fedselect.fl.local.pool import ClientTrainer
 
     per_fed = _TRANSPORTS.setdefault(fed, {})
     key = repr(train_cfg)

@@ -22,10 +22,10 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-from fedselect.config import ExperimentConfig, dump_config
+from fedselect.config.schema import ExperimentConfig, dump_config
 from fedselect.engines import Engine, Session
-from fedselect.federation import Federation
-from fedselect.resolve import Resolved
+from fedselect.experiment.resolve import Resolved
+from fedselect.world.federation import Federation
 
 if TYPE_CHECKING:
     from flwr.serverapp import Grid
@@ -114,7 +114,7 @@ def connect(grid: Grid, r: Resolved, fed: Federation, options: FlowerOptions, st
     Raises:
         ConfigError / RuntimeError: a node of another federation, or one whose query failed.
     """
-    from fedselect.fl.pool import ClientTrainer
+    from fedselect.fl.local.pool import ClientTrainer
     from fedselect.fl.work import LocalTransport
     from fedselect.flower.transport import FlowerTransport
 
@@ -161,7 +161,7 @@ class GridSession:
 class FlowerEngine(Engine):
     """``engine: flower``: Flower's simulation engine with one SuperNode per client (module
     docstring); every run of one session shares the engine start (a comparison's runs of one
-    federation: :mod:`fedselect.backends`).
+    federation: :mod:`fedselect.study.backends`).
 
     Args:
         options: how the server talks to the nodes (default :class:`FlowerOptions`: simulated

@@ -3,7 +3,7 @@ the experiment layer.
 
 :func:`run_on_grid` runs one experiment on a grid given from outside (a deployment's ServerApp,
 :mod:`fedselect.flower.server_app`; tests' in-process grids): it calls
-:func:`fedselect.experiment.run_experiment` with a :class:`~fedselect.flower.engine.GridSession`
+:func:`fedselect.experiment.run.run_experiment` with a :class:`~fedselect.flower.engine.GridSession`
 on that grid, so the preparation, the rounds, the faults, the checkpoints, ``--resume`` and the
 run files are exactly the simulator's; only the jobs travel as messages. :func:`run_many` runs
 several experiments of one federation in one start of Flower's simulation engine
@@ -17,12 +17,12 @@ from typing import Any
 
 from flwr.serverapp import Grid
 
-from fedselect.config import ExperimentConfig
-from fedselect.experiment import run_experiment
-from fedselect.federation import Federation, build_federation
+from fedselect.config.schema import ExperimentConfig
+from fedselect.experiment.resolve import Resolved, resolve
+from fedselect.experiment.run import run_experiment
 from fedselect.flower.engine import FlowerEngine, GridSession
 from fedselect.flower.nodes import FlowerOptions
-from fedselect.resolve import Resolved, resolve
+from fedselect.world.federation import Federation, build_federation
 
 __all__ = ["run_on_grid", "run_many"]
 
@@ -44,11 +44,11 @@ def run_on_grid(
         options: how to talk to the nodes (default :class:`FlowerOptions`).
         federation: the server's federation (default: built from the config).
         stop: a ``threading.Event`` ending the run with KeyboardInterrupt once set.
-        kwargs: :func:`fedselect.experiment.run_experiment`'s (``resume``, ``overwrite``,
+        kwargs: :func:`fedselect.experiment.run.run_experiment`'s (``resume``, ``overwrite``,
             ``on_round``, ``stop_after``, ``on_simulation``).
 
     Raises:
-        what :func:`fedselect.experiment.run_experiment` raises; ConfigError / RuntimeError:
+        what :func:`fedselect.experiment.run.run_experiment` raises; ConfigError / RuntimeError:
         a node of another federation, or one whose query failed; ValueError: ``mode: async``
         with ``latency: measured`` (:meth:`GridSession.connect`).
     """
@@ -64,7 +64,7 @@ def run_many(
 
     Args:
         runs: (resolved experiment or config, run directory) pairs.
-        options: how the server talks to the nodes. kwargs: :func:`~fedselect.experiment.run_experiment`'s.
+        options: how the server talks to the nodes. kwargs: :func:`~fedselect.experiment.run.run_experiment`'s.
     """
     plans = [(p if isinstance(p, Resolved) else resolve(p, p.name), d) for p, d in runs]
     fed = build_federation(plans[0][0].config)

@@ -17,10 +17,10 @@ from typing import Any, Iterable, Sequence
 
 from flwr.serverapp import Grid
 
-from fedselect.config import ConfigError
-from fedselect.federation import Federation
+from fedselect.config.schema import ConfigError
 from fedselect.flower.messaging import exchange
 from fedselect.flower.wire import federation_hash, profile_client, profile_of, profile_problem, query_message
+from fedselect.world.federation import Federation
 
 log = logging.getLogger("fedselect.flower")
 

@@ -42,12 +42,12 @@ from typing import Any, Callable
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedselect.config import ConfigError, ExperimentConfig, apply_overrides
+from fedselect.config.schema import ConfigError, ExperimentConfig, apply_overrides
+from fedselect.experiment.resolve import Resolved, resolve_doc
 from fedselect.flower.logs import quiet_flower_logs
 from fedselect.flower.nodes import ARRIVAL_MODES, LATENCY_MODES
 from fedselect.flower.settings import set_threads, settings_document
 from fedselect.flower.strategy import FedselectStrategy
-from fedselect.resolve import Resolved, resolve_doc
 
 __all__ = ["app", "make_server_app", "server_plan", "server_experiment", "strategy_settings", "SERVER_KEYS"]
 
@@ -70,7 +70,7 @@ SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
 
 def server_plan(run_config: dict[str, Any]) -> Resolved:
     """The experiment of the run config (module docstring), validated and resolved (once: the
-    strategy runs this :class:`~fedselect.resolve.Resolved`).
+    strategy runs this :class:`~fedselect.experiment.resolve.Resolved`).
 
     Raises:
         ConfigError / FileNotFoundError: a bad ``fedselect-config`` file or invalid keys (named).

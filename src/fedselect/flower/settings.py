@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from fedselect.config import ConfigError, ExperimentConfig, apply_overrides, config_kind, read_yaml_file
-from fedselect.federation import Federation, build_federation, federation_key
-from fedselect.resolve import parse_experiment
+from fedselect.config.schema import ConfigError, ExperimentConfig, apply_overrides, config_kind, read_yaml_file
+from fedselect.experiment.resolve import parse_experiment
+from fedselect.world.federation import Federation, build_federation, federation_key
 
 __all__ = ["CONFIG_FILE_KEY", "config_file", "settings_document", "node_experiment", "federation_for", "set_threads"]
 

@@ -13,7 +13,7 @@ holds no round logic of its own: Flower's four seams call the phases of
     configure_evaluate  none: the evaluation's jobs (per-client evaluation) go out in close
     aggregate_evaluate  round.close (evaluation cadence, selector.observe) and the round's row
 
-:meth:`FedselectStrategy.start` runs the whole experiment with :func:`fedselect.experiment.play` on a
+:meth:`FedselectStrategy.start` runs the whole experiment with :func:`fedselect.experiment.run.play` on a
 :class:`~fedselect.flower.engine.GridSession` of its grid (the preparation, every round, the
 algorithm's finish, the run directory of ``fedselect run``).
 
@@ -35,16 +35,16 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
-from fedselect.config import ExperimentConfig
-from fedselect.experiment import RunPlan, plan, play
-from fedselect.federation import Federation, build_federation
+from fedselect.config.schema import ExperimentConfig
+from fedselect.experiment.resolve import Resolved, resolve
+from fedselect.experiment.run import RunPlan, plan, play
+from fedselect.experiment.simulation import Simulation
 from fedselect.fl import round as rounds
 from fedselect.flower.engine import GridSession, connect
 from fedselect.flower.messaging import Exchange
 from fedselect.flower.nodes import ARRIVAL_MODES, DROPOUT_CODES, LATENCY_MODES, FlowerOptions, NodeDirectory
 from fedselect.flower.wire import encode_job
-from fedselect.resolve import Resolved, resolve
-from fedselect.simulation import Simulation
+from fedselect.world.federation import Federation, build_federation
 
 log = logging.getLogger("fedselect.flower")
 
@@ -90,7 +90,7 @@ class FedselectStrategy(Strategy):
     Raises:
         ConfigError: an invalid config. ValueError: bad options. FileExistsError: ``run_dir``
         holds a run and neither ``overwrite`` nor ``resume`` (checked here, once:
-        :func:`fedselect.experiment.plan`). FileNotFoundError: ``resume`` and no such directory.
+        :func:`fedselect.experiment.run.plan`). FileNotFoundError: ``resume`` and no such directory.
 
     Attributes:
         summary_json: the summary once :meth:`start` ran. run: the run's :class:`Simulation`

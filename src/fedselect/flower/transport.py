@@ -39,15 +39,15 @@ from typing import Sequence
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-from fedselect.federation import Federation
 from fedselect.fl.aggregate import state_bytes
-from fedselect.fl.objective import objective_bytes
-from fedselect.fl.train import TrainConfig
+from fedselect.fl.local.objective import objective_bytes
+from fedselect.fl.local.train import TrainConfig
 from fedselect.fl.types import Measured
 from fedselect.fl.work import Job, LocalTransport, Result, TrainJob
 from fedselect.flower.messaging import Exchange, exchange
 from fedselect.flower.nodes import DROPOUT_CODES, Arrivals, FlowerOptions, NodeDirectory
 from fedselect.flower.wire import decode_result, encode_job, failed_result, handler_s, round_of
+from fedselect.world.federation import Federation
 
 log = logging.getLogger("fedselect.flower")
 

@@ -16,10 +16,10 @@ job                ``message_type``      content                                
 query              ``query``             ``config`` (empty)                           ``profile``
 =================  ====================  ===========================================  =====================
 
-A job's local objective (:mod:`fedselect.fl.objective`) travels as typed data: its class as
+A job's local objective (:mod:`fedselect.fl.local.objective`) travels as typed data: its class as
 ``"module:qualname"`` in config ``objective``, each plain field as config ``objective.<field>``,
 each tensor field as record ``objective.<field>``; the node imports the class (it must be a
-:class:`~fedselect.fl.objective.LocalObjective` importable there) and builds the objective from
+:class:`~fedselect.fl.local.objective.LocalObjective` importable there) and builds the objective from
 them, never knowing which algorithm sent it.
 
 The whole model state travels both ways, so a node keeps nothing between messages (the server
@@ -45,8 +45,8 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 
 from fedselect.fl.aggregate import state_bytes
-from fedselect.fl.objective import LocalObjective, objective_class, objective_fields, objective_path
-from fedselect.fl.train import TrainConfig
+from fedselect.fl.local.objective import LocalObjective, objective_class, objective_fields, objective_path
+from fedselect.fl.local.train import TrainConfig
 from fedselect.fl.types import Measured
 from fedselect.fl.work import EvalJob, EvalResult, FineTuneJob, FineTuneResult, Job, Result, TrainJob, TrainResult
 

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedselect.models import MLP, reset_parameters
+from fedselect.world.models import MLP, reset_parameters
 
 log = logging.getLogger("fedselect.ddqn")
 

@@ -55,7 +55,7 @@ def load_alpha_config(path: Path, overrides: dict[str, Any] | None = None) -> Al
     Raises:
         FileNotFoundError: no such file. ConfigError: an invalid config (names the key).
     """
-    from fedselect.config import ConfigError, read_yaml_file, validate_model
+    from fedselect.config.schema import ConfigError, read_yaml_file, validate_model
 
     doc = read_yaml_file(path, "alpha table config") or {}
     cfg = validate_model(AlphaConfig, {**doc, **(overrides or {})}, str(path), "alpha table config")
@@ -105,8 +105,8 @@ def wilson(hits: int, n: int, z: float = 1.959963984540054) -> tuple[float, floa
 
 def compute_alpha_table(cfg: AlphaConfig) -> dict[str, Any]:
     """Every figure of the entry's document (module docstring), as a JSON-able dict."""
+    from fedselect.common.seeding import np_rng
     from fedselect.kernels.secretary import alpha_star, success_probability
-    from fedselect.seeding import np_rng
 
     n, r1 = cfg.n, cfg.r1
     alphas = np.arange(1, n)
@@ -146,7 +146,7 @@ def run_alpha_entry(entry: Entry, job: Job) -> EntryResult:
     Raises:
         FileNotFoundError: the entry's config is missing. ConfigError: it is invalid.
     """
-    from fedselect.runfiles import write_json_atomic
+    from fedselect.experiment.runfiles import write_json_atomic
 
     out, quick, run = job.out, job.quick, job.run
     cfg = load_alpha_config(job.config_path(entry), dict(entry.quick) if quick else None)

@@ -22,8 +22,8 @@ def _claims(entry: Entry, rep: dict[str, Any]) -> list[Claim]:
 
 def judge_entry(entry: Entry, rep: dict[str, Any]) -> list[Judged]:
     """Each claim of ``entry`` against the comparison report ``rep`` (:func:`build_report`)."""
-    from fedselect.stats import paired_interval
-    from fedselect.tables import _value, paired_table
+    from fedselect.report.stats import paired_interval
+    from fedselect.report.tables import _value, paired_table
 
     results, baseline = rep["results"], rep["baseline"]
     pairs = {baseline: {p["label"]: p for p in rep.get("paired") or []}}
@@ -66,8 +66,8 @@ def with_method_options(cc: Any, options: dict[str, dict[str, Any]], where: str)
 
     Raises:
         ConfigError: a label that is not one of the comparison's, or an option its method refuses."""
-    from fedselect.compare import parse_compare
-    from fedselect.config import ConfigError
+    from fedselect.config.schema import ConfigError
+    from fedselect.study.compare import parse_compare
 
     labels = [m.label for m in cc.methods]
     unknown = [k for k in options if k not in labels]
@@ -88,8 +88,8 @@ def run_compare_entry(entry: Entry, job: Job) -> EntryResult:
     Raises:
         FileNotFoundError: the entry's config is missing. ConfigError: it is invalid.
     """
-    from fedselect.compare import check_comparison_runs, load_compare, run_comparison, run_dir_name
-    from fedselect.report import build_report
+    from fedselect.report.build import build_report
+    from fedselect.study.compare import check_comparison_runs, load_compare, run_comparison, run_dir_name
 
     out, quick, workers, run = job.out, job.quick, job.workers, job.run
     cfg_path = job.config_path(entry)

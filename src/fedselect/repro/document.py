@@ -7,12 +7,12 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
+from fedselect.experiment.runfiles import atomic_write
 from fedselect.repro.alpha import render_alpha, run_alpha_entry
 from fedselect.repro.comparison import run_compare_entry
 from fedselect.repro.grid import render_sweep, run_sweep_entry
 from fedselect.repro.manifest import PAPERS, Entry, EntryResult, Job, _is_fraction, load_manifest
 from fedselect.repro.record import decisions_caution, where
-from fedselect.runfiles import atomic_write
 
 #: the runner of each entry kind
 RUNNERS = {"compare": run_compare_entry, "sweep": run_sweep_entry, "alpha": run_alpha_entry}

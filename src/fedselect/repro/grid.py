@@ -21,8 +21,8 @@ GRID_KEYS = ("final_accuracy", "fat_selected_share", "candidates_evaluated", "co
 
 
 def _sweep_config(entry: Entry, job: Job):
-    from fedselect.config import apply_overrides
-    from fedselect.sweep import load_sweep, parse_sweep
+    from fedselect.config.schema import apply_overrides
+    from fedselect.study.sweep import load_sweep, parse_sweep
 
     quick, workers = job.quick, job.workers
     cfg_path = job.config_path(entry)
@@ -58,7 +58,7 @@ def sweep_grid_summary(directory: str | Path, sc: Any, baseline: str | None = No
     """
     import numpy as np
 
-    from fedselect.sweep import _restrict, _summaries
+    from fedselect.study.sweep import _restrict, _summaries
 
     d = Path(directory)
     baseline = baseline if baseline is not None else sc.baseline
@@ -148,7 +148,7 @@ def sweep_plots(grid: dict[str, Any], plot_dir: str | Path) -> list[Path]:
     final accuracy vs each grid axis (``accuracy_vs_<key>.png``, averaged over the other axes)
     and the share of fat clients among the selected per method (``fat_selected_share.png``,
     mean over the grid; only when the runs report ``fat_selected_share``). Returns the files."""
-    from fedselect.plots import _plt
+    from fedselect.report.plots import _plt
 
     plt = _plt()
     out = Path(plot_dir)
@@ -190,7 +190,7 @@ def sweep_plots(grid: dict[str, Any], plot_dir: str | Path) -> list[Path]:
 
 def run_sweep_entry(entry: Entry, job: Job) -> EntryResult:
     """Run (or finish, or keep) one sweep entry in ``out/<id>`` with ``fedselect sweep``
-    (:func:`fedselect.sweep.run_sweep`: finished runs are kept) and summarise its grid
+    (:func:`fedselect.study.sweep.run_sweep`: finished runs are kept) and summarise its grid
     (:func:`sweep_grid_summary`, :func:`sweep_plots` into ``out/<id>/plots``). With
     ``run=False`` a sweep already there is summarised as it is, a missing one returned with
     ``ran=False``.
@@ -198,7 +198,7 @@ def run_sweep_entry(entry: Entry, job: Job) -> EntryResult:
     Raises:
         FileNotFoundError: the entry's config is missing. ConfigError: it is invalid.
     """
-    from fedselect.sweep import _restrict, build_sweep_table, check_sweep_runs, labels_deciding_on_test, run_sweep
+    from fedselect.study.sweep import _restrict, build_sweep_table, check_sweep_runs, labels_deciding_on_test, run_sweep
 
     out, quick, run = job.out, job.quick, job.run
     sc = _sweep_config(entry, job)

@@ -1,6 +1,6 @@
 """The reproduction manifest (``configs/reproduce.yaml``): its entries and claims, and the
 verdict rules that judge one of our figures against the paper's (:func:`verdict`; the rules
-are in the package docstring, :mod:`fedselect.reproduce`)."""
+are in the package docstring, :mod:`fedselect.repro.reproduce`)."""
 
 from __future__ import annotations
 
@@ -93,14 +93,14 @@ def load_manifest(path: str | Path) -> tuple[Manifest, Path]:
     Raises:
         FileNotFoundError: no such file. ConfigError: an invalid manifest (names the key).
     """
-    from fedselect.config import read_yaml_file, validate_model
+    from fedselect.config.schema import read_yaml_file, validate_model
 
     p = Path(path)
     doc = read_yaml_file(p, "reproduction manifest") or {}
     m = validate_model(Manifest, doc, str(p), "reproduction manifest")
     ids = [e.id for e in m.entries]
     if len(set(ids)) != len(ids):
-        from fedselect.config import ConfigError
+        from fedselect.config.schema import ConfigError
 
         raise ConfigError(
             f"invalid reproduction manifest {p}:\n  entries: duplicate ids {sorted({i for i in ids if ids.count(i) > 1})}"

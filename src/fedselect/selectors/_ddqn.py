@@ -50,12 +50,12 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fedselect.common.seeding import np_rng, torch_rng
 from fedselect.fl.aggregate import flat_parameters
 from fedselect.fl.types import ClientOutcome, PhaseCost, State
 from fedselect.kernels.ddqn import DDQNAgent, DDQNConfig, full_q_parameters
-from fedselect.seeding import np_rng, torch_rng
 from fedselect.selectors.base import Feedback, Prepared, RoundView, Selection, Selector
-from fedselect.system import RoundDraws
+from fedselect.world.system import RoundDraws
 
 log = logging.getLogger("fedselect.flashrl")
 

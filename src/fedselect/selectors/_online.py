@@ -58,9 +58,9 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fedselect.common.seeding import np_rng
 from fedselect.fl.types import PhaseCost
 from fedselect.kernels.secretary import StoppingDecision, competitive_ratio
-from fedselect.seeding import np_rng
 from fedselect.selectors.base import Prepared, RoundView, Selection, Selector
 
 

@@ -33,6 +33,7 @@ from typing import Any, Callable, ClassVar, Iterator, Protocol, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from fedselect.common.seeding import np_rng
 from fedselect.fl.types import (  # noqa: F401 - the values a selector speaks, re-exported
     ClientCost,
     ClientOutcome,
@@ -45,8 +46,7 @@ from fedselect.fl.types import (  # noqa: F401 - the values a selector speaks, r
     State,
     WarmClient,
 )
-from fedselect.seeding import np_rng
-from fedselect.system import Fleet, RoundDraws
+from fedselect.world.system import Fleet, RoundDraws
 
 
 class NoOptions(BaseModel):

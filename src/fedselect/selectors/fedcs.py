@@ -47,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fedselect.fl.types import ClientOutcome, RunSettings
 from fedselect.selectors import register_selector
 from fedselect.selectors.base import Feedback, RoundView, Selection, Selector
-from fedselect.system import RoundDraws
+from fedselect.world.system import RoundDraws
 
 
 class FedCSOptions(BaseModel):

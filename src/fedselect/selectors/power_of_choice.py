@@ -54,7 +54,7 @@ from fedselect.fl.types import ClientOutcome, RunSettings
 from fedselect.kernels.sampling import weighted_sample
 from fedselect.selectors import register_selector
 from fedselect.selectors.base import Feedback, RoundView, Selection, SelectionCost, Selector, top_u
-from fedselect.system import RoundDraws
+from fedselect.world.system import RoundDraws
 
 
 class PowerOfChoiceOptions(BaseModel):

@@ -1,0 +1,565 @@
+"""Parallel local training and evaluation in a pool of worker processes (issue 13).
+
+:class:`ClientTrainer` trains the clients of a round side by side, one worker process per
+usable core, each running PyTorch with exactly **one** intra-op thread. Every client trains
+from its own seeded generator (``fedselect.common.seeding.torch_rng(seed, stream)``) on one thread, so
+a client's result depends only on its job -- never on the number of workers, on which worker
+ran it, or on the main process's ``torch.get_num_threads()``: results are bit-identical for
+``workers = 0`` (in the calling process), 1, 2, ...
+
+The training inputs, labels and evaluation sets are copied once into shared memory; each
+worker builds its model once and trains from the shared rows (:mod:`fedselect.fl.local.pool_worker`);
+the two sides exchange small typed messages (:mod:`fedselect.fl.local.pool_messages`); a worker that
+dies or runs past ``job_timeout_s`` fails only its job and is replaced
+(:mod:`fedselect.fl.local.pool_dispatch`). **Channels-last** (``channels_last``, default: the model's
+preference, :func:`fedselect.world.models.prefers_channels_last`): the workers' CNN runs in
+``torch.channels_last`` memory format, 1.5-2x faster per client epoch on CPU
+(docs/performance.md); states come back contiguous. It changes float results in the last bits
+compared with the standard layout; ``channels_last=False`` trains bit-identically to
+``local_train`` on a standard model.
+
+Usage (one round of FedAvg)::
+
+    with ClientTrainer.from_federation(fed, train_cfg, workers=2) as trainer:
+        jobs = [TrainJob(k, global_state, epochs=5, seed=seed, stream=f"train/{t}/{k}") for k in chosen]
+        results = trainer.train(jobs)                      # in job order
+        metrics = trainer.evaluate(new_global_state, "test")   # {"accuracy", "f1_macro", "loss"}
+
+``workers=0`` trains in the calling process (with one torch thread while it trains) and
+starts no process; so does any ``workers`` where a worker could not re-import the main module
+or build the model (:func:`worker_obstacle`). On ``device="cuda"`` everything runs in the calling process
+on the GPU (sequentially, or stacked with ``torch.func`` when ``batched``;
+:mod:`fedselect.fl.local.batched`).
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import math
+import os
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from fedselect.fl.evaluate import macro_f1
+from fedselect.fl.local.clientdata import ClientData, _shared_copy
+from fedselect.fl.local.clients import TrainJob, TrainResult
+from fedselect.fl.local.objective import objective_path
+from fedselect.fl.local.pool_dispatch import Task, WorkerPool
+from fedselect.fl.local.pool_messages import EvalDone, EvalTask, Failed, ModelSpec, TrainDone, TrainTask, WorkerInit
+from fedselect.fl.local.pool_worker import CLIENT_FAILURES, eval_chunk, load_state, train_job
+from fedselect.fl.local.train import TrainConfig
+from fedselect.fl.types import State
+from fedselect.world.data.datasets import ArrayDataset
+from fedselect.world.models import MODELS, prefers_channels_last
+
+log = logging.getLogger("fedselect")
+
+__all__ = [
+    "ClientTrainer",
+    "ClientData",
+    "ModelSpec",
+    "TrainJob",
+    "TrainResult",
+    "usable_cores",
+    "main_importable",
+    "worker_obstacle",
+    "resolve_device",
+    "eval_chunk",
+    "EVAL_CHUNK",
+    "EVAL_FORWARD_BATCH",
+]
+
+#: rows of an evaluation set whose cross-entropy is summed as one float32 sum before being
+#: added (in float64, in order) to the total: the chunking of :func:`fedselect.fl.evaluate.predict`
+#: with its default ``batch_size``, so that both give the same loss
+EVAL_CHUNK = 1000
+#: inputs per forward pass inside an evaluation chunk (smaller batches stay in cache: measured
+#: 1.5-2x faster than 1000 for the CNNs on CPU, docs/performance.md)
+EVAL_FORWARD_BATCH = 250
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (``len(os.sched_getaffinity(0))``; ``os.cpu_count()``
+    where affinity is not available)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def main_importable(model_name: str | None = None) -> bool:
+    """Whether worker processes can start and build the model here (:func:`worker_obstacle`
+    finds nothing in the way)."""
+    return worker_obstacle(model_name) is None
+
+
+def worker_obstacle(model_name: str | None = None) -> str | None:
+    """Why worker processes cannot train here, or None. ``forkserver`` and ``spawn`` children
+    re-import this process's main module when it is a file, and build the model by the name
+    :meth:`fedselect.registry.Registry.path_of` gives them.
+
+    In the way: a script on stdin (``python -``: ``__file__`` is ``'<stdin>'``, no real file:
+    the children cannot start); a script (or ``python -m`` module) calling fedselect from
+    top-level code outside ``if __name__ == "__main__":``, which every child would run again on
+    re-importing it (each starting a run of its own); a model ``model_name`` registered from
+    inside a function (no module path reaches it); in a notebook, IPython or ``python -c`` (a
+    main module without ``__file__``, which children do not re-import), a model defined there.
+    Nothing in the way for a guarded script file, ``python -m module``, and built-in or
+    importable models anywhere.
+    """
+    main = sys.modules.get("__main__")
+    if main is None:
+        return "no main module"
+    path = getattr(main, "__file__", None)
+    if path and _unguarded_call(main, path):
+        return f"{path} calls fedselect outside `if __name__ == '__main__':`, which every worker would run again"
+    try:
+        factory = MODELS.get(model_name) if model_name is not None else None
+    except ValueError:  # unknown here too: building it reports that
+        factory = None
+    where = f"{getattr(factory, '__module__', '')}.{getattr(factory, '__qualname__', '')}"
+    if "<locals>" in where and MODELS.path_of(model_name) == model_name:
+        return f"model {model_name!r} is registered from inside a function ({where}), which worker processes cannot import"
+    if getattr(getattr(main, "__spec__", None), "name", None):  # python -m: imported by name
+        return None
+    if not path:  # notebook, IPython, python -c: children start; a model defined here is unknown there
+        if getattr(factory, "__module__", "") == "__main__":
+            return f"model {model_name!r} is defined in this notebook or `python -c`, which worker processes do not import"
+        return None
+    from multiprocessing import process
+
+    if not os.path.isabs(path) and process.ORIGINAL_DIR is not None:  # as multiprocessing resolves it
+        path = os.path.join(process.ORIGINAL_DIR, path)
+    return None if os.path.isfile(path) else f"the main module {path!r} is no file (a script on stdin)"
+
+
+def _unguarded_call(main, path: str) -> bool:
+    """Whether this call comes from top-level code of ``main`` (read from ``path``) that is not
+    under ``if __name__ == "__main__":`` (False where the source cannot be read)."""
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_code.co_name == "<module>" and frame.f_globals is vars(main)):
+        frame = frame.f_back
+    if frame is None:
+        return False
+    line = frame.f_lineno
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return False
+
+    def is_guard(node: ast.AST) -> bool:
+        t = getattr(node, "test", None)
+        if not (isinstance(node, ast.If) and isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq)):
+            return False
+        sides = {ast.dump(t.left), ast.dump(t.comparators[0])}
+        return sides == {ast.dump(ast.Name("__name__", ast.Load())), ast.dump(ast.Constant("__main__"))}
+
+    return not any(
+        is_guard(n) and n.body[0].lineno <= line <= (n.body[-1].end_lineno or n.body[-1].lineno) for n in ast.walk(tree)
+    )
+
+
+#: notices logged as warnings in this process (later ones at info level: one line per process)
+_NOTICED: set[str] = set()
+
+
+def _notice(message: str) -> None:
+    """Log ``message`` as a warning the first time in this process, at info level after (a
+    comparison builds one trainer per run, and says it once)."""
+    log.log(logging.INFO if message in _NOTICED else logging.WARNING, "%s", message)
+    _NOTICED.add(message)
+
+
+class ClientTrainer:
+    """Trains clients' local models (and evaluates models) in parallel worker processes.
+
+    Args:
+        model_spec: :class:`ModelSpec`, or a tuple ``(name, input_shape, num_classes, options)``.
+        data: every client's training data: a :class:`ClientData`, or a list of client
+            :class:`ArrayDataset` (client k = ``data[k]``; concatenated into one shared copy).
+        train_cfg: local-training hyper-parameters (SGD/Adam, lr, batch size, ...).
+        workers: worker processes; None = :func:`usable_cores`; 0 = train in the calling
+            process (one torch thread while training, no process started); more than
+            :func:`usable_cores` starts :func:`usable_cores` of them, with a warning.
+        eval_sets: named evaluation sets (e.g. ``{"test": fed.test_set}``) for :meth:`evaluate`.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (cuda when available).
+            On a GPU the trainer works in the calling process and ``workers`` is ignored.
+        batched: on a GPU, train the jobs of one call stacked with ``torch.func``
+            (:mod:`fedselect.fl.local.batched`); None = yes on a GPU where the model allows it, never
+            on CPU (slower there, docs/performance.md). True on CPU is for tests.
+        channels_last: None = the model's preference (:func:`fedselect.world.models.prefers_channels_last`).
+        job_timeout_s: wall-clock bound of one job in a worker (None: no bound; a worker that
+            dies is detected either way).
+        start_method: ``"forkserver"`` (default) or ``"spawn"``.
+        start_timeout_s: how long to wait for the workers to come up.
+        eval_forward_batch: inputs per forward pass in an evaluation chunk; None = 250 for the
+            channels-last CNNs, the whole chunk (1,000) for other models.
+
+    Raises:
+        ValueError: a bad argument (names it and what is allowed).
+        RuntimeError: a worker failed to start (its error is in the message).
+
+    Where worker processes cannot re-import the main module or build the model (a script on
+    stdin, a script calling fedselect outside ``if __name__ == "__main__":``, a model defined
+    in a notebook: :func:`worker_obstacle`), ``workers > 0`` trains in the calling process
+    instead, with a one-line warning (once per process); results do not depend on it.
+    """
+
+    def __init__(
+        self,
+        model_spec: ModelSpec | tuple,
+        data: ClientData | Sequence[ArrayDataset],
+        train_cfg: TrainConfig,
+        workers: int | None = None,
+        eval_sets: Mapping[str, ArrayDataset] | None = None,
+        device: str = "cpu",
+        batched: bool | None = None,
+        channels_last: bool | None = None,
+        job_timeout_s: float | None = None,
+        start_method: str = "forkserver",
+        start_timeout_s: float = 300.0,
+        eval_forward_batch: int | None = None,
+    ):
+        t0 = time.perf_counter()
+        spec = model_spec if isinstance(model_spec, ModelSpec) else ModelSpec(*model_spec)
+        self.spec = replace(spec, name=MODELS.path_of(spec.name))  # what a worker process can import
+        if not isinstance(data, ClientData):
+            data = ClientData.from_datasets(list(data))
+        if workers is None:
+            workers = usable_cores()
+        if int(workers) != workers or workers < 0:
+            raise ValueError(f"workers must be an integer >= 0 (0 = in the calling process), got {workers!r}")
+        cores = usable_cores()
+        if workers > cores:  # more processes than cores only add start-up time and memory
+            log.warning(
+                "%d workers asked for but this process may use %d cores: starting %d (results do not depend on it)",
+                workers,
+                cores,
+                cores,
+            )
+            workers = cores
+        if start_method not in ("forkserver", "spawn"):
+            raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
+        if job_timeout_s is not None and not job_timeout_s > 0:
+            raise ValueError(f"job_timeout_s must be > 0 or None, got {job_timeout_s!r}")
+        if eval_forward_batch is not None and eval_forward_batch < 1:
+            raise ValueError(f"eval_forward_batch must be >= 1, got {eval_forward_batch!r}")
+        self.device = resolve_device(device)
+        self.train_cfg = train_cfg
+        self.job_timeout_s = job_timeout_s
+        self.start_timeout_s = float(start_timeout_s)
+        model = self.spec.build()
+        self.channels_last = prefers_channels_last(model) if channels_last is None else bool(channels_last)
+        # the CNNs evaluate faster in forward batches of 250 (their logits do not depend on the
+        # batch size); other models' logits do (matrix kernels), so they keep the whole chunk
+        if eval_forward_batch is None:
+            eval_forward_batch = EVAL_FORWARD_BATCH if self.channels_last else EVAL_CHUNK
+        self.eval_forward_batch = int(eval_forward_batch)
+        self._names = list(model.state_dict().keys())
+        self._shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        on_gpu = self.device.type != "cpu"
+        self.workers = 0 if on_gpu else int(workers)
+        if batched is None:
+            from fedselect.fl.local.batched import supports_batched
+
+            batched = on_gpu and supports_batched(model)
+        self.batched = bool(batched)
+        if self.batched and self.workers > 0:
+            raise ValueError(
+                "batched=True trains in the calling process: use it with workers=0 or on a GPU "
+                f"(got workers={self.workers} on {self.device})"
+            )
+        obstacle = worker_obstacle(self.spec.name) if self.workers > 0 else None
+        if obstacle is not None:
+            _notice(
+                f"worker processes cannot start or cannot build model {self.spec.name!r} here ({obstacle}): "
+                "training in this process (results do not depend on it)"
+            )
+            self.workers = 0
+        self._param_names = {n for n, _ in model.named_parameters()}
+        eval_sets = dict(eval_sets or {})
+        self._eval_sizes = {name: len(d) for name, d in eval_sets.items()}
+        self._closed = False
+        self._pool: WorkerPool | None = None
+        if self.workers == 0:
+            self._model = model.to(self.device)
+            if self.channels_last:
+                self._model = self._model.to(memory_format=torch.channels_last)
+            self.data = data if not on_gpu else data.to(self.device)
+            self._eval = {
+                n: (torch.from_numpy(d.x).to(self.device), torch.from_numpy(d.y).to(self.device)) for n, d in eval_sets.items()
+            }
+        else:
+            self._model = None
+            self.data = data.shared()
+            self._eval = {
+                n: (_shared_copy(torch.from_numpy(d.x)), _shared_copy(torch.from_numpy(d.y))) for n, d in eval_sets.items()
+            }
+            template = model.state_dict()
+            inits = []
+            for _ in range(self.workers):
+                in_buf = {k: _shared_copy(torch.zeros_like(v)) for k, v in template.items()}
+                out_buf = {k: _shared_copy(torch.zeros_like(v)) for k, v in template.items()}
+                inits.append(
+                    WorkerInit(
+                        self.spec, self.data, self._eval, train_cfg, self.channels_last, in_buf, out_buf, self.eval_forward_batch
+                    )
+                )
+            self._pool = WorkerPool(inits, start_method, self.start_timeout_s, job_timeout_s)
+        self.startup_s = time.perf_counter() - t0
+
+    # ------------------------------------------------------------------ construction helpers
+    @classmethod
+    def from_federation(cls, fed, train_cfg: TrainConfig, **kwargs) -> "ClientTrainer":
+        """A trainer over a :class:`fedselect.world.federation.Federation`: its training set shared
+        once, client k = ``fed.clients[k].train_indices``, the test set registered as
+        ``"test"`` and the server's validation set (when it has rows) as ``"validation"``, the
+        model of ``fed.model``."""
+        m = fed.model
+        spec = ModelSpec(m.name, tuple(fed.input_shape), int(fed.num_classes), dict(m.options))
+        data = ClientData.from_arrays(fed.train_set.x, fed.train_set.y, [c.train_indices for c in fed.clients], fed.num_classes)
+        eval_sets = dict(kwargs.pop("eval_sets", None) or {})
+        eval_sets.setdefault("test", fed.test_set)
+        if len(fed.validation_indices):
+            eval_sets.setdefault("validation", fed.validation_set)
+        return cls(spec, data, train_cfg, eval_sets=eval_sets, **kwargs)
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the workers (empty with ``workers=0``)."""
+        return [] if self._pool is None else self._pool.pids()
+
+    # ------------------------------------------------------------------ public API
+    def train(self, jobs: Sequence[TrainJob]) -> list[TrainResult]:
+        """Run every job (:class:`fedselect.fl.local.clients.TrainJob`); results in job order. A job
+        whose training raised :class:`fedselect.fl.faults.ClientFailure` (or ``MemoryError``),
+        whose worker died (a signal, the out-of-memory killer), or that ran past
+        ``job_timeout_s`` gives a result with ``error`` set and ``state`` None.
+
+        Raises:
+            ValueError: a job names a client outside the data, a negative epoch count, unknown
+                trainable names, a start state whose entries do not match the model, or an
+                objective that does not fit the model (its ``check``) or, with worker
+                processes, whose class they cannot import.
+            RuntimeError: the trainer is closed, or training raised any other exception (a bug:
+                the message holds the worker's traceback; the other jobs were completed first).
+        """
+        self._check_open()
+        for j in jobs:
+            if not 0 <= j.client_id < self.data.num_clients:
+                raise ValueError(f"TrainJob: client_id {j.client_id} outside [0, {self.data.num_clients})")
+            if j.epochs < 0:
+                raise ValueError(f"TrainJob: epochs must be >= 0, got {j.epochs} for client {j.client_id}")
+            if j.trainable is not None and not set(j.trainable) <= self._param_names:
+                raise ValueError(
+                    f"TrainJob for client {j.client_id}: trainable names no parameter of the model: "
+                    f"{sorted(set(j.trainable) - self._param_names)}; parameters: {sorted(self._param_names)}"
+                )
+            self._check_state(j.start_state, f"TrainJob for client {j.client_id}")
+            if j.objective is not None:
+                self._check_objective(j)
+        if not jobs:
+            return []
+        if self.workers == 0:
+            # partial work and objectives that cannot be stacked train one after another
+            if self.batched and all(j.max_steps is None and (j.objective is None or j.objective.stackable) for j in jobs):
+                from fedselect.fl.local.batched import train_batched
+
+                return train_batched(self._model, self.data, list(jobs), self.train_cfg, self.device)
+            return [self._train_here(j) for j in jobs]
+        tasks = [Task(TrainTask.of(j), j.start_state, cost=int(j.epochs) * self.data.num_samples(j.client_id)) for j in jobs]
+        out = self._pool.run(tasks)
+        bugs = [(j.client_id, o.reason) for j, o in zip(jobs, out) if isinstance(o, Failed) and o.bug]
+        if bugs:
+            raise RuntimeError(
+                f"local training of client {bugs[0][0]} raised in a worker process (a bug, not a client failure):\n{bugs[0][1]}"
+            )
+        results = []
+        for j, o in zip(jobs, out):
+            if isinstance(o, TrainDone):
+                results.append(TrainResult(j.client_id, o.state, o.loss, o.sum_sq_sample_loss, o.num_sample_losses))
+            else:
+                results.append(TrainResult(j.client_id, None, math.nan, error=o.reason))
+        return results
+
+    def evaluate(self, state: State, name: str = "test") -> dict[str, float]:
+        """``{"accuracy", "f1_macro", "loss"}`` of the model with weights ``state`` on the
+        evaluation set ``name``, as :func:`fedselect.fl.evaluate.evaluate` defines them.
+
+        The set is cut into fixed chunks of :data:`EVAL_CHUNK` rows spread over the workers; a
+        chunk's cross-entropy is one float32 sum and the chunks are added in order, so the
+        result does not depend on the number of workers. With ``channels_last=False`` and
+        ``eval_forward_batch=1000`` it is bit-identical to :func:`fedselect.fl.evaluate.evaluate`
+        (whatever the thread count: the forward pass of these models does not depend on it).
+
+        Raises:
+            KeyError: unknown set name (lists the registered ones).
+            RuntimeError: a chunk failed twice (a worker died twice on it).
+        """
+        return self.evaluate_many([state], name)[0]
+
+    def evaluate_many(self, states: Sequence[State], name: str = "test") -> list[dict[str, float]]:
+        """:meth:`evaluate` for several models at once (e.g. every participant's local model)."""
+        self._check_open()
+        for i, st in enumerate(states):
+            self._check_state(st, f"evaluate: state {i}")
+        if name not in self._eval_sizes:
+            raise KeyError(f"unknown evaluation set {name!r}; registered: {sorted(self._eval_sizes)}")
+        n = self._eval_sizes[name]
+        chunks = [(a, min(a + EVAL_CHUNK, n)) for a in range(0, n, EVAL_CHUNK)]
+        if n == 0:
+            return [{"accuracy": math.nan, "f1_macro": math.nan, "loss": math.nan} for _ in states]
+        if self.workers == 0:
+            outs = []
+            x, y = self._eval[name]
+            with _threads(1):
+                for s in states:
+                    load_state(self._model, s)
+                    outs.append([eval_chunk(self._model, x, y, a, b, self.eval_forward_batch) for a, b in chunks])
+        else:
+            key = object()
+            tasks = [Task(EvalTask(-1, name, a, b), s, (key, si)) for si, s in enumerate(states) for a, b in chunks]
+            res = self._pool.run(tasks)
+            outs = []
+            for si in range(len(states)):
+                part = res[si * len(chunks) : (si + 1) * len(chunks)]
+                for r in part:
+                    if not isinstance(r, EvalDone):
+                        raise RuntimeError(f"evaluation on {name!r} failed: {r.reason}")
+                outs.append([(r.pred, r.loss) for r in part])
+        y_true = self._eval_labels(name)
+        return [_metrics(y_true, o, n) for o in outs]
+
+    def close(self) -> None:
+        """Stop the workers (idempotent). Shared memory is freed with the last reference."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._pool is not None:
+            self._pool.close()
+
+    def __enter__(self) -> "ClientTrainer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ internals
+    def _check_state(self, state: Mapping[str, torch.Tensor], what: str) -> None:
+        if set(state) != set(self._names):
+            missing = sorted(set(self._names) - set(state))
+            extra = sorted(set(state) - set(self._names))
+            raise ValueError(f"{what}: state entries do not match the model (missing {missing}, unexpected {extra})")
+        bad = [k for k in self._names if tuple(state[k].shape) != self._shapes[k]]
+        if bad:
+            raise ValueError(
+                f"{what}: entries of the wrong shape: "
+                + ", ".join(f"{k} {tuple(state[k].shape)} (model: {self._shapes[k]})" for k in bad)
+            )
+
+    def _check_objective(self, j: TrainJob) -> None:
+        try:
+            j.objective.check(self._param_names)
+        except ValueError as e:
+            raise ValueError(f"TrainJob for client {j.client_id}: {e}") from None
+        if self.workers == 0:
+            return
+        cls = type(j.objective)
+        where = objective_path(cls)
+        main = sys.modules.get("__main__")
+        if "<locals>" in where:
+            why = "is defined inside a function"
+        elif cls.__module__ == "__main__" and not getattr(main, "__file__", None):
+            why = "is defined in this notebook or `python -c`"
+        else:
+            return
+        raise ValueError(
+            f"TrainJob for client {j.client_id}: objective class {where} {why}, which worker processes cannot import; "
+            "define it at the top level of a module (or train with workers=0)"
+        )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("ClientTrainer is closed")
+
+    def _eval_labels(self, name: str) -> np.ndarray:
+        return self._eval[name][1].cpu().numpy()
+
+    def _train_here(self, j: TrainJob) -> TrainResult:
+        try:
+            with _threads(1) if self.device.type == "cpu" else _nothing():
+                done = train_job(self._model, self.data, self.train_cfg, j, in_process=True)
+                # the standard layout with the strides a worker's buffers have (a channels-last
+                # weight with one input channel counts as contiguous but keeps other strides,
+                # which model.pt would record): the same bytes for any number of workers
+                state = {
+                    k: v.detach().to("cpu", copy=True, memory_format=torch.contiguous_format)
+                    for k, v in self._model.state_dict().items()
+                }
+            return TrainResult(j.client_id, state, done.loss, done.sum_sq_sample_loss, done.num_sample_losses)
+        except CLIENT_FAILURES as e:
+            return TrainResult(j.client_id, None, math.nan, error=f"{type(e).__name__}: {e}")
+
+
+def _metrics(y_true: np.ndarray, chunks: list[tuple[np.ndarray, float]], n: int) -> dict[str, float]:
+    pred = np.concatenate([c[0] for c in chunks])
+    loss_sum = 0.0
+    for c in chunks:
+        loss_sum += c[1]
+    return {
+        "accuracy": float((pred == y_true).mean()),
+        "f1_macro": macro_f1(y_true, pred),
+        "loss": float(loss_sum / max(n, 1)),
+    }
+
+
+_thread_lock = threading.Lock()
+
+
+@contextmanager
+def _threads(n: int) -> Iterator[None]:
+    """Run the block with ``n`` torch intra-op threads, restoring the previous count."""
+    with _thread_lock:
+        before = torch.get_num_threads()
+        if before != n:
+            torch.set_num_threads(n)
+        try:
+            yield
+        finally:
+            if before != n:
+                torch.set_num_threads(before)
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (cuda when available, else cpu).
+
+    Raises:
+        ValueError: an unknown name, or cuda asked for where none is available.
+    """
+    name = str(device)
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"device {device!r}: no CUDA device is available here (torch.cuda.is_available() is False); use 'cpu' or 'auto'"
+        )
+    return dev
