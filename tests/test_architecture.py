@@ -1,5 +1,6 @@
-"""The rooms of the code base: every import points to the same or a lower layer, the module
-import graph has no cycle, and every component the docs promise is registered.
+"""The rooms of the code base: one package per layer, every import points to the same or a
+lower layer, the module import graph has no cycle, the top level of the package is its public
+face only, and every component the docs promise is registered.
 
 The graph holds the imports written in the code (function-level ones included) and the edges of
 the plug-ins that registries load by name at run time (:data:`PLUGIN_DRIVERS`): read from the
@@ -15,57 +16,69 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "fedselect"
 
-#: layer of each module prefix (longest prefix wins); lower layers never import higher ones
+#: layer of each package or module (longest prefix wins); lower layers never import higher ones.
+#: A package is one layer, except where a module of it must sit lower because a lower layer
+#: imports it (said beside each such entry).
 LAYERS = {
     "fedselect": 0,
-    "fedselect.common.seeding": 0,
-    "fedselect.config.schema": 0,
-    "fedselect.config.fleet": 0,  # the fleet sections of the schema (config re-exports them)
-    "fedselect.config.contenders": 0,  # the methods of a comparison or sweep: labels, file names, where a problem was given
-    "fedselect.config.presets": 0,
+    # the ground floor: one generator per component, atomic files; the registry of plug-in kinds
+    "fedselect.common": 0,
     "fedselect.registry": 0,
-    "fedselect.world.system": 1,
-    "fedselect.world.profiles": 1,  # named fleets (system.profiles): the paper's tables, the FLASH-RL authors' fleet
-    "fedselect.world.models": 1,
-    "fedselect.world.data": 1,
-    "fedselect.world.federation": 2,
-    "fedselect.fl": 3,
-    "fedselect.experiment.inputs": 3,  # digests of the input files and of the federation (reads data/federation)
+    # the configuration: schema, fleet sections, presets, a comparison's methods
+    "fedselect.config": 1,
+    # data sets, partitions, models, device/network profiles, the federation built from a config
+    "fedselect.world": 2,
+    # selection maths on arrays and small nets (no round, no federation, no config)
     "fedselect.kernels": 3,
-    "fedselect.report.stats": 3,
-    "fedselect.world.fedscale": 4,  # converters of FedScale fleet files (reads data.files, fl.metrics)
-    "fedselect.selectors": 4,
-    "fedselect.algorithms": 4,
-    "fedselect.experiment.resolve": 5,
-    "fedselect.experiment.simulation": 6,
-    "fedselect.engines": 6,  # the engine plug-in interface and the simulator's engine (registry: fedselect.registry.ENGINES)
-    "fedselect.experiment.runfiles": 6,
-    "fedselect.experiment.tblog": 6,  # the TensorBoard event files runfiles writes beside metrics.csv
-    "fedselect.experiment.run": 7,
-    "fedselect.api": 9,  # the Python API: a face like the command line (runs, comparisons with progress)
-    "fedselect.study.compare": 8,
-    "fedselect.study.sweep": 8,
-    "fedselect.report.sweep_render": 8,  # how a sweep's table reads (cells, table.md, report.html)
-    "fedselect.report.build": 8,
-    "fedselect.repro.reproduce": 8,
-    "fedselect.repro": 8,  # the parts of fedselect.repro.reproduce (its public face)
-    "fedselect.report.plots": 8,
-    "fedselect.report.html": 8,
-    "fedselect.report.tables": 8,
-    "fedselect.study.backends": 8,  # compare and sweep hand their runs to a backend
-    "fedselect.flower": 9,  # Flower's front ends: ServerApp, strategy, runs on a given grid, deployments
-    # the Flower engine plug-in and its node side: below the experiment layer that drives it
-    "fedselect.flower.engine": 6,
-    "fedselect.flower.client_app": 6,
-    "fedselect.flower.settings": 6,
-    "fedselect.flower.transport": 6,
-    "fedselect.flower.wire": 6,
-    "fedselect.flower.nodes": 6,
-    "fedselect.flower.messaging": 6,
-    "fedselect.flower.logs": 6,
-    "fedselect.cli": 9,
-    "fedselect.cli.console": 9,  # what the command line prints
+    # the round's vocabulary that local training shares with it: state and outcome types,
+    # evaluation, client faults
+    "fedselect.fl.types": 4,
+    "fedselect.fl.evaluate": 4,
+    "fedselect.fl.faults": 4,
+    # local training: the training loop, jobs, the local-objective hook, the worker pool, the stacked path
+    "fedselect.fl.local": 5,
+    # THE round and what it is made of: jobs and transports, aggregation, cost, clocks, availability
+    "fedselect.fl": 6,
+    # the components: selectors and algorithms (they speak the round's vocabulary: fl.types, fl.work)
+    "fedselect.selectors": 7,
+    "fedselect.algorithms": 7,
+    # the experiment layer's plan side, below the engines that read it: the resolved config
+    # (Resolved, from the registries of components), the run's parts (make_trainer, services),
+    # the metrics columns the run records
+    "fedselect.experiment.resolve": 8,
+    "fedselect.experiment.simulation": 8,
+    "fedselect.experiment.metrics": 8,
+    # the engines (registry: fedselect.registry.ENGINES): the interface, the simulator, and the
+    # Flower engine plug-in with its node side
+    "fedselect.engines": 9,
+    "fedselect.flower.engine": 9,
+    "fedselect.flower.client_app": 9,
+    "fedselect.flower.settings": 9,
+    "fedselect.flower.transport": 9,
+    "fedselect.flower.wire": 9,
+    "fedselect.flower.nodes": 9,
+    "fedselect.flower.messaging": 9,
+    "fedselect.flower.logs": 9,
+    # the experiment layer: plays a run on its engine; run files, checkpoints, provenance, TensorBoard
+    "fedselect.experiment": 10,
+    # reading finished runs: tables, plots, statistics, HTML, a sweep's table
+    "fedselect.report": 11,
+    # studies of several runs: comparisons, sweeps, the backends running their runs
+    "fedselect.study": 12,
+    # the report of a directory (comparison or sweep): it renders a sweep's table with the study's
+    # build_sweep_table (study.sweep), and a comparison writes its report with it (study.compare)
+    "fedselect.report.build": 12,
+    # fedselect reproduce: runs comparisons and sweeps and judges them against the papers
+    "fedselect.repro": 13,
+    # the faces: the command line and what it prints, the Python API, Flower's own entry points
+    # (ServerApp, strategy, runs on a given grid, deployments)
+    "fedselect.cli": 14,
+    "fedselect.api": 14,
+    "fedselect.flower": 14,
 }
+
+#: what the top level of the package holds: the public face only
+TOP_LEVEL = {"__init__.py", "api.py", "registry.py"}
 
 
 def module_name(path: Path) -> str:
@@ -99,20 +112,31 @@ WRITTEN = {m: {i for i in imports(p) if i != m} for m, p in MODULES.items()}
 
 def plugin_modules(reg) -> set[str]:
     """The modules a registry imports by name at run time, from its declarations (nothing is
-    imported here): every module of its package, and the module of each declared built-in."""
-    pkg = {m for m in MODULES if reg.package and m.startswith(reg.package + ".")}
+    imported here): its package (every module of it, or the module itself), and the module of
+    each declared built-in."""
+    pkg = {m for m in MODULES if reg.package and (m == reg.package or m.startswith(reg.package + "."))}
     return pkg | {path.partition(":")[0] for path in reg.declared.values()}
 
 
-def _drivers() -> dict[str, set[str]]:
-    from fedselect.algorithms import ALGORITHMS
-    from fedselect.registry import ENGINES
-    from fedselect.selectors import SELECTORS
+#: kind of :data:`fedselect.registry.REGISTRIES` -> the modules that look its components up by name
+DRIVERS = {
+    "selectors": {"fedselect.experiment.resolve", "fedselect.experiment.simulation", "fedselect.report.tables"},
+    "algorithms": {"fedselect.experiment.resolve", "fedselect.experiment.simulation", "fedselect.report.tables"},
+    "models": {"fedselect.world.models", "fedselect.fl.local.pool"},
+    "datasets": {"fedselect.world.data.catalog"},
+    "partitioners": {"fedselect.world.data.partition"},
+    "engines": {"fedselect.experiment.run", "fedselect.cli.console"},  # play(): engine.session, session.connect
+}
 
-    return {
-        "fedselect.experiment.run": plugin_modules(ENGINES),  # play(): engine.session, session.connect
-        "fedselect.experiment.simulation": plugin_modules(SELECTORS) | plugin_modules(ALGORITHMS),  # their classes, built per run
-    }
+
+def _drivers() -> dict[str, set[str]]:
+    from fedselect.registry import REGISTRIES
+
+    out: dict[str, set[str]] = {}
+    for kind, reg in REGISTRIES.items():
+        for m in DRIVERS[kind]:
+            out.setdefault(m, set()).update(plugin_modules(reg) - {m})
+    return out
 
 
 #: module -> the plug-ins it drives (loaded by name through a registry): edges of the graph too
@@ -180,30 +204,56 @@ def test_no_import_cycles():
     assert cycles == []
 
 
+def test_the_top_level_is_the_public_face():
+    """``src/fedselect`` holds the public face (the lazy API of ``__init__``, ``api``, the
+    registry) and the layers' packages; every other module lives in the package of its layer."""
+    files = {p.name for p in SRC.iterdir() if p.is_file() and p.suffix == ".py"}
+    assert files == TOP_LEVEL
+    packages = {p.name for p in SRC.iterdir() if (p / "__init__.py").is_file()}
+    assert packages == {m.split(".")[1] for m in LAYERS if m.count(".") >= 1 and (SRC / m.split(".")[1]).is_dir()}
+
+
+def test_every_registry_kind_has_its_drivers():
+    """Every kind of the one registry names the modules that look it up (its plug-in edges)."""
+    from fedselect.registry import REGISTRIES
+
+    assert set(DRIVERS) == set(REGISTRIES)
+    assert all(m in MODULES for ms in DRIVERS.values() for m in ms)
+
+
 def test_the_plugin_edges_are_seen():
     """The engines, selectors and algorithms loaded by name are edges of the graph: the test
     would see an engine that imported the experiment layer (the loop it once had)."""
-    assert {"fedselect.engines", "fedselect.flower.engine"} <= GRAPH["fedselect.experiment.run"]
+    assert {"fedselect.engines.simulator", "fedselect.flower.engine"} <= GRAPH["fedselect.experiment.run"]
     assert "fedselect.selectors.oort" in GRAPH["fedselect.experiment.simulation"]
     assert "fedselect.algorithms.fedprox" in GRAPH["fedselect.experiment.simulation"]
 
 
 def test_no_engine_imports_the_experiment_layer():
     """An engine gives transports (and a session); it never runs an experiment itself: none of
-    the modules an engine imports, directly or not, is the experiment layer or above."""
+    the modules an engine imports, directly or not, is the experiment layer that plays runs
+    (:mod:`fedselect.experiment.run`, run files, checkpoints) or above. It reads the resolved
+    config and builds its trainer with the plan side of that package (``experiment.resolve``,
+    ``experiment.simulation``), which sits below the engines."""
     from fedselect.registry import ENGINES
 
     engines = plugin_modules(ENGINES)
-    assert engines == {"fedselect.engines", "fedselect.flower.engine"}
+    assert engines == {"fedselect.engines.simulator", "fedselect.flower.engine"}
     for m in engines:
         above = sorted(d for d in closure(m) | {m} if layer(d) >= layer("fedselect.experiment.run"))
         assert above == [], f"engine module {m} imports the experiment layer or above: {above}"
 
 
 def test_config_is_a_schema_only():
-    assert GRAPH["fedselect.config.schema"] <= {"fedselect.config.fleet"}, "config.py imports only its own fleet sections"
-    assert GRAPH["fedselect.config.fleet"] == set(), "config_fleet.py must import no other part of fedselect"
+    assert GRAPH["fedselect.config.schema"] <= {"fedselect.config.fleet"}, "config/schema.py imports only its own fleet sections"
+    assert GRAPH["fedselect.config.fleet"] == set(), "config/fleet.py must import no other part of fedselect"
     assert GRAPH["fedselect.world.data.datasets"] <= {"fedselect.registry"}, "the data registry imports no loader"
+    assert all(
+        d.startswith(("fedselect.config", "fedselect.common", "fedselect.registry"))
+        for m, deps in GRAPH.items()
+        if m.startswith("fedselect.config")
+        for d in deps
+    )
 
 
 def test_kernels_know_no_loop():
@@ -218,7 +268,7 @@ def test_kernels_know_no_loop():
                         "fedselect.world.federation",
                         "fedselect.selectors",
                         "fedselect.algorithms",
-                        "fedselect.config.schema",
+                        "fedselect.config",
                     )
                 )
             }, m

@@ -1,4 +1,4 @@
-"""Parallel client training (fedselect.fl.local.pool), the stacked torch.func path (fl.batched),
+"""Parallel client training (fedselect.fl.local.pool), the stacked torch.func path (fl.local.batched),
 sample-loss statistics of local_train, and the evaluation chunking.
 
 Real data: the embedded MNIST. Every pool test is bounded in time (SIGALRM watchdog, and the

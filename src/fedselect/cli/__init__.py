@@ -547,7 +547,3 @@ def main() -> None:
     except KeyboardInterrupt:
         console.print("interrupted: results written so far are kept; continue with --resume RUN_DIR")
         sys.exit(130)
-
-
-if __name__ == "__main__":
-    main()

@@ -408,7 +408,7 @@ class ExperimentConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> "ExperimentConfig":
-        if (info.context or {}).get(NAMES_ONLY):  # resolve.py's second look at a config with errors
+        if (info.context or {}).get(NAMES_ONLY):  # experiment/resolve.py's second look at a config with errors
             return self
         if self.participation is not None:
             u = max(1, math.ceil(self.participation * self.data.num_clients - 1e-9))

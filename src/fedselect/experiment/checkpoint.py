@@ -269,7 +269,7 @@ def load_checkpoint(run_dir: str | Path) -> dict[str, Any]:
 
 def remove_stale_temp_files(run_dir: str | Path, names: tuple[str, ...] = (LATEST, NEW)) -> list[Path]:
     """Delete the temp files a killed writer of ``names`` left behind (``.<name>.*.tmp``, see
-    ``fl.metrics.atomic_write``); returns them. Other files are never touched."""
+    ``common.files.atomic_write``); returns them. Other files are never touched."""
     d = Path(run_dir)
     stale = sorted(p for n in names for p in d.glob(f".{n}.*.tmp"))
     for p in stale:

@@ -146,7 +146,7 @@ def run_alpha_entry(entry: Entry, job: Job) -> EntryResult:
     Raises:
         FileNotFoundError: the entry's config is missing. ConfigError: it is invalid.
     """
-    from fedselect.experiment.runfiles import write_json_atomic
+    from fedselect.common.files import write_json_atomic
 
     out, quick, run = job.out, job.quick, job.run
     cfg = load_alpha_config(job.config_path(entry), dict(entry.quick) if quick else None)

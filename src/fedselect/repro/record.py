@@ -50,7 +50,7 @@ def record_session(directory: Path, machine: str, started: float, wall_s: float 
 
 
 def _write(directory: Path, sessions: list[dict[str, Any]]) -> None:
-    from fedselect.experiment.runfiles import write_json_atomic
+    from fedselect.common.files import write_json_atomic
 
     write_json_atomic(directory / RECORD, {"sessions": sessions})
 
