@@ -76,7 +76,7 @@ def in_process(quick: bool) -> dict:
     import numpy as np
     import torch
 
-    from fedselect.fl import pool_rule
+    from fedselect.fl.local import pool_rule
     from fedselect.fl.local.clients import TrainJob
     from fedselect.fl.local.pool import ClientTrainer
     from fedselect.fl.local.train import TrainConfig

@@ -217,7 +217,7 @@ def test_dropout_by_device_profile(tmp_path, fed, probe):
 def test_client_failure_raised_in_local_training_is_a_client_error_other_exceptions_stop_the_run(
     tmp_path, fed, probe, monkeypatch
 ):
-    from fedselect.fl import pool
+    from fedselect.fl.local import pool
 
     real = pool.train_job
 

@@ -409,7 +409,7 @@ def test_run_metrics_byte_identical_for_0_1_2_workers(tmp_path, tiny_cfg_doc, wa
     metrics.csv and model.pt."""
     import fedselect.experiment.run as experiment
     from fedselect.experiment.resolve import parse_experiment
-    from fedselect.fl import pool_rule
+    from fedselect.fl.local import pool_rule
 
     doc = dict(
         tiny_cfg_doc,
@@ -629,7 +629,7 @@ def test_worker_obstacle_reads_where_the_main_script_calls_from(source, blocked,
     import sys
     import types
 
-    from fedselect.fl import pool
+    from fedselect.fl.local import pool
 
     path = tmp_path / "script.py"
     path.write_text(source)

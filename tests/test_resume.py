@@ -34,7 +34,7 @@ from fedselect.experiment.checkpoint import CheckpointError, load_checkpoint, sa
 from fedselect.experiment.resolve import parse_experiment
 from fedselect.experiment.run import make_simulation, run_experiment
 from fedselect.experiment.simulation import find_generators
-from fedselect.fl import checkpoint as ckmod
+from fedselect.experiment import checkpoint as ckmod
 from fedselect.selectors import SELECTORS
 from fedselect.world.federation import build_federation
 

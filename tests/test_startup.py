@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import fedselect
-from fedselect.fl import pool_rule
+from fedselect.fl.local import pool_rule
 from fedselect.fl.evaluate import macro_f1
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,7 +20,6 @@ import typer
 from fedselect.cli import console as ui
 from fedselect.registry import ENGINES
 
-console = ui.console
 
 app = typer.Typer(
     add_completion=False,
@@ -35,7 +34,7 @@ def _print_version(value: bool) -> None:
     if value:
         from fedselect import __version__
 
-        console.print(f"fedselect {__version__}", highlight=False)
+        ui.console.print(f"fedselect {__version__}", highlight=False)
         raise typer.Exit()
 
 
@@ -102,7 +101,7 @@ def _backend(backend: str, address, cpus_per_run, ray_cpus, workers):
 
 def _ray_note(runner_backend, address) -> None:
     if runner_backend.name == "ray":
-        console.print(f"backend: Ray ({address or 'local instance'}), one task per run", highlight=False)
+        ui.console.print(f"backend: Ray ({address or 'local instance'}), one task per run", highlight=False)
 
 
 def _refuse_with_resume(what: str, options: dict, tail: str = "") -> None:
@@ -258,7 +257,7 @@ def run(
             over = _overrides(rounds, seed, method, sets, selector, algorithm, device, engine, log)
             plan = api.plan_run(config, out, overwrite=overwrite, sets=over)
             cfg = plan.config
-            console.print(
+            ui.console.print(
                 f"[bold]{cfg.name}[/bold]: {plan.method} (selector {cfg.selector.name}, algorithm {cfg.algorithm.name}) on "
                 f"{cfg.data.dataset}, N={cfg.data.num_clients}, U={cfg.clients_per_round}, T={cfg.rounds}, seed {cfg.seed}",
                 highlight=False,
@@ -327,7 +326,7 @@ def compare(
         if seeds is not None:
             cc.seeds = _parse_seeds(seeds)
         out_dir = api.output_dir("comparison", cc.name, out, resume)
-        console.print(f"[bold]{cc.name}[/bold]: {', '.join(m.label for m in cc.methods)}; seeds {cc.seeds}; output {out_dir}")
+        ui.console.print(f"[bold]{cc.name}[/bold]: {', '.join(m.label for m in cc.methods)}; seeds {cc.seeds}; output {out_dir}")
         with ui.progress() as prog:
             _ray_note(runner_backend, address)
             run_comparison(cc, out_dir, resume=resume is not None, backend=runner_backend, **ui.compare_callbacks(prog, quiet))
@@ -338,7 +337,7 @@ def compare(
     except (OSError, ValueError, RuntimeError) as e:
         ui.fail(e)
     ui.print_table(rep)
-    console.print(f"comparison directory: {out_dir} (table.md, table.csv, plots/; open report.html in a browser)")
+    ui.console.print(f"comparison directory: {out_dir} (table.md, table.csv, plots/; open report.html in a browser)")
 
 
 @app.command()
@@ -371,7 +370,7 @@ def report(
         ui.fail(e)
     if rep.get("kind") == "sweep":
         ui.print_sweep(rep)
-        console.print(
+        ui.console.print(
             f"wrote {directory / 'table.md'}, {directory / 'table.csv'}"
             + (f", {len(rep['plots'])} plots in {directory / 'plots'}" if rep["plots"] else "")
             + f" and {directory / 'report.html'}",
@@ -379,7 +378,7 @@ def report(
         )
         return
     ui.print_table(rep)
-    console.print(
+    ui.console.print(
         f"wrote {directory / 'table.md'}, {directory / 'table.csv'}"
         + (f", {len(rep['plots'])} plots in {directory / 'plots'}" if rep["plots"] else "")
         + f" and {directory / 'report.html'}"
@@ -422,7 +421,7 @@ def reproduce(
             [paper] if paper else None,
             quick,
             doc,
-            on_progress=lambda m: console.print(m),
+            on_progress=lambda m: ui.console.print(m),
             workers=workers,
             run=not no_run,
         )
@@ -437,8 +436,8 @@ def reproduce(
         what = ", ".join(f"{n} {v}" for v, n in counts.items()) or (
             f"grid of {r.grid['cells']} points summarised" if r.grid else "no figures"
         )
-        console.print(f"{r.entry.id}: " + (what if r.ran else "not run yet"))
-    console.print(f"wrote {target}")
+        ui.console.print(f"{r.entry.id}: " + (what if r.ran else "not run yet"))
+    ui.console.print(f"wrote {target}")
 
 
 @app.command()
@@ -507,11 +506,11 @@ def sweep(
         else:
             out_dir = api.output_dir("sweep", sc.name, out)
             grid = sc.grid or "-"
-            console.print(
+            ui.console.print(
                 f"[bold]{sc.name}[/bold]: {', '.join(m.label for m in sc.methods)}; grid {grid}; seeds {sc.seeds}; output {out_dir}"
             )
             _ray_note(runner_backend, address)
-            on_run = None if quiet else lambda i, n, d: console.print(f"[{i}/{n}] {d}", highlight=False, markup=False)
+            on_run = None if quiet else lambda i, n, d: ui.console.print(f"[{i}/{n}] {d}", highlight=False, markup=False)
             rep = run_sweep(sc, out_dir, on_run=on_run, backend=runner_backend)
     except KeyboardInterrupt:
         again = [f"--seeds {seeds}"] * (seeds is not None) + [f"--rounds {rounds}"] * (rounds is not None)
@@ -522,7 +521,7 @@ def sweep(
     except (OSError, ValueError, RuntimeError) as e:
         ui.fail(e)
     ui.print_sweep(rep)
-    console.print(f"sweep directory: {out_dir} (table.md, table.csv, report.html, plots/, runs/)", highlight=False)
+    ui.console.print(f"sweep directory: {out_dir} (table.md, table.csv, report.html, plots/, runs/)", highlight=False)
 
 
 @app.command("list")
@@ -545,5 +544,5 @@ def main() -> None:
     try:
         app()
     except KeyboardInterrupt:
-        console.print("interrupted: results written so far are kept; continue with --resume RUN_DIR")
+        ui.console.print("interrupted: results written so far are kept; continue with --resume RUN_DIR")
         sys.exit(130)
