@@ -1,4 +1,6 @@
-"""FL primitives and THE round (``fl.round``): jobs and transports, local training, aggregation, evaluation, metrics. Knows no method."""
+"""THE round (:mod:`fedselect.fl.round`) and what it is made of: jobs and transports, aggregation,
+evaluation, the cost model, clocks and availability, faults, fairness figures, the typed values;
+local training in :mod:`fedselect.fl.local`. Knows no method."""
 
 from fedselect.fl.aggregate import fedavg, partial_average, state_bytes
 from fedselect.fl.evaluate import evaluate
