@@ -208,6 +208,22 @@ class DDQNOptions(BaseModel):
         )
 
 
+def pca_fit_size(num_clients: int, num_weights: int, options: DDQNOptions) -> int:
+    """k, the clients whose warm-up models the PCA is fitted on: ``min(N, pca_fit_clients,
+    floor(pca_fit_max_mb MiB / (4 P)))`` and at least 1, for N = ``num_clients`` and P =
+    ``num_weights`` float32 weights per model (a bound left null does not count). k = N means
+    the PCA is fitted on every client, as FLASH-RL Section III-C1 does.
+
+    Raises:
+        ValueError: N or P below 1."""
+    if num_clients < 1 or num_weights < 1:
+        raise ValueError(f"pca_fit_size: num_clients and num_weights must be >= 1, got {num_clients} and {num_weights}")
+    k = num_clients if options.pca_fit_clients is None else min(num_clients, options.pca_fit_clients)
+    if options.pca_fit_max_mb is not None:
+        k = min(k, max(1, int(options.pca_fit_max_mb * 2**20 // (4 * num_weights))))
+    return k
+
+
 def _stats(x) -> tuple[float, float]:
     x = np.asarray(x, dtype=float)
     s = float(x.std())
@@ -364,13 +380,8 @@ class DDQNSelector(Selector):
         return self._num_weights
 
     def pca_fit_size(self) -> int:
-        """k, the clients the PCA is fitted on: ``min(N, pca_fit_clients, floor(pca_fit_max_mb MiB
-        / (4 P)))``, at least 1 (module docstring)."""
-        n, o = self.settings.num_clients, self.options
-        k = n if o.pca_fit_clients is None else min(n, o.pca_fit_clients)
-        if o.pca_fit_max_mb is not None:
-            k = min(k, max(1, int(o.pca_fit_max_mb * 2**20 // (4 * self.num_weights()))))
-        return k
+        """k, the clients the PCA is fitted on (:func:`pca_fit_size` of this run's N and P)."""
+        return pca_fit_size(self.settings.num_clients, self.num_weights(), self.options)
 
     def pca_fit_sample(self) -> np.ndarray | None:
         """Sorted ids of the clients the PCA is fitted on, or None for all N (:meth:`pca_fit_size`
