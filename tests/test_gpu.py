@@ -87,6 +87,9 @@ def test_device_failure_names_the_device_and_what_to_do():
     assert "an illegal memory access was encountered" in msg and "kernel errors might" not in msg  # its first line
     assert "CUDA_LAUNCH_BLOCKING=1" in msg and "nvidia-smi" in msg and "--device cpu" in msg
     assert is_device_failure(RuntimeError("cuDNN error: CUDNN_STATUS_EXECUTION_FAILED"))
+    assert is_device_failure(RuntimeError("CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm( ... )`"))
+    # a bug that only names the device is no failure of it
+    assert not is_device_failure(RuntimeError("Expected all tensors to be on the same device, but found cuda:0 and cpu!"))
     # not the device's: a bug, a shape error, a client's failure, or anything on the CPU
     assert device_failure(RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x3 and 5x6)"), "cuda:0", "x") is None
     assert device_failure(ValueError("CUDA-looking text in a ValueError"), "cuda:0", "x") is None

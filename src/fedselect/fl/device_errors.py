@@ -19,8 +19,22 @@ from typing import Iterator
 
 import torch
 
-#: words of a RuntimeError's message that say the CUDA runtime, cuDNN or cuBLAS failed
-_CUDA_WORDS = ("cuda", "cudnn", "cublas", "cufft", "cusolver", "cusparse", "nccl", "device-side assert")
+#: how PyTorch words a failure of the CUDA runtime, driver or libraries in a RuntimeError ("CUDA
+#: error: an illegal memory access was encountered", "cuDNN error: CUDNN_STATUS_...", "CUDA error:
+#: CUBLAS_STATUS_..."); a bug that merely names the device ("Expected all tensors to be on the
+#: same device, but found cuda:0 and cpu") is not one
+_CUDA_ERRORS = (
+    "cuda error",
+    "cuda driver error",
+    "cudnn error",
+    "cudnn_status_",
+    "cublas_status_",
+    "cufft error",
+    "cusolver error",
+    "cusparse error",
+    "nccl error",
+    "device-side assert",
+)
 
 
 class DeviceError(RuntimeError):
@@ -31,13 +45,14 @@ class DeviceError(RuntimeError):
 def is_device_failure(exc: BaseException) -> bool:
     """Whether ``exc`` is a failure of the accelerator: ``torch.OutOfMemoryError`` (CUDA's
     out-of-memory), ``torch.AcceleratorError`` (PyTorch >= 2.8), or a ``RuntimeError`` whose
-    message names CUDA, cuDNN, cuBLAS (and the other CUDA libraries) or a device-side assert."""
+    message is one of a failure of the CUDA runtime, driver or libraries (cuDNN, cuBLAS, ...) or a
+    device-side assert."""
     if isinstance(exc, DeviceError):
         return False  # already told
     accel = getattr(torch, "AcceleratorError", None)
     if isinstance(exc, torch.OutOfMemoryError) or (accel is not None and isinstance(exc, accel)):
         return True
-    return isinstance(exc, RuntimeError) and any(w in str(exc).lower() for w in _CUDA_WORDS)
+    return isinstance(exc, RuntimeError) and any(w in str(exc).lower() for w in _CUDA_ERRORS)
 
 
 def device_name(device: torch.device) -> str:
