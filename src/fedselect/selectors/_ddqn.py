@@ -31,9 +31,10 @@ Large N (docs/flash-rl.md, "At 10,000 clients"):
   (stream ``pca-fit/<selector>``; still ``svd_solver="full"``, exact on the sample) of at most
   ``pca_fit_clients`` clients, and of at most as many as keep the fitted matrix (sample x P
   float32) within ``pca_fit_max_mb`` MiB: ``k = min(N, pca_fit_clients, floor(pca_fit_max_mb
-  MiB / 4P))``. The full SVD holds about five copies of that matrix (measured: 8.9 GB for 1,000
-  models of the MNIST CNN, P = 431,080), so the bound keeps the fit near 1.3 GB whatever the
-  model and N; with the paper's CNN that is 155 clients. The warm-up is consumed as a stream:
+  MiB / 4P))``. The sample's models and the full SVD hold about five copies of that matrix
+  (measured: fitting 1,000 models of the MNIST CNN, P = 431,080, took a run at N = 10,000 from
+  1.9 to 10.7 GiB), so the bound keeps the fit near 1.3 GiB whatever the model and N; with the
+  paper's CNN that is 155 clients. The warm-up is consumed as a stream:
   the sample trains first and only its models are held for the fit (written into one
   preallocated array), then the other clients train and are projected as they arrive, so memory
   is O(sample x P + N x m) instead of O(N x P). With k = N (N x P x 4 bytes within the bound,
