@@ -98,7 +98,7 @@ def workloads(quick: bool) -> dict[str, dict]:
     c["train"] = dict(a["train"], local_epochs=1, batch_size=10)
     n_a, u_a, e_a, b_a = a["data"]["num_clients"], a["clients_per_round"], a["train"]["local_epochs"], a["train"]["batch_size"]
     return {
-        "a": {"title": f"paper FedAvg: N {n_a}, U {u_a}, E {e_a}, B {b_a}", "doc": a},
+        "a": {"title": f"{'FedAvg' if quick else 'paper FedAvg'}: N {n_a}, U {u_a}, E {e_a}, B {b_a}", "doc": a},
         "b": {"title": f"all clients: N {n_a}, U {n_a}, E 1, B {b_a}", "doc": b},
         "c": {"title": f"cross-device: N {n_c} x {per_c} images, U {u_c}, E 1, B 10", "doc": c},
     }
@@ -254,7 +254,7 @@ def table(result: dict) -> str:
         f"{result['rounds']} rounds measured after 1 warm-up round",
         "",
         "| workload | variant | median s/round | min | max | train s | eval s | x bare | peak GPU MB | accuracy | "
-        "max |w - w_seq| round 1 |",
+        "max abs diff of weights from sequential, round 1 |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key, w in result["workloads"].items():
