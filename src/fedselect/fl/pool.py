@@ -41,6 +41,7 @@ import os
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -204,6 +205,10 @@ class ClientTrainer:
         start_timeout_s: how long to wait for the workers to come up.
         eval_forward_batch: inputs per forward pass in an evaluation chunk; None = 250 for the
             channels-last CNNs, the whole chunk (1,000) for other models.
+        eval_threads: with ``workers=0`` on CPU, the evaluation chunks of :meth:`evaluate` are
+            spread over this many threads of the calling process, each with one torch thread
+            (each chunk is computed exactly as in a worker: the result does not depend on it);
+            1 = one after another.
 
     Raises:
         ValueError: a bad argument (names it and what is allowed), e.g. cuda where none is available.
@@ -230,6 +235,7 @@ class ClientTrainer:
         start_method: str = "forkserver",
         start_timeout_s: float = 300.0,
         eval_forward_batch: int | None = None,
+        eval_threads: int = 1,
     ):
         t0 = time.perf_counter()
         spec = model_spec if isinstance(model_spec, ModelSpec) else ModelSpec(*model_spec)
@@ -255,6 +261,9 @@ class ClientTrainer:
             raise ValueError(f"job_timeout_s must be > 0 or None, got {job_timeout_s!r}")
         if eval_forward_batch is not None and eval_forward_batch < 1:
             raise ValueError(f"eval_forward_batch must be >= 1, got {eval_forward_batch!r}")
+        if isinstance(eval_threads, bool) or not isinstance(eval_threads, int) or eval_threads < 1:
+            raise ValueError(f"eval_threads must be an integer >= 1, got {eval_threads!r}")
+        self.eval_threads = eval_threads
         self.device = resolve_device(device)
         self.train_cfg = train_cfg
         self.job_timeout_s = job_timeout_s
@@ -429,10 +438,21 @@ class ClientTrainer:
         if self.workers == 0:
             outs = []
             x, y = self._eval[name]
-            with _threads(1), on_device(self.device, f"evaluating {len(states)} model(s) on {name!r}"):
-                for s in states:
-                    load_state(self._model, s)
-                    outs.append([eval_chunk(self._model, x, y, a, b, self.eval_forward_batch) for a, b in chunks])
+            threads = min(self.eval_threads, len(chunks)) if self.device.type == "cpu" else 1
+            # each thread computes whole chunks with one torch thread, as a worker does
+            pool = ThreadPoolExecutor(threads, initializer=torch.set_num_threads, initargs=(1,)) if threads > 1 else None
+            try:
+                with _threads(1), on_device(self.device, f"evaluating {len(states)} model(s) on {name!r}"):
+                    for s in states:
+                        load_state(self._model, s)
+
+                        def chunk(c: tuple[int, int]) -> tuple[np.ndarray, float]:
+                            return eval_chunk(self._model, x, y, c[0], c[1], self.eval_forward_batch)
+
+                        outs.append(list(pool.map(chunk, chunks)) if pool is not None else [chunk(c) for c in chunks])
+            finally:
+                if pool is not None:
+                    pool.shutdown()
         else:
             key = object()
             tasks = [Task(EvalTask(-1, name, a, b), s, (key, si)) for si, s in enumerate(states) for a, b in chunks]
