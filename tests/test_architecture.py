@@ -63,6 +63,7 @@ LAYERS = {
     "fedselect.flower.nodes": 6,
     "fedselect.flower.messaging": 6,
     "fedselect.flower.logs": 6,
+    "fedselect.flower.shared": 6,
     "fedselect.cli": 9,
     "fedselect.console": 9,  # what the command line prints
 }
