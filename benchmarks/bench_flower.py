@@ -16,11 +16,18 @@ gcs_server, raylet and workers included). Measured per engine:
 Both engines write the same ``metrics.csv`` (checked: ``identical_metrics``). The simulator runs
 its clients one after another on one torch thread; the Flower engine runs 2 Ray actors of 1 CPU
 (``client_resources.num_cpus = 1``, ``init_args.num_cpus = 2``), each with one torch thread.
-``flower_poll_0.01s`` repeats the Flower run with the strategy polling the SuperLink for replies
-every 10 ms instead of 100 ms (run config ``poll-interval``). ``quick`` measures the MLP only;
-the full run the MLP and the MNIST CNN. ``python benchmarks/bench_flower.py --full`` runs the
-speed benchmark's workload instead (full MNIST, 100 SuperNodes, 10 per round, E = 5, B = 50, 5
-rounds; the simulator with its worker pool on all cores).
+``flower_poll_0.1s`` repeats the Flower run with the strategy polling the SuperLink for replies
+every 100 ms (run config ``poll-interval``; the simulation engine's default is 10 ms). ``quick``
+measures the MLP only; the full run the MLP and the MNIST CNN.
+
+``python benchmarks/bench_flower.py --full [--repeat N]`` runs the speed benchmark's workload
+instead (full MNIST, 100 SuperNodes, 10 per round, E = 5, B = 50, 5 rounds) in three ways: the
+simulator with its worker pool on all cores (``simulator``), ``fedselect run --engine flower``
+(``flower_engine``: the engine plug-in, one Ray actor per core) and the ServerApp and ClientApp
+in Flower's ``run_simulation`` as ``flwr run`` runs them (``flower_app``); ``--repeat N`` runs
+the three N times one after another, so that they share the machine's load, and ``summary``
+gives each one's medians and their ratios to the simulator (``round_ratio``: mean seconds per
+round, rounds 1-5; ``pss_ratio`` / ``rss_ratio``: peak memory of the process tree).
 """
 
 from __future__ import annotations
@@ -62,16 +69,18 @@ CHILD = textwrap.dedent("""
     from fedselect.experiment.resolve import parse_experiment
     plain = {k: (json.loads(v) if isinstance(v, str) and v[:1] == "[" else v) for k, v in settings.items()
              if k.split(".")[0] in ExperimentConfig.model_fields}
+    if engine == "flower-engine":
+        plain["engine"] = "flower"
     cfg = parse_experiment(apply_overrides({}, plain))
     first = runner.play_round
     def play_round(*a, **k):
         marks.setdefault("round1", time.time())
         return first(*a, **k)
     runner.play_round = play_round
-    if engine == "simulator":
+    if engine in ("simulator", "flower-engine"):  # `fedselect run` / `fedselect run --engine flower`
         from fedselect.experiment.run import run_experiment
         run_experiment(cfg, out)
-    else:
+    else:  # the ServerApp and ClientApp in Flower's run_simulation, as `flwr run` runs them
         from flwr.simulation import run_simulation
         from fedselect.flower.client_app import make_client_app
         from fedselect.flower.server_app import make_server_app
@@ -175,16 +184,55 @@ FULL = {
 }
 
 
-def main_full() -> dict:
+#: what ``--full`` compares: the simulator, ``fedselect run --engine flower`` (the engine plug-in,
+#: :class:`fedselect.flower.engine.FlowerEngine`) and the ServerApp and ClientApp in Flower's
+#: ``run_simulation`` (as ``flwr run`` runs them)
+FULL_ENGINES = {"simulator": "simulator", "flower_engine": "flower-engine", "flower_app": "flower"}
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def main_full(repeat: int = 1) -> dict:
     """The speed benchmark's workload (full MNIST, 100 SuperNodes, 10 per round, 5 rounds) in our
-    simulator (worker pool, all cores) and in Flower's simulation engine (2 Ray actors)."""
-    res: dict = {"load_avg_1min": os.getloadavg()[0], "cpus": os.cpu_count(), "workload": dict(FULL)}
+    simulator (worker pool, all cores) and in Flower's simulation engine (one Ray actor per core),
+    through the engine plug-in and through the Flower apps; ``repeat`` rounds of the three, one
+    after another (so that they share the machine's load), and the medians' ratios to the
+    simulator: ``round_ratio`` (mean seconds per round) and ``pss_ratio`` (peak PSS of the tree)."""
+    res: dict = {"load_avg_1min": os.getloadavg()[0], "cpus": os.cpu_count(), "workload": dict(FULL), "repeat": repeat}
+    runs: dict[str, list[dict]] = {name: [] for name in FULL_ENGINES}
+    identical = True
     with tempfile.TemporaryDirectory(prefix="bench-flower-full-") as tmp:
-        row = {engine: measure(engine, {**FULL, "torch-threads": 1}, Path(tmp) / engine) for engine in ("simulator", "flower")}
-        row["identical_metrics"] = (Path(tmp) / "simulator" / "metrics.csv").read_text() == (
-            Path(tmp) / "flower" / "metrics.csv"
-        ).read_text()
-        res["mnist_cnn_full"] = row
+        for i in range(repeat):
+            for name, engine in FULL_ENGINES.items():
+                load = os.getloadavg()[0]
+                m = measure(engine, {**FULL, "torch-threads": 1}, Path(tmp) / f"{name}-{i}")
+                m["load_avg_1min_before"] = load
+                runs[name].append(m)
+                same = (Path(tmp) / f"{name}-{i}" / "metrics.csv").read_text() == (
+                    Path(tmp) / "simulator-0" / "metrics.csv"
+                ).read_text()
+                identical = identical and same
+    res["runs"] = runs
+    res["identical_metrics"] = identical
+    summary = {}
+    for name, ms in runs.items():
+        summary[name] = {
+            "mean_round_s": _median([m["mean_round_s"] for m in ms]),
+            "startup_s": _median([m["startup_s"] for m in ms]),
+            "peak_pss_mb": _median([m["peak_pss_mb"] for m in ms]),
+            "peak_rss_mb": _median([m["peak_rss_mb"] for m in ms]),
+        }
+    sim = summary["simulator"]
+    for name, row in summary.items():
+        if name != "simulator":
+            row["round_ratio"] = row["mean_round_s"] / sim["mean_round_s"]
+            row["pss_ratio"] = row["peak_pss_mb"] / sim["peak_pss_mb"]
+            row["rss_ratio"] = row["peak_rss_mb"] / sim["peak_rss_mb"]
+    res["summary"] = summary
     res["load_avg_1min_after"] = os.getloadavg()[0]
     return res
 
@@ -200,10 +248,8 @@ def main(quick: bool = False) -> dict:
             row = {}
             for engine in ("simulator", "flower"):
                 row[engine] = measure(engine, settings, Path(tmp) / f"{name}-{engine}")
-            # the strategy polls the SuperLink for replies every 0.1 s by default: the floor of a round there
-            row["flower_poll_0.01s"] = measure(
-                "flower", {**settings, "poll-interval": 0.01}, Path(tmp) / f"{name}-flower-fastpoll"
-            )
+            # the strategy polls the simulation's grid for replies every 10 ms by default (a deployment's every 0.1 s)
+            row["flower_poll_0.1s"] = measure("flower", {**settings, "poll-interval": 0.1}, Path(tmp) / f"{name}-flower-slowpoll")
             row["identical_metrics"] = (Path(tmp) / f"{name}-simulator" / "metrics.csv").read_text() == (
                 Path(tmp) / f"{name}-flower" / "metrics.csv"
             ).read_text()
@@ -213,4 +259,5 @@ def main(quick: bool = False) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main_full() if "--full" in sys.argv else main(quick="--quick" in sys.argv), indent=2))
+    repeat = int(sys.argv[sys.argv.index("--repeat") + 1]) if "--repeat" in sys.argv else 1
+    print(json.dumps(main_full(repeat) if "--full" in sys.argv else main(quick="--quick" in sys.argv), indent=2))

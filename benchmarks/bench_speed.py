@@ -213,22 +213,36 @@ def selections(seed: int, n: int, u: int, rounds: int) -> list[list[int]]:
 
 
 def _fed_and_cfg(quick: bool):
-    from fedselect.config.schema import parse_config
-    from fedselect.fl.local.train import TrainConfig
+    return fed_and_cfg(workload(quick), "bench_speed workload")
+
+
+def fed_and_cfg(doc: dict, what: str):
+    """(config, federation, :class:`~fedselect.fl.local.train.TrainConfig`, seconds to build the
+    federation) of the experiment ``doc`` (a config as a dict; ``what`` names it in errors)."""
     from fedselect.world.federation import build_federation
 
-    cfg = parse_config(workload(quick), "bench_speed workload")
+    cfg, tc = parse_workload(doc, what)
     t0 = time.perf_counter()
     fed = build_federation(cfg)
-    build_s = time.perf_counter() - t0
+    return cfg, fed, tc, time.perf_counter() - t0
+
+
+def parse_workload(doc: dict, what: str):
+    """(config, :class:`~fedselect.fl.local.train.TrainConfig`) of the experiment ``doc``."""
+    from fedselect.config.schema import parse_config
+    from fedselect.fl.local.train import TrainConfig
+
+    cfg = parse_config(doc, what)
     tr = cfg.train
-    return cfg, fed, TrainConfig(tr.local_epochs, tr.batch_size, tr.lr, tr.momentum, tr.optimizer, tr.weight_decay), build_s
+    return cfg, TrainConfig(tr.local_epochs, tr.batch_size, tr.lr, tr.momentum, tr.optimizer, tr.weight_decay)
 
 
 class BareLoop:
-    """The reference loop (module docstring). Plain PyTorch; fedselect only built the data."""
+    """The reference loop (module docstring). Plain PyTorch; fedselect only built the data.
+    ``device``: where the model, the clients' data and the test set live (``"cpu"``, ``"cuda"``):
+    on a GPU it is the loop a user would write there (data moved once, one client after another)."""
 
-    def __init__(self, cfg, fed, tc):
+    def __init__(self, cfg, fed, tc, device: str = "cpu"):
         import torch
         from torch import nn
 
@@ -245,10 +259,10 @@ class BareLoop:
                 return self.fc2(torch.relu(self.fc1(torch.flatten(x, 1))))
 
         self.cfg, self.tc = cfg, tc
-        self.model = BareCNN()
-        self.global_state = {k: v.clone() for k, v in fed.new_model().state_dict().items()}
-        self.data = [(torch.from_numpy(c.train.x), torch.from_numpy(c.train.y)) for c in fed.clients]
-        self.xt, self.yt = torch.from_numpy(fed.test_set.x), torch.from_numpy(fed.test_set.y)
+        self.model = BareCNN().to(device)
+        self.global_state = {k: v.to(device, copy=True) for k, v in fed.new_model().state_dict().items()}
+        self.data = [(torch.from_numpy(c.train.x).to(device), torch.from_numpy(c.train.y).to(device)) for c in fed.clients]
+        self.xt, self.yt = torch.from_numpy(fed.test_set.x).to(device), torch.from_numpy(fed.test_set.y).to(device)
 
     def round(self, t: int, chosen: list[int], commit: bool = True) -> dict:
         """Round ``t`` on ``chosen``; ``commit=False`` measures it without keeping the new
@@ -279,6 +293,8 @@ class BareLoop:
             sizes.append(len(y))
         total = sum(sizes)
         new_state = {n: sum(s[n] * (m / total) for s, m in zip(states, sizes)) for n in states[0]}
+        if self.xt.is_cuda:  # the training's kernels end before the clock reads (GPU work is asynchronous)
+            torch.cuda.synchronize(self.xt.device)
         t1 = time.perf_counter()
         model.load_state_dict(new_state)
         model.eval()
@@ -296,13 +312,15 @@ class BareLoop:
 
 
 class FedselectLoop:
-    """fedselect's training path: ClientTrainer jobs, fedavg, the trainer's evaluation."""
+    """fedselect's training path: ClientTrainer jobs, fedavg, the trainer's evaluation.
+    ``trainer_options``: more arguments of :class:`~fedselect.fl.local.pool.ClientTrainer` (``device``,
+    ``batched``)."""
 
-    def __init__(self, cfg, fed, tc, workers: int):
+    def __init__(self, cfg, fed, tc, workers: int, **trainer_options):
         from fedselect.fl.local.pool import ClientTrainer
 
         self.cfg, self.fed, self.tc = cfg, fed, tc
-        self.trainer = ClientTrainer.from_federation(fed, tc, workers=workers)
+        self.trainer = ClientTrainer.from_federation(fed, tc, workers=workers, **trainer_options)
         self.global_state = {k: v.clone() for k, v in fed.new_model().state_dict().items()}
 
     def round(self, t: int, chosen: list[int], commit: bool = True) -> dict:

@@ -207,3 +207,96 @@ def test_shipped_scale_configs_parse():
     assert FlashRL.resolve_q_network(FlashRLOptions(**cfg.method_options), 10_000) == "shared"
     cc = load_compare(root / "flashrl-scale-compare.yaml")
     assert len(cc.methods) == 5
+
+
+# ---------------------------------------------------------------- the PCA fit bounded in memory (issue 39)
+from fedselect.selectors._ddqn import DDQNOptions, pca_fit_size  # noqa: E402
+
+
+def test_pca_fit_size_bounds_the_fitted_matrix():
+    o = DDQNOptions()  # pca_fit_clients 1000, pca_fit_max_mb 256
+    cnn, mlp64, authors_cnn = 431_080, 50_890, 582_026
+    assert pca_fit_size(10_000, cnn, o) == 155  # floor(256 MiB / (4 x 431,080 bytes))
+    assert 155 * cnn * 4 <= 256 * 2**20 < 156 * cnn * 4
+    assert pca_fit_size(10_000, mlp64, o) == 1000  # 1,318 fit in 256 MiB: pca_fit_clients binds
+    assert pca_fit_size(100, cnn, o) == 100 and pca_fit_size(100, authors_cnn, o) == 100  # the paper's N: all
+    assert pca_fit_size(500, cnn, o) == 155
+    assert pca_fit_size(10_000, cnn, DDQNOptions(pca_fit_max_mb=None)) == 1000  # the bound before issue 39
+    assert pca_fit_size(10_000, cnn, DDQNOptions(pca_fit_max_mb=None, pca_fit_clients=None)) == 10_000
+    assert pca_fit_size(10, 10**9, o) == 1  # at least one model
+    with pytest.raises(ValueError, match="num_clients and num_weights must be >= 1"):
+        pca_fit_size(0, cnn, o)
+    with pytest.raises(Exception, match="pca_fit_max_mb"):
+        DDQNOptions(pca_fit_max_mb=0)
+
+
+def _shipped_ddqn_runs():
+    """(config file, resolved run config) of every shipped run whose selector is FLASH-RL or FAVOR."""
+    from pathlib import Path
+
+    from fedselect.config.schema import config_kind, read_yaml_file
+    from fedselect.experiment.resolve import load_experiment, resolve
+    from fedselect.study.compare import parse_compare
+    from fedselect.study.sweep import parse_sweep
+
+    root = Path(__file__).resolve().parents[1] / "configs"
+    for path in sorted(p for p in root.rglob("*.yaml") if p.name != "reproduce.yaml"):
+        doc = read_yaml_file(path)
+        kind = config_kind(doc)
+        if "flashrl" not in path.read_text() and "favor" not in path.read_text():
+            continue
+        if kind == "compare":
+            cc = parse_compare(doc, str(path))
+            cfgs = [cc.experiment(e, 0) for e in cc.methods]
+        elif kind == "sweep":
+            sc = parse_sweep(doc, str(path))
+            cfgs = [sc.experiment(m, p, 0) for m in sc.methods for p in sc.points()]
+        else:
+            cfgs = [load_experiment(path)]
+        for cfg in cfgs:
+            r = resolve(cfg)
+            if r.selector.name in ("flashrl", "favor"):
+                yield path.relative_to(root), r
+
+
+def test_every_shipped_config_fits_its_pca_as_before():
+    """The memory bound of the PCA fit (pca_fit_max_mb) changes no shipped config: each one fits
+    on every client, or on its explicit pca_fit_clients sample, as before issue 39 (P is the
+    model's parameter count, at least the uploaded weights, so k at this P is a lower bound)."""
+    from fedselect.world.models import build_model
+
+    shapes = {"mnist": (1, 28, 28), "mnist-embedded": (1, 28, 28), "fashion-mnist": (1, 28, 28), "cifar10": (3, 32, 32)}
+    seen = set()
+    for path, r in _shipped_ddqn_runs():
+        cfg = r.config
+        n, o = cfg.data.num_clients, r.selector_options
+        # the GRU's weights do not depend on the sequence length: 64 channels bound the IMU data sets' 6
+        shape = shapes.get(cfg.data.dataset, (50, 64))
+        p = sum(x.numel() for x in build_model(cfg.model.name, shape, 20, **cfg.model.options).parameters())
+        before = n if o.pca_fit_clients is None else min(n, o.pca_fit_clients)
+        assert pca_fit_size(n, p, o) == before, (str(path), cfg.model.name, n, p)
+        seen.add(str(path))
+    assert {"paper/flashrl-table5-mnist-dir05.yaml", "repro/flashrl-code-latency.yaml", "flashrl-mnist-10k.yaml"} <= seen
+    assert len(seen) >= 30
+
+
+def test_pca_fit_bounded_in_memory_end_to_end(tmp_path):
+    """A bound that bites: the sample's size is pca_fit_max_mb's, recorded in the summary, and the
+    bound is in config.yaml; the default bound leaves this run (N 24, the MLP) fitting on everyone."""
+    import json
+
+    import yaml
+
+    p = 784 * 16 + 16 + 16 * 10 + 10  # the MLP [16] on 28 x 28
+    k = 7
+    mb = (k * 4 * p + 1) / 2**20
+    run_experiment(_embedded("flashrl", pca_fit_clients=1000, pca_fit_max_mb=mb), tmp_path / "bounded")
+    summary = json.loads((tmp_path / "bounded" / "summary.json").read_text())
+    assert summary["prepare"]["pca_fit_clients"] == k
+    saved = yaml.safe_load((tmp_path / "bounded" / "config.yaml").read_text())["selector"]["options"]
+    assert saved["pca_fit_max_mb"] == pytest.approx(mb) and saved["pca_fit_clients"] == 1000
+    run_experiment(_embedded("flashrl", pca_fit_clients=1000), tmp_path / "default")
+    summary = json.loads((tmp_path / "default" / "summary.json").read_text())
+    assert "pca_fit_clients" not in summary["prepare"]  # k = N = 24: no sample
+    saved = yaml.safe_load((tmp_path / "default" / "config.yaml").read_text())["selector"]["options"]
+    assert saved["pca_fit_max_mb"] == 256.0

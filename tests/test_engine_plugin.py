@@ -158,3 +158,13 @@ def test_the_engine_list_comes_from_the_registry(monkeypatch):
         ValueError, match=r"engine 'gone' needs the extra fedselect\[gone\] \(.*No module named 'no_such_module_x'"
     ):
         reg.get("gone")
+
+
+def test_the_federation_is_built_before_the_engine_starts(tmp_path):
+    """Data that cannot be loaded fails before the engine starts anything (Flower: before Ray and
+    its processes, which also keeps them out of the loading's memory peak)."""
+    before = __import__("queue_engine").QueueEngine.started
+    doc = {**DOC, "engine": QUEUE, "data": {**DOC["data"], "dataset": "mnist", "options": {"path": str(tmp_path / "none")}}}
+    with pytest.raises(Exception, match="mnist: no data found"):
+        run_experiment(resolve_doc(doc), tmp_path / "run")
+    assert __import__("queue_engine").QueueEngine.started == before

@@ -242,6 +242,9 @@ def test_bad_arguments(data, init_state):
         ClientTrainer(SPEC, data, CFG, workers=-1)
     with pytest.raises(ValueError, match="device"):
         ClientTrainer(SPEC, data, CFG, workers=0, device="tpu")
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="eval_threads must be an integer >= 1"):
+            ClientTrainer(SPEC, data, CFG, workers=0, eval_threads=bad)
     with ClientTrainer(SPEC, data, CFG, workers=0) as tr:
         with pytest.raises(ValueError, match="client_id 9"):
             tr.train([TrainJob(9, init_state, 1, 1, "a")])
@@ -270,6 +273,11 @@ def test_parallel_evaluation_is_chunked_like_evaluate(init_state, test_set, pool
     assert pool2.evaluate(init_state) == want
     with ClientTrainer(SPEC, data, CFG, workers=0, eval_sets={"test": test_set}) as here:
         assert here.evaluate(init_state) == want
+    # the chunks on threads of this process (the Flower server's evaluation), each as in a worker
+    with ClientTrainer(SPEC, data, CFG, workers=0, eval_sets={"test": test_set}, eval_threads=3) as here:
+        assert here.evaluate(init_state) == want
+        trained = here.train(jobs_for(init_state)[:2])
+        assert here.evaluate_many([r.state for r in trained]) == pool2.evaluate_many([r.state for r in trained])
     # standard layout, one forward per 1000-row chunk: exactly today's evaluate()
     with ClientTrainer(
         SPEC, data, CFG, workers=0, eval_sets={"test": test_set}, channels_last=False, eval_forward_batch=1000

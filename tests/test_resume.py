@@ -30,11 +30,11 @@ from typer.testing import CliRunner
 from fedselect.algorithms import ALGORITHMS
 from fedselect.cli import app
 from fedselect.config.presets import PRESETS
+from fedselect.experiment import checkpoint as ckmod
 from fedselect.experiment.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from fedselect.experiment.resolve import parse_experiment
 from fedselect.experiment.run import make_simulation, run_experiment
 from fedselect.experiment.simulation import find_generators
-from fedselect.experiment import checkpoint as ckmod
 from fedselect.selectors import SELECTORS
 from fedselect.world.federation import build_federation
 

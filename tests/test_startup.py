@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import fedselect
-from fedselect.fl.local import pool_rule
 from fedselect.fl.evaluate import macro_f1
+from fedselect.fl.local import pool_rule
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = str(Path(fedselect.__file__).resolve().parents[1])

@@ -20,7 +20,6 @@ import typer
 from fedselect.cli import console as ui
 from fedselect.registry import ENGINES
 
-
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=False,

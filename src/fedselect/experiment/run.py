@@ -276,6 +276,9 @@ def play(
     r = run.resolved
     kwargs = dict(on_round=on_round, federation=federation, stop_after=stop_after, workers=workers, on_simulation=on_simulation)
     if session is None:
+        if federation is None:  # before the engine starts: its processes (Flower's Ray) come after the loading's peak
+            with single_threaded():
+                kwargs["federation"] = build_federation(r.config)
         return r.engine().session(r, lambda s: play(run, session=s, **kwargs))
     with single_threaded():  # results never depend on this machine's thread settings
         fed = federation or build_federation(r.config)

@@ -8,6 +8,12 @@ simulator's own :class:`fedselect.fl.work.LocalTransport` on its data, so a node
 bit-identical to the simulator's for the same job, and a ``query`` with its profile. It keeps
 nothing between messages: the server sends the whole state a job starts from.
 
+In Flower's simulation engine the nodes read the server's federation from Ray's object store
+instead of building it (:mod:`fedselect.flower.shared`: one copy of the data for all actors), and
+a process answering its first ``query`` makes one throw-away training step, so that torch's
+one-time costs fall into the start-up and not into round 1 (as in the simulator's worker
+processes).
+
 Node settings
 -------------
 Read from the node config (``flower-supernode --node-config``) over the run config
@@ -35,7 +41,9 @@ it back to the server as an error reply (the server records that client's ``erro
 
 from __future__ import annotations
 
+import logging
 import time
+import warnings
 import weakref
 from typing import Any
 
@@ -47,6 +55,8 @@ except ImportError as e:  # pragma: no cover - depends on the installation
         "fedselect.flower needs Flower: install the optional extra with `pip install fedselect[flower]` "
         "(or `pip install -r requirements-flower.txt`)"
     ) from e
+from fedselect.config.schema import ExperimentConfig
+from fedselect.fl.local.clients import TrainJob
 from fedselect.fl.local.train import TrainConfig
 from fedselect.fl.work import LocalTransport
 from fedselect.flower.logs import quiet_flower_logs
@@ -58,6 +68,7 @@ from fedselect.flower.settings import (  # noqa: F401 - the node settings, re-ex
     set_threads,
     settings_document,
 )
+from fedselect.flower.shared import SharedFederations
 from fedselect.flower.wire import decode_job, encode_result, federation_hash, profile_reply
 from fedselect.world.federation import Federation
 
@@ -70,8 +81,11 @@ __all__ = [
     "federation_hash",
     "set_threads",
     "run_job",
+    "warm_up",
     "CONFIG_FILE_KEY",
 ]
+
+log = logging.getLogger("fedselect.flower")
 
 quiet_flower_logs()  # in every node process and Ray actor: plain Flower lines off a terminal, no notices
 
@@ -88,8 +102,33 @@ def _transport(fed: Federation, train_cfg: TrainConfig) -> LocalTransport:
     per_fed = _TRANSPORTS.setdefault(fed, {})
     key = repr(train_cfg)
     if key not in per_fed:
-        per_fed[key] = LocalTransport(fed, ClientTrainer.from_federation(fed, train_cfg, workers=0, device="cpu"), train_cfg)
+        with warnings.catch_warnings():  # a shared federation's arrays are read-only: nothing here writes to them
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            trainer = ClientTrainer.from_federation(fed, train_cfg, workers=0, device="cpu")
+        per_fed[key] = LocalTransport(fed, trainer, train_cfg)
     return per_fed[key]
+
+
+#: models (name, options, input shape) this process has made its warm-up step with
+_WARM: set[str] = set()
+
+
+def warm_up(fed: Federation, k: int, cfg: ExperimentConfig) -> None:
+    """One throw-away training step (one mini-batch of client ``k``, from fresh weights) with
+    ``fed``'s model, once per process and model: torch's one-time costs (kernel set-up, lazy
+    imports) then fall into the node's start-up, not into its first job, as in the simulator's
+    worker processes. Nothing of it is kept: every job loads its own start state."""
+    ident = repr((fed.model.model_dump(mode="json"), tuple(fed.input_shape)))
+    if ident in _WARM:
+        return
+    _WARM.add(ident)
+    t = cfg.train
+    train_cfg = TrainConfig(1, t.batch_size, t.lr, t.momentum, t.optimizer, t.weight_decay)
+    job = TrainJob(k, fed.new_model().state_dict(), 1, 0, "warm-up", max_steps=1)
+    try:
+        _transport(fed, train_cfg).run([job])
+    except Exception as e:  # only time is at stake: the node's jobs report their own errors
+        log.debug("warm-up step of client %d failed: %s", k, e)
 
 
 def run_job(fed: Federation, k: int, msg: Message) -> Message:
@@ -118,16 +157,23 @@ def make_client_app(settings: dict[str, Any] | None = None) -> ClientApp:
     """
     base = dict(settings or {})
     client = ClientApp()
+    shared = SharedFederations()  # carries the server's federation to the simulation's actors
 
-    def node(context: Context) -> tuple[Federation, int]:
+    def experiment(context: Context) -> tuple[int, ExperimentConfig, Federation]:
         run_config = {**base, **dict(context.run_config)}
         set_threads({**run_config, **dict(context.node_config)})
         k, cfg = node_experiment(run_config, context.node_config)
-        return federation_for(cfg), k
+        return k, cfg, federation_for(cfg, shared)
+
+    def node(context: Context) -> tuple[Federation, int]:
+        k, _, fed = experiment(context)
+        return fed, k
 
     @client.query()
     def query(msg: Message, context: Context) -> Message:
-        return Message(profile_reply(*node(context)), reply_to=msg)
+        k, cfg, fed = experiment(context)
+        warm_up(fed, k, cfg)
+        return Message(profile_reply(fed, k), reply_to=msg)
 
     @client.train()
     def train(msg: Message, context: Context) -> Message:

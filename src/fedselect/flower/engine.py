@@ -13,6 +13,7 @@ back. A grid given from outside (a Flower deployment's ServerApp, tests) takes a
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import logging
 import os
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from fedselect.config.schema import ExperimentConfig, dump_config
 from fedselect.engines import Engine, Session
 from fedselect.experiment.resolve import Resolved
-from fedselect.world.federation import Federation
+from fedselect.world.federation import Federation, federation_key
 
 if TYPE_CHECKING:
     from flwr.serverapp import Grid
@@ -106,19 +107,41 @@ def _simulate(cfg: ExperimentConfig, main: Callable[[Grid, threading.Event], Any
     return out["value"]
 
 
+def _return_freed_heap() -> None:
+    """Hand the heap this process has freed back to the OS (glibc's ``malloc_trim``; nothing
+    elsewhere): loading a data set leaves hundreds of MB freed but still mapped (full MNIST from
+    its CSV files: about 460 MB), which would otherwise stay beside Ray's processes all run."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def connect(grid: Grid, r: Resolved, fed: Federation, options: FlowerOptions, stop=None) -> FlowerTransport:
     """The Flower transport of the resolved experiment ``r`` on ``grid``, its nodes learnt:
     all N waited for, except for a selector whose candidates stream in (``candidate_stream``)
-    with ``arrival: nodes``. The server's own jobs (validation- and test-set scores) run in this process.
+    with ``arrival: nodes``. The server's own jobs (validation- and test-set scores) run in this
+    process, their evaluation chunks on one thread per core (the nodes wait meanwhile).
+
+    In Flower's simulation engine (``grid`` is its in-memory grid: the nodes are Ray actors of
+    this process's Ray session) ``fed`` is first put into Ray's object store, where the nodes read
+    it instead of building their own (:mod:`fedselect.flower.shared`).
 
     Raises:
         ConfigError / RuntimeError: a node of another federation, or one whose query failed.
     """
-    from fedselect.fl.local.pool import ClientTrainer
+    from flwr.superlink.grid import InMemoryGrid
+
+    from fedselect.fl.local.pool import ClientTrainer, usable_cores
     from fedselect.fl.work import LocalTransport
+    from fedselect.flower.shared import share_federation
     from fedselect.flower.transport import FlowerTransport
 
-    server = LocalTransport(fed, ClientTrainer.from_federation(fed, r.train_cfg, workers=0, device="cpu"), r.train_cfg)
+    _return_freed_heap()
+    # Flower's simulation runtime starts Ray beside the ServerApp: wait for it (connect_timeout at most)
+    share_federation(federation_key(r.config), fed, options.connect_timeout if isinstance(grid, InMemoryGrid) else 0.0, stop)
+    trainer = ClientTrainer.from_federation(fed, r.train_cfg, workers=0, device="cpu", eval_threads=usable_cores())
+    server = LocalTransport(fed, trainer, r.train_cfg)
     transport = FlowerTransport(grid, fed, r.train_cfg, options, server, r.config.system.round_deadline_s, stop)
     try:
         transport.connect(wait_for_all=not (r.selector.candidate_stream and options.arrival_mode == "nodes"))
@@ -183,4 +206,5 @@ class FlowerEngine(Engine):
         Raises:
             what ``body`` raises; KeyboardInterrupt on Ctrl-C (the runs' waits end at once).
         """
+        _return_freed_heap()  # the run's federation was just built: before Ray's processes start
         return _simulate(plan.config, lambda grid, stop: body(GridSession(grid, self.options, stop)))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from flwr.serverapp import Grid
+from flwr.superlink.grid import InMemoryGrid
 
 from fedselect.config.schema import ConfigError
 from fedselect.flower.messaging import exchange
@@ -48,14 +49,17 @@ class FlowerOptions:
             candidates that never connect are scored NaN).
         arrival: ``seeded`` or ``nodes`` (module docstring); None = ``seeded`` with simulated
             latency (reproducible), ``nodes`` with measured latency.
-        poll_s: seconds between two polls of the SuperLink for replies and new nodes.
+        poll_s: seconds between two polls of the SuperLink for replies and new nodes; None =
+            0.01 s on Flower's simulation engine (its in-memory grid: a poll is a call in this
+            process) and 0.1 s on a deployment's grid (a poll is a request to the SuperLink):
+            :meth:`poll_interval`.
     """
 
     latency: str = "simulated"
     reply_timeout: float = 600.0
     connect_timeout: float = 300.0
     arrival: str | None = None
-    poll_s: float = 0.1
+    poll_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.latency not in LATENCY_MODES:
@@ -64,6 +68,8 @@ class FlowerOptions:
             raise ValueError(f"arrival must be one of {list(ARRIVAL_MODES)} (or None), got {self.arrival!r}")
         for name in ("reply_timeout", "connect_timeout", "poll_s"):
             v = getattr(self, name)
+            if v is None and name == "poll_s":
+                continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
                 raise ValueError(f"{name} must be a number of seconds > 0, got {v!r}")
 
@@ -74,6 +80,12 @@ class FlowerOptions:
     @property
     def arrival_mode(self) -> str:
         return self.arrival or ("nodes" if self.measured else "seeded")
+
+    def poll_interval(self, grid: Grid) -> float:
+        """Seconds between two polls of ``grid``: ``poll_s``, or its default for the grid (above)."""
+        if self.poll_s is not None:
+            return float(self.poll_s)
+        return 0.01 if isinstance(grid, InMemoryGrid) else 0.1
 
 
 class NodeDirectory:
@@ -90,6 +102,7 @@ class NodeDirectory:
 
     def __init__(self, grid: Grid, fed: Federation, options: FlowerOptions, stop=None):
         self.grid, self.fed, self.options, self.stop = grid, fed, options, stop
+        self.poll_s = options.poll_interval(grid)
         self.expected = federation_hash(fed)
         self.node_of: dict[int, int] = {}
         self.client_of: dict[int, int] = {}
@@ -130,7 +143,7 @@ class NodeDirectory:
             return []
         self._asked |= set(new)
         msgs = [query_message(i) for i in new]
-        ex = exchange(self.grid, msgs, self.options.reply_timeout, self.options.poll_s, self.stop)
+        ex = exchange(self.grid, msgs, self.options.reply_timeout, self.poll_s, self.stop)
         self.query_s += ex.seconds
         mapped = []
         for node in sorted(ex.replies, key=lambda nd: ex.arrival[nd]):
@@ -175,7 +188,7 @@ class NodeDirectory:
             if not missing or time.monotonic() >= deadline:
                 return missing
             self.check_stop()
-            time.sleep(min(self.options.poll_s * 5, max(0.0, deadline - time.monotonic())))
+            time.sleep(min(self.poll_s * 5, max(0.0, deadline - time.monotonic())))
 
 
 class Arrivals(Sequence):
@@ -210,7 +223,7 @@ class Arrivals(Sequence):
                 return
             if not nodes.poll():
                 nodes.check_stop()
-                time.sleep(self.options.poll_s)
+                time.sleep(nodes.poll_s)
 
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):

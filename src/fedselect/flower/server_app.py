@@ -23,7 +23,8 @@ like the ClientApp's so that the server and the nodes build the same experiment:
 * ``latency``: ``simulated`` (default) or ``measured``; ``arrival-order``: ``seeded`` or
   ``nodes`` (default: ``seeded`` with simulated latency, ``nodes`` with measured);
   ``reply-timeout`` (s, default 600), ``connect-timeout`` (s, default 300), ``poll-interval``
-  (s between two polls of the SuperLink for replies, default 0.1)
+  (s between two polls of the SuperLink for replies; default 0.01 in the simulation engine, 0.1
+  in a deployment)
   (:class:`fedselect.flower.strategy.FlowerOptions`).
 * ``torch-threads``: torch CPU threads of the ServerApp process (the server aggregates and
   scores the model: use the nodes' value for bit-identical results).

@@ -15,6 +15,7 @@ import torch
 
 from fedselect.config.schema import ConfigError, ExperimentConfig, apply_overrides, config_kind, read_yaml_file
 from fedselect.experiment.resolve import parse_experiment
+from fedselect.flower.shared import SharedFederations
 from fedselect.world.federation import Federation, build_federation, federation_key
 
 __all__ = ["CONFIG_FILE_KEY", "config_file", "settings_document", "node_experiment", "federation_for", "set_threads"]
@@ -23,7 +24,7 @@ __all__ = ["CONFIG_FILE_KEY", "config_file", "settings_document", "node_experime
 CONFIG_FILE_KEY = "fedselect-config"
 _SECTIONS = frozenset(ExperimentConfig.model_fields)
 
-_CONFIGS: OrderedDict[str, tuple[int, ExperimentConfig]] = OrderedDict()
+_CONFIGS: OrderedDict[str, ExperimentConfig] = OrderedDict()
 _FEDERATIONS: OrderedDict[str, Federation] = OrderedDict()
 _CACHE_SIZE = 2
 
@@ -92,10 +93,6 @@ def node_experiment(run_config: dict[str, Any], node_config: dict[str, Any]) -> 
             ``fedselect-config`` file, or invalid experiment keys (named).
     """
     merged = {**dict(run_config), **dict(node_config)}
-    ident = repr(sorted(merged.items()))
-    if ident in _CONFIGS:
-        _CONFIGS.move_to_end(ident)
-        return _CONFIGS[ident]
     if "partition-id" not in merged:
         raise ConfigError(
             "node config: no 'partition-id' (the client id k of this node, 0..N-1); start the SuperNode with "
@@ -104,6 +101,11 @@ def node_experiment(run_config: dict[str, Any], node_config: dict[str, Any]) -> 
     k = merged["partition-id"]
     if isinstance(k, bool) or not isinstance(k, int):
         raise ConfigError(f"node config: 'partition-id' must be an integer client id, got {k!r}")
+    # one experiment for all the nodes of a run (a simulation's actors serve them all): cached without the client id
+    ident = repr(sorted((key, v) for key, v in merged.items() if key != "partition-id"))
+    if ident in _CONFIGS:
+        _CONFIGS.move_to_end(ident)
+        return _checked_client(k, _CONFIGS[ident]), _CONFIGS[ident]
     doc, overrides, source = settings_document(merged, "node/run config")
     n = merged.get("num-partitions")
     if n is not None:
@@ -124,24 +126,32 @@ def node_experiment(run_config: dict[str, Any], node_config: dict[str, Any]) -> 
         if isinstance(n_clients, int) and not isinstance(n_clients, bool) and n_clients >= 1:
             overrides["clients_per_round"] = min(ExperimentConfig.model_fields["clients_per_round"].default, n_clients)
     cfg = parse_experiment(apply_overrides(doc, overrides), source)
+    _CONFIGS[ident] = cfg
+    if len(_CONFIGS) > 8:
+        _CONFIGS.popitem(last=False)
+    return _checked_client(k, cfg), cfg
+
+
+def _checked_client(k: int, cfg: ExperimentConfig) -> int:
     if not 0 <= k < cfg.data.num_clients:
         raise ConfigError(
             f"node config: partition-id {k} is not a client id 0..{cfg.data.num_clients - 1} "
             f"(data.num_clients = {cfg.data.num_clients})"
         )
-    _CONFIGS[ident] = (k, cfg)
-    if len(_CONFIGS) > 8:
-        _CONFIGS.popitem(last=False)
-    return k, cfg
+    return k
 
 
-def federation_for(cfg: ExperimentConfig) -> Federation:
-    """The federation of ``cfg``, built once per process (the last two are kept)."""
+def federation_for(cfg: ExperimentConfig, shared: SharedFederations | None = None) -> Federation:
+    """The federation of ``cfg``, once per process (the last two are kept): read from Ray's
+    object store where ``shared`` holds it (Flower's simulation engine: the server's,
+    :mod:`fedselect.flower.shared`), else built."""
     key = federation_key(cfg)
     if key in _FEDERATIONS:
         _FEDERATIONS.move_to_end(key)
         return _FEDERATIONS[key]
-    fed = build_federation(cfg)
+    fed = shared.federation(key) if shared is not None else None
+    if fed is None:
+        fed = build_federation(cfg)
     _FEDERATIONS[key] = fed
     while len(_FEDERATIONS) > _CACHE_SIZE:
         _FEDERATIONS.popitem(last=False)

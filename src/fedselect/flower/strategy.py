@@ -107,7 +107,7 @@ class FedselectStrategy(Strategy):
         reply_timeout: float = 600.0,
         connect_timeout: float = 300.0,
         arrival: str | None = None,
-        poll_s: float = 0.1,
+        poll_s: float | None = None,
         federation: Federation | None = None,
         overwrite: bool = False,
         resume: bool = False,

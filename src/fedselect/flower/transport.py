@@ -203,7 +203,7 @@ class FlowerTransport:
                 self._done[ticket] = failed_result(j, "its message could not be pushed to its node", "dropout")
 
     def collect(self, tickets: Sequence[int]) -> list[Result]:
-        """The results of submitted jobs in ticket order: replies are pulled every ``poll_s``
+        """The results of submitted jobs in ticket order: replies are pulled every poll interval
         until each has come, or ``reply_timeout`` seconds after its push (then a ``dropout``).
 
         Raises:
@@ -229,14 +229,14 @@ class FlowerTransport:
                     self._done[s.ticket] = self.result(s.job, Exchange(seconds=now - s.pushed), s.node)
             self._push()
             if not got and any(t not in self._done for t in tickets):
-                time.sleep(self.options.poll_s)
+                time.sleep(self.nodes.poll_s)
         return [self._done.pop(t) for t in tickets]
 
     def _exchange(self, msgs: list[Message], training: bool) -> Exchange:
         wait = self.options.reply_timeout
         if training and self.measured and self.deadline_s is not None:
             wait = min(wait, float(self.deadline_s))
-        return exchange(self.grid, msgs, wait, self.options.poll_s, self.stop)
+        return exchange(self.grid, msgs, wait, self.nodes.poll_s, self.stop)
 
     def result(self, job: Job, ex: Exchange, node: int) -> Result:
         """``job``'s result from node ``node``'s reply in ``ex`` (module docstring: failures)."""

@@ -27,11 +27,18 @@ round 1 and, with ``count_warmup: true`` (default), counted in the end-to-end la
 
 Large N (docs/flash-rl.md, "At 10,000 clients"):
 
-* ``pca_fit_clients`` (1000): when N is larger, the PCA is fitted on a seeded sample of that
-  many clients (stream ``pca-fit/<selector>``; still ``svd_solver="full"``, exact on the
-  sample). The warm-up is consumed as a stream: the sample trains first and only its models are
-  held for the fit, then the other clients train and are projected as they arrive, so memory is
-  O(sample x P + N x m) instead of O(N x P). With N <= ``pca_fit_clients`` nothing changes.
+* ``pca_fit_clients`` (1000) and ``pca_fit_max_mb`` (256): the PCA is fitted on a seeded sample
+  (stream ``pca-fit/<selector>``; still ``svd_solver="full"``, exact on the sample) of at most
+  ``pca_fit_clients`` clients, and of at most as many as keep the fitted matrix (sample x P
+  float32) within ``pca_fit_max_mb`` MiB: ``k = min(N, pca_fit_clients, floor(pca_fit_max_mb
+  MiB / 4P))``. The sample's models and the full SVD hold about five copies of that matrix
+  (measured: fitting 1,000 models of the MNIST CNN, P = 431,080, took a run at N = 10,000 from
+  1.9 to 10.7 GiB), so the bound keeps the fit near 1.3 GiB whatever the model and N; with the
+  paper's CNN that is 155 clients. The warm-up is consumed as a stream:
+  the sample trains first and only its models are held for the fit (written into one
+  preallocated array), then the other clients train and are projected as they arrive, so memory
+  is O(sample x P + N x m) instead of O(N x P). With k = N (N x P x 4 bytes within the bound,
+  e.g. FLASH-RL's N = 100 with the MNIST CNN: 164 MiB) nothing changes.
 * ``q_network``: ``full`` is the paper's ``state_dim -> hidden -> N`` network (state_dim ~ N x
   (m + 4): O(N^2 x hidden) parameters); ``shared`` applies one small MLP to every client's own
   block of the state (:class:`~fedselect.kernels.ddqn.SharedQNetwork`, parameters independent of
@@ -143,7 +150,14 @@ class DDQNOptions(BaseModel):
     pca_fit_clients: int | None = Field(
         1000,
         ge=1,
-        description="fit the PCA on a seeded sample of this many clients' warm-up models (all when N is not larger); null = all",
+        description="fit the PCA on a seeded sample of at most this many clients' warm-up models (all when N is not larger); "
+        "null = no bound in clients",
+    )
+    pca_fit_max_mb: float | None = Field(
+        256.0,
+        gt=0,
+        description="fit the PCA on at most as many clients' warm-up models as fit in this many MiB (clients x weights x 4 "
+        "bytes; the full SVD needs about 5x that); null = no bound in memory",
     )
     q_network: Literal["auto", "full", "shared"] = Field(
         "auto",
@@ -195,6 +209,22 @@ class DDQNOptions(BaseModel):
         )
 
 
+def pca_fit_size(num_clients: int, num_weights: int, options: DDQNOptions) -> int:
+    """k, the clients whose warm-up models the PCA is fitted on: ``min(N, pca_fit_clients,
+    floor(pca_fit_max_mb MiB / (4 P)))`` and at least 1, for N = ``num_clients`` and P =
+    ``num_weights`` float32 weights per model (a bound left null does not count). k = N means
+    the PCA is fitted on every client, as FLASH-RL Section III-C1 does.
+
+    Raises:
+        ValueError: N or P below 1."""
+    if num_clients < 1 or num_weights < 1:
+        raise ValueError(f"pca_fit_size: num_clients and num_weights must be >= 1, got {num_clients} and {num_weights}")
+    k = num_clients if options.pca_fit_clients is None else min(num_clients, options.pca_fit_clients)
+    if options.pca_fit_max_mb is not None:
+        k = min(k, max(1, int(options.pca_fit_max_mb * 2**20 // (4 * num_weights))))
+    return k
+
+
 def _stats(x) -> tuple[float, float]:
     x = np.asarray(x, dtype=float)
     s = float(x.std())
@@ -239,6 +269,7 @@ class DDQNSelector(Selector):
         self.pca_explained: list[float] = []
         self.pca_explained_total = 0.0
         self.client_rows = np.zeros((n, self.n_components), np.float32)
+        self._num_weights: int | None = None
         self.q_network = self.resolve_q_network(self.options, n)
         if self.q_network is None:
             raise ValueError(f"selector {self.name!r}: {self.q_network_problem(self.options, n)}")
@@ -332,14 +363,32 @@ class DDQNSelector(Selector):
         return ((self.pca_components @ (w - self.pca_mean)) / self.pca_scale).numpy().astype(np.float32)
 
     def _warmup(self, clients: Sequence[int] | None = None) -> np.ndarray:
-        """``(len(clients), P)`` weights after the warm-up (round 0) of ``clients`` (None: all N)."""
-        return np.stack([self.flat(w.state).numpy() for w in self.ctx.warmup(self.options.warmup_epochs, "warmup", clients)])
+        """``(len(clients), P)`` weights after the warm-up (round 0) of ``clients`` (None: all N),
+        each model's row written as it arrives (one array, never a list of rows and its stack)."""
+        count = self.settings.num_clients if clients is None else len(clients)
+        out = np.empty((count, self.num_weights()), np.float32)
+        i = 0
+        for i, w in enumerate(self.ctx.warmup(self.options.warmup_epochs, "warmup", clients), start=1):
+            out[i - 1] = self.flat(w.state).numpy()
+        if i != count:
+            raise RuntimeError(f"{self.name}: the warm-up returned {i} models for {count} clients")
+        return out
+
+    def num_weights(self) -> int:
+        """P, the length of a model's weight vector (:meth:`flat` of the initial model)."""
+        if self._num_weights is None:
+            self._num_weights = int(self.flat(self.ctx.initial_state()).numel())
+        return self._num_weights
+
+    def pca_fit_size(self) -> int:
+        """k, the clients the PCA is fitted on (:func:`pca_fit_size` of this run's N and P)."""
+        return pca_fit_size(self.settings.num_clients, self.num_weights(), self.options)
 
     def pca_fit_sample(self) -> np.ndarray | None:
-        """Sorted ids of the clients the PCA is fitted on, or None for all N (N <= ``pca_fit_clients``).
-        Seeded (stream ``pca-fit/<selector>``), independent of every other stream."""
-        n, k = self.settings.num_clients, self.options.pca_fit_clients
-        if k is None or k >= n:
+        """Sorted ids of the clients the PCA is fitted on, or None for all N (:meth:`pca_fit_size`
+        is N). Seeded (stream ``pca-fit/<selector>``), independent of every other stream."""
+        n, k = self.settings.num_clients, self.pca_fit_size()
+        if k >= n:
             return None
         return np.sort(np_rng(self.settings.seed, f"pca-fit/{self.name}").choice(n, size=k, replace=False))
 

@@ -110,7 +110,9 @@ def train_batched(
     for (trainable, _), idx in groups.items():
         try:
             out = _train_stack(model, data, [jobs[i] for i in idx], cfg, device, trainable)
-        except (MemoryError, torch.cuda.OutOfMemoryError) as e:  # the stack did not fit: its clients failed
+        # host memory exhausted: the stack's clients failed (a GPU's out-of-memory is the device's
+        # failure, not theirs: it propagates, and ClientTrainer raises fl.local.device_errors.DeviceError)
+        except MemoryError as e:
             err = f"{type(e).__name__}: {e}"
             out = [TrainResult(jobs[i].client_id, None, math.nan, error=err) for i in idx]
         for i, r in zip(idx, out):

@@ -41,6 +41,7 @@ import os
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -52,6 +53,7 @@ import torch
 from fedselect.fl.evaluate import macro_f1
 from fedselect.fl.local.clientdata import ClientData, _shared_copy
 from fedselect.fl.local.clients import TrainJob, TrainResult
+from fedselect.fl.local.device_errors import on_device
 from fedselect.fl.local.objective import objective_path
 from fedselect.fl.local.pool_dispatch import Task, WorkerPool
 from fedselect.fl.local.pool_messages import EvalDone, EvalTask, Failed, ModelSpec, TrainDone, TrainTask, WorkerInit
@@ -203,10 +205,15 @@ class ClientTrainer:
         start_timeout_s: how long to wait for the workers to come up.
         eval_forward_batch: inputs per forward pass in an evaluation chunk; None = 250 for the
             channels-last CNNs, the whole chunk (1,000) for other models.
+        eval_threads: with ``workers=0`` on CPU, the evaluation chunks of :meth:`evaluate` are
+            spread over this many threads of the calling process, each with one torch thread
+            (each chunk is computed exactly as in a worker: the result does not depend on it);
+            1 = one after another.
 
     Raises:
-        ValueError: a bad argument (names it and what is allowed).
-        RuntimeError: a worker failed to start (its error is in the message).
+        ValueError: a bad argument (names it and what is allowed), e.g. cuda where none is available.
+        RuntimeError: a worker failed to start (its error is in the message);
+            :class:`~fedselect.fl.local.device_errors.DeviceError` when the data does not fit on the GPU.
 
     Where worker processes cannot re-import the main module or build the model (a script on
     stdin, a script calling fedselect outside ``if __name__ == "__main__":``, a model defined
@@ -228,6 +235,7 @@ class ClientTrainer:
         start_method: str = "forkserver",
         start_timeout_s: float = 300.0,
         eval_forward_batch: int | None = None,
+        eval_threads: int = 1,
     ):
         t0 = time.perf_counter()
         spec = model_spec if isinstance(model_spec, ModelSpec) else ModelSpec(*model_spec)
@@ -253,6 +261,9 @@ class ClientTrainer:
             raise ValueError(f"job_timeout_s must be > 0 or None, got {job_timeout_s!r}")
         if eval_forward_batch is not None and eval_forward_batch < 1:
             raise ValueError(f"eval_forward_batch must be >= 1, got {eval_forward_batch!r}")
+        if isinstance(eval_threads, bool) or not isinstance(eval_threads, int) or eval_threads < 1:
+            raise ValueError(f"eval_threads must be an integer >= 1, got {eval_threads!r}")
+        self.eval_threads = eval_threads
         self.device = resolve_device(device)
         self.train_cfg = train_cfg
         self.job_timeout_s = job_timeout_s
@@ -291,13 +302,15 @@ class ClientTrainer:
         self._closed = False
         self._pool: WorkerPool | None = None
         if self.workers == 0:
-            self._model = model.to(self.device)
-            if self.channels_last:
-                self._model = self._model.to(memory_format=torch.channels_last)
-            self.data = data if not on_gpu else data.to(self.device)
-            self._eval = {
-                n: (torch.from_numpy(d.x).to(self.device), torch.from_numpy(d.y).to(self.device)) for n, d in eval_sets.items()
-            }
+            with on_device(self.device, "moving the model, the clients' data and the evaluation sets to the device"):
+                self._model = model.to(self.device)
+                if self.channels_last:
+                    self._model = self._model.to(memory_format=torch.channels_last)
+                self.data = data if not on_gpu else data.to(self.device)
+                self._eval = {
+                    n: (torch.from_numpy(d.x).to(self.device), torch.from_numpy(d.y).to(self.device))
+                    for n, d in eval_sets.items()
+                }
         else:
             self._model = None
             self.data = data.shared()
@@ -345,6 +358,8 @@ class ClientTrainer:
         ``job_timeout_s`` gives a result with ``error`` set and ``state`` None.
 
         Raises:
+            fedselect.fl.local.device_errors.DeviceError: the GPU failed (out of memory, a CUDA error):
+                the message names the device and what to do.
             ValueError: a job names a client outside the data, a negative epoch count, unknown
                 trainable names, a start state whose entries do not match the model, or an
                 objective that does not fit the model (its ``check``) or, with worker
@@ -373,8 +388,10 @@ class ClientTrainer:
             if self.batched and all(j.max_steps is None and (j.objective is None or j.objective.stackable) for j in jobs):
                 from fedselect.fl.local.batched import train_batched
 
-                return train_batched(self._model, self.data, list(jobs), self.train_cfg, self.device)
-            return [self._train_here(j) for j in jobs]
+                with on_device(self.device, f"training {len(jobs)} clients stacked"):
+                    return train_batched(self._model, self.data, list(jobs), self.train_cfg, self.device)
+            with on_device(self.device, f"training {len(jobs)} clients one after another"):
+                return [self._train_here(j) for j in jobs]
         tasks = [Task(TrainTask.of(j), j.start_state, cost=int(j.epochs) * self.data.num_samples(j.client_id)) for j in jobs]
         out = self._pool.run(tasks)
         bugs = [(j.client_id, o.reason) for j, o in zip(jobs, out) if isinstance(o, Failed) and o.bug]
@@ -402,7 +419,8 @@ class ClientTrainer:
 
         Raises:
             KeyError: unknown set name (lists the registered ones).
-            RuntimeError: a chunk failed twice (a worker died twice on it).
+            RuntimeError: a chunk failed twice (a worker died twice on it); a
+                :class:`~fedselect.fl.local.device_errors.DeviceError` when the GPU failed.
         """
         return self.evaluate_many([state], name)[0]
 
@@ -420,10 +438,21 @@ class ClientTrainer:
         if self.workers == 0:
             outs = []
             x, y = self._eval[name]
-            with _threads(1):
-                for s in states:
-                    load_state(self._model, s)
-                    outs.append([eval_chunk(self._model, x, y, a, b, self.eval_forward_batch) for a, b in chunks])
+            threads = min(self.eval_threads, len(chunks)) if self.device.type == "cpu" else 1
+            # each thread computes whole chunks with one torch thread, as a worker does
+            pool = ThreadPoolExecutor(threads, initializer=torch.set_num_threads, initargs=(1,)) if threads > 1 else None
+            try:
+                with _threads(1), on_device(self.device, f"evaluating {len(states)} model(s) on {name!r}"):
+                    for s in states:
+                        load_state(self._model, s)
+
+                        def chunk(c: tuple[int, int]) -> tuple[np.ndarray, float]:
+                            return eval_chunk(self._model, x, y, c[0], c[1], self.eval_forward_batch)
+
+                        outs.append(list(pool.map(chunk, chunks)) if pool is not None else [chunk(c) for c in chunks])
+            finally:
+                if pool is not None:
+                    pool.shutdown()
         else:
             key = object()
             tasks = [Task(EvalTask(-1, name, a, b), s, (key, si)) for si, s in enumerate(states) for a, b in chunks]
@@ -547,7 +576,8 @@ def resolve_device(device: str | torch.device) -> torch.device:
     """``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (cuda when available, else cpu).
 
     Raises:
-        ValueError: an unknown name, or cuda asked for where none is available.
+        ValueError: an unknown name, cuda asked for where none is available, or ``cuda:N`` past
+            the last GPU; the message names the device, this PyTorch build and what to do.
     """
     name = str(device)
     if name == "auto":
@@ -559,7 +589,17 @@ def resolve_device(device: str | torch.device) -> torch.device:
     if dev.type not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}")
     if dev.type == "cuda" and not torch.cuda.is_available():
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
         raise ValueError(
-            f"device {device!r}: no CUDA device is available here (torch.cuda.is_available() is False); use 'cpu' or 'auto'"
+            f"device {device!r}: no CUDA device is available here (PyTorch {torch.__version__}, {build}; "
+            "torch.cuda.is_available() is False). What to do: train on the CPU with --device cpu (or train.device: cpu), "
+            "or auto, which takes a GPU only where there is one; to train on a GPU, run where `nvidia-smi` lists one, "
+            "with a CUDA build of PyTorch"
+        )
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise ValueError(
+            f"device {device!r}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}; "
+            "choose one of them, or cuda (the current one)"
         )
     return dev
