@@ -13,10 +13,25 @@ round drives a Flower federation, every selector with every algorithm it compose
 * :mod:`fedselect.flower.server_app`, :mod:`fedselect.flower.client_app`,
   :mod:`fedselect.flower.settings` — the ServerApp and the ClientApp and the settings they read;
 * :mod:`fedselect.flower.deployment` — a SuperLink and SuperNodes on 127.0.0.1 (tests, demos);
-* :mod:`fedselect.flower.logs` — Flower's console lines in the processes fedselect runs.
+* :mod:`fedselect.flower.logs` — Flower's console lines in the processes fedselect runs;
+* :mod:`fedselect.flower.selection`, :mod:`fedselect.flower.app_fleet` —
+  :class:`~fedselect.flower.selection.SelectionStrategy`: fedselect's selectors choosing the
+  nodes of any Flower app, around one of Flower's own strategies (FedAvg, FedProx, FedAdam, ...),
+  from what Flower's standard messages carry and what the server measures.
 
 Flower is the optional extra ``fedselect[flower]`` (requirements-flower.txt); the rest of
 fedselect imports none of it: the engine registry (:data:`fedselect.registry.ENGINES`) declares
 ``flower`` by module path and imports it only for a run that asks for it. See docs/flower.md and
-examples/flower.
+examples/flower and examples/flower-any-app.
 """
+
+__all__ = ["SelectionStrategy"]
+
+
+def __getattr__(name: str):
+    """``fedselect.flower.SelectionStrategy``, imported when first asked for (it imports Flower)."""
+    if name == "SelectionStrategy":
+        from fedselect.flower.selection import SelectionStrategy
+
+        return SelectionStrategy
+    raise AttributeError(f"module 'fedselect.flower' has no attribute {name!r}")

@@ -241,6 +241,12 @@ class DDQNSelector(Selector):
     needs_shared_model = True
     needs_every_round_evaluation = True
     wants_evaluation = True  # the rewards read the global metric (FR-eq 8, 6; FAVOR's 64^(P - target) - 1)
+    flower_app_needs = (
+        "a warm-up in which every client trains a fixed number of local epochs from the initial model (the PCA of its "
+        "weights is the DDQN's state); a Flower app's ClientApp trains as it is written to",
+        "each device's CPU (MHz) and bandwidth (Mb/s) profile, part of the DDQN's state",
+        "the global model's accuracy on the server's validation set after every round (its reward)",
+    )
 
     def __init__(self, ctx, options=None):
         super().__init__(ctx, options)

@@ -225,6 +225,12 @@ class Selector:
             (:attr:`Selection.weights`, clustered sampling's unbiased 1/m per draw): refused
             with an algorithm that weighs its own way (``Algorithm.takes_selection_weights``)
             and with ``mode: async`` (FedBuff weighs the buffered updates by n_k and staleness).
+        flower_app_needs: what the selector needs beyond what the standard messages of any
+            Flower app carry (a node's ``num-examples`` and train loss, its measured round trip
+            and message sizes, who answered, who is connected), one reason per need; empty when
+            it can choose the nodes of any Flower app
+            (:class:`fedselect.flower.selection.SelectionStrategy` refuses it otherwise, with
+            these reasons; :meth:`flower_app_problems` adds the needs of particular options).
     """
 
     name: ClassVar[str] = ""
@@ -245,6 +251,7 @@ class Selector:
     candidate_stream: ClassVar[bool] = False
     uses_count: ClassVar[bool] = True
     sets_aggregation_weights: ClassVar[bool] = False
+    flower_app_needs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, ctx: SelectorContext, options: BaseModel | None = None):
         self.ctx = ctx
@@ -259,6 +266,13 @@ class Selector:
         """Problems found from the config alone (before any data is loaded): one message per
         problem, naming the setting. Default: none."""
         return []
+
+    @classmethod
+    def flower_app_problems(cls, options: BaseModel) -> list[str]:
+        """Why this selector, with ``options``, cannot choose the nodes of a Flower app from
+        Flower's standard messages alone (:attr:`flower_app_needs`, and what particular options
+        need); [] when it can. Read by :class:`fedselect.flower.selection.SelectionStrategy`."""
+        return list(cls.flower_app_needs)
 
     def budget_problems(self, old_rounds: int, new_rounds: int, done: int) -> list[str]:
         """Why this selector's state, built for ``old_rounds`` rounds with ``done`` played, would

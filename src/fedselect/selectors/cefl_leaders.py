@@ -55,6 +55,11 @@ class CeflLeaders(Selector):
     Options = CeflLeadersOptions
     rng_stream = "selector/cefl"
     provides_groups = True
+    flower_app_needs = (
+        "a warm-up in which every client trains a fixed number of local epochs from the initial model (the clustering "
+        "of CEFL reads those models)",
+        "an algorithm that trains the clusters' members from their leaders (CEFL), not the wrapped Flower strategy's",
+    )
 
     @classmethod
     def check(cls, options, settings):

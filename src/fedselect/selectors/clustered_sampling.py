@@ -74,6 +74,9 @@ class ClusteredSampling(Selector):
     summary = "clustered sampling: one client from each of m distributions built from clusters, unbiased 1/m weights"
     Options = ClusteredSamplingOptions
     sets_aggregation_weights = True
+    flower_app_needs = (
+        "its own aggregation weights (1/m per draw, unbiased sampling); the wrapped Flower strategy weighs by num-examples",
+    )
     wants_weights = True
     wants_global_state = True
     needs_shared_model = True

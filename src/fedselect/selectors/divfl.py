@@ -71,6 +71,10 @@ class DivFL(Selector):
     wants_weights = True
     wants_global_state = True
     needs_shared_model = True
+    flower_app_needs = (
+        "a warm-up in which every client trains a fixed number of local epochs from the initial model (the first "
+        "gradient of every client)",
+    )
     extra_columns = ("facility_cost",)
 
     def __init__(self, ctx, options=None):

@@ -36,6 +36,14 @@ class Fastest(Selector):
     summary = "oracle: the U clients of lowest expected latency (the latency lower bound)"
     Options = FastestOptions
 
+    @classmethod
+    def flower_app_problems(cls, options: FastestOptions) -> list[str]:
+        """``latency: expected`` reads the measured round trips in a Flower app; ``actual`` needs
+        this round's draws of each device's CPU and bandwidth, which no Flower message carries."""
+        if options.latency == "actual":
+            return ["latency: actual reads this round's CPU (MHz) and bandwidth (Mb/s) of every device; use latency: expected"]
+        return []
+
     def select(self, view: RoundView) -> Selection:
         s = self.settings
         if self.options.latency == "expected":

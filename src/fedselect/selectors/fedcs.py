@@ -125,6 +125,9 @@ class FedCS(Selector):
     summary = "FedCS: as many clients as fit the round deadline (greedy on compute and upload times)"
     Options = FedCSOptions
     uses_count = False
+    flower_app_needs = (
+        "each device's CPU (MHz) and bandwidth (Mb/s) profile, to estimate its update and upload time before it is asked",
+    )
     extra_columns = ("candidates_requested", "estimated_round_s")
 
     def __init__(self, ctx, options=None):

@@ -114,6 +114,17 @@ class PowerOfChoice(Selector):
             ]
         return []
 
+    @classmethod
+    def flower_app_problems(cls, options: PowerOfChoiceOptions) -> list[str]:
+        """pow-d probes with Flower's evaluate message and rpow-d reads the train losses; cpow-d
+        needs each candidate to score a mini-batch the server draws, which no Flower message asks."""
+        if options.variant == "cpow-d":
+            return [
+                "variant cpow-d: each candidate scores a mini-batch of samples the server draws, which Flower's evaluate "
+                "message cannot ask for; use variant pow-d (the candidates evaluate) or rpow-d (their last train loss)"
+            ]
+        return []
+
     @property
     def d(self) -> int:
         """Candidates per round: ``options.d`` (default 2U), at most N."""

@@ -1,0 +1,93 @@
+"""anyapp: a Flower ClientApp written as Flower's quickstart-pytorch writes one. Nothing in it
+knows fedselect: the server's SelectionStrategy reads only the ``num-examples`` and the losses
+it reports, and measures how long it takes to answer.
+
+To show the selectors learning from measured speed, the partitions named in the run config's
+``slow-partitions`` (default "0") play slow devices: they sleep ``slow-seconds`` (default 1.0)
+before every reply.
+"""
+
+import time
+
+import torch
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from anyapp.task import Net, load_data
+from anyapp.task import test as test_fn
+from anyapp.task import train as train_fn
+
+# Flower ClientApp
+app = ClientApp()
+
+
+def slow_device(context: Context) -> None:
+    """Sleep ``slow-seconds`` on the partitions listed in ``slow-partitions`` (a slow device)."""
+    slow = str(context.run_config.get("slow-partitions", "0"))
+    ids = {int(p) for p in slow.replace(",", " ").split()}
+    if int(context.node_config["partition-id"]) in ids:
+        time.sleep(float(context.run_config.get("slow-seconds", 1.0)))
+
+
+@app.train()
+def train(msg: Message, context: Context):
+    """Train the model on local data."""
+
+    # Load the model and initialize it with the received weights
+    model = Net()
+    model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    device = torch.device("cpu")
+
+    # Load the data
+    partition_id = context.node_config["partition-id"]
+    num_partitions = context.node_config["num-partitions"]
+    trainloader, _ = load_data(partition_id, num_partitions)
+
+    # Call the training function
+    train_loss = train_fn(
+        model,
+        trainloader,
+        int(context.run_config.get("local-epochs", 1)),
+        msg.content["config"]["lr"],
+        device,
+    )
+    slow_device(context)
+
+    # Construct and return reply Message
+    model_record = ArrayRecord(model.state_dict())
+    metrics = {
+        "train_loss": train_loss,
+        "num-examples": len(trainloader.dataset),
+    }
+    metric_record = MetricRecord(metrics)
+    content = RecordDict({"arrays": model_record, "metrics": metric_record})
+    return Message(content=content, reply_to=msg)
+
+
+@app.evaluate()
+def evaluate(msg: Message, context: Context):
+    """Evaluate the model on local data."""
+
+    # Load the model and initialize it with the received weights
+    model = Net()
+    model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    device = torch.device("cpu")
+
+    # Load the data
+    partition_id = context.node_config["partition-id"]
+    num_partitions = context.node_config["num-partitions"]
+    _, valloader = load_data(partition_id, num_partitions)
+
+    # Call the evaluation function
+    eval_loss, eval_acc = test_fn(model, valloader, device)
+    slow_device(context)
+
+    # Construct and return reply Message
+    metrics = {
+        "eval_loss": eval_loss,
+        "eval_acc": eval_acc,
+        "num-examples": len(valloader.dataset),
+    }
+    metric_record = MetricRecord(metrics)
+    content = RecordDict({"metrics": metric_record})
+    return Message(content=content, reply_to=msg)
