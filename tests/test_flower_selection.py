@@ -27,9 +27,9 @@ if importlib.util.find_spec("flwr") is not None:
     from flwr.app import ArrayRecord, ConfigRecord
     from flwr.serverapp.strategy import FedAvg, FedProx
 
-    from flower_grid import LocalGrid
     from fedselect.flower import SelectionStrategy
     from fedselect.flower.app_fleet import record_bytes
+    from flower_grid import LocalGrid
 
 
 class DelayedGrid(LocalGrid):
@@ -94,7 +94,6 @@ def app_grid(n: int, delay=None, behaviour=None) -> "DelayedGrid":
 
 def initial():
     import torch
-
     from anyapp.task import Net
 
     torch.manual_seed(0)
@@ -230,11 +229,18 @@ def test_oort_picks_the_nodes_measured_slow_less(tmp_path, slow, measured):
     are tried at most once each (Oort explores every client once) and never exploited, whichever
     nodes they are; the fast ones share the other slots."""
     delay = {i: (0.3 if i in slow else 0.02) for i in range(8)}
-    strategy = SelectionStrategy(FedAvg(fraction_train=0.25, fraction_evaluate=0.0), "oort", seed=3, run_dir=tmp_path, poll_s=0.005)
+    strategy = SelectionStrategy(
+        FedAvg(fraction_train=0.25, fraction_evaluate=0.0), "oort", seed=3, run_dir=tmp_path, poll_s=0.005
+    )
     from anyapp.server_app import global_evaluate
 
     strategy.start(
-        measured(app_grid(8, delay)), initial(), num_rounds=10, timeout=5.0, train_config=ConfigRecord({"lr": 0.1}), evaluate_fn=global_evaluate
+        measured(app_grid(8, delay)),
+        initial(),
+        num_rounds=10,
+        timeout=5.0,
+        train_config=ConfigRecord({"lr": 0.1}),
+        evaluate_fn=global_evaluate,
     )
     counts = json.loads((tmp_path / "summary.json").read_text())["times_selected"]
     assert sum(counts) == 20

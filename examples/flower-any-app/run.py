@@ -26,11 +26,10 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
 
-    from flwr.serverapp import ServerApp
-    from flwr.simulation import run_simulation
-
     from anyapp.client_app import app as client_app
     from anyapp.server_app import federate
+    from flwr.serverapp import ServerApp
+    from flwr.simulation import run_simulation
 
     server_app = ServerApp()
 
@@ -38,7 +37,9 @@ def main() -> None:
     def _main(grid, context) -> None:
         strategy, _ = federate(grid, selector=args.selector, num_rounds=args.rounds, run_dir=args.run_dir)
         for row in strategy.rows:
-            print(f"round {row['round']}: clients {row['selected']} accuracy {row['accuracy']:.3f} latency {row['round_latency_s']:.2f} s")
+            print(
+                f"round {row['round']}: clients {row['selected']} accuracy {row['accuracy']:.3f} latency {row['round_latency_s']:.2f} s"
+            )
 
     run_simulation(
         server_app=server_app,

@@ -104,7 +104,17 @@ COLUMNS = (
     *PARTICIPATION_COLUMNS,
 )
 PROBE_COLUMNS = ("probe_latency_s", "probe_upload_bytes", "probe_download_bytes", "candidates_probed")
-CLIENT_COLUMNS = ("round", "client", "node", "failed", "latency_s", "num_examples", "train_loss", "upload_bytes", "download_bytes")
+CLIENT_COLUMNS = (
+    "round",
+    "client",
+    "node",
+    "failed",
+    "latency_s",
+    "num_examples",
+    "train_loss",
+    "upload_bytes",
+    "download_bytes",
+)
 #: MetricRecord keys read as accuracy / loss of an evaluation (server-side ``evaluate_fn`` first)
 ACCURACY_KEYS = ("accuracy", "acc", "eval_acc", "eval-acc", "test_acc")
 LOSS_KEYS = ("loss", "eval_loss", "eval-loss", "test_loss")
@@ -265,7 +275,13 @@ class SelectionStrategy(Strategy):
 
         try:
             return super().start(
-                self._grid, initial_arrays, num_rounds, timeout, train_config, self._evaluate_config, server_eval if evaluate_fn else None
+                self._grid,
+                initial_arrays,
+                num_rounds,
+                timeout,
+                train_config,
+                self._evaluate_config,
+                server_eval if evaluate_fn else None,
             )
         finally:
             self._flush()
@@ -380,7 +396,9 @@ class SelectionStrategy(Strategy):
         until = time.monotonic() + self._timeout
         while len(nodes := sorted(int(n) for n in grid.get_node_ids())) < least:
             if time.monotonic() >= until:
-                raise RuntimeError(f"only {len(nodes)} nodes connected after {self._timeout:.0f} s; min_available_nodes is {least}")
+                raise RuntimeError(
+                    f"only {len(nodes)} nodes connected after {self._timeout:.0f} s; min_available_nodes is {least}"
+                )
             time.sleep(min(1.0, self.poll_s * 10))
         n = len(nodes)
         frac, least_train = self.strategy.fraction_train, self.strategy.min_train_nodes

@@ -110,9 +110,7 @@ class OnlineSelection(Selector):
     extra_columns: ClassVar[tuple[str, ...]] = ("selection_run", "competitive_ratio")
     candidate_stream = True
     scores_candidates = True
-    flower_app_needs = (
-        "the score of each candidate's model trained from the initial model, on the server's validation set",
-    )
+    flower_app_needs = ("the score of each candidate's model trained from the initial model, on the server's validation set",)
 
     def __init__(self, ctx, options=None):
         super().__init__(ctx, options)
