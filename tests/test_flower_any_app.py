@@ -9,7 +9,6 @@ import csv
 import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,12 +30,11 @@ def read(path: Path) -> list[dict[str, str]]:
 def test_oort_and_power_of_choice_choose_the_nodes_of_a_flower_style_app(tmp_path, monkeypatch):
     # the simulation engine's workers import the app (anyapp) from the example's directory
     monkeypatch.syspath_prepend(str(APP))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(APP), *sys.path]))
-    from flwr.serverapp import ServerApp
-    from flwr.simulation import run_simulation
-
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(APP), os.environ.get("PYTHONPATH", "")) if p))
     from anyapp.client_app import app as client_app
     from anyapp.server_app import federate
+    from flwr.serverapp import ServerApp
+    from flwr.simulation import run_simulation
 
     done: dict = {}
     server = ServerApp()

@@ -27,11 +27,15 @@ examples/flower and examples/flower-any-app.
 
 __all__ = ["SelectionStrategy"]
 
+#: what this package exports, by the module that defines it: imported when first asked for (it
+#: imports Flower), so that importing a submodule never runs it (no import cycle through here)
+EXPORTS = {"SelectionStrategy": "fedselect.flower.selection"}
+
 
 def __getattr__(name: str):
-    """``fedselect.flower.SelectionStrategy``, imported when first asked for (it imports Flower)."""
-    if name == "SelectionStrategy":
-        from fedselect.flower.selection import SelectionStrategy
+    """``fedselect.flower.SelectionStrategy`` (:data:`EXPORTS`), imported on first use."""
+    if name in EXPORTS:
+        import importlib
 
-        return SelectionStrategy
+        return getattr(importlib.import_module(EXPORTS[name]), name)
     raise AttributeError(f"module 'fedselect.flower' has no attribute {name!r}")

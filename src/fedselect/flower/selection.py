@@ -51,6 +51,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -390,8 +391,6 @@ class SelectionStrategy(Strategy):
     def _connect(self, grid: MeasuredGrid, arrays: ArrayRecord) -> None:
         """Round 1 begins: the clients are the nodes connected now (after the wrapped strategy's
         ``min_available_nodes``); the profiling exchange; the selector is made."""
-        import time
-
         least = max(1, int(self.strategy.min_available_nodes))
         until = time.monotonic() + self._timeout
         while len(nodes := sorted(int(n) for n in grid.get_node_ids())) < least:
@@ -443,15 +442,16 @@ class SelectionStrategy(Strategy):
         msgs = self._evaluate_messages(t, arrays, [fleet.nodes[k] for k in ids])
         ex = self._grid.exchange(msgs, self.probe_timeout or self._timeout)
         got = replies_by_client(fleet, ex)
-        losses, up, lat = [], 0, 0.0
+        losses, up = [], 0
         for k in ids:
             reply, trip = got.get(k, (None, ex.seconds))
             ok = reply is not None and not reply.has_error()
             losses.append(metric(reply.content, EVAL_LOSS_KEYS) if ok else math.nan)
             up += record_bytes(reply.content) if ok else 0
         answered = sum(math.isfinite(x) for x in losses)
-        lat = ex.seconds
-        self._probe_cost = SelectionCost(float(lat), int(up), int(sum(record_bytes(m.content) for m in msgs)), int(answered))
+        self._probe_cost = SelectionCost(
+            float(ex.seconds), int(up), int(sum(record_bytes(m.content) for m in msgs)), int(answered)
+        )
         return losses
 
     def _figures(self, res: MetricRecord, server: bool) -> None:
@@ -461,7 +461,6 @@ class SelectionStrategy(Strategy):
         acc, loss = _first(res, ACCURACY_KEYS), _first(res, LOSS_KEYS)
         if server or math.isfinite(acc) or math.isfinite(loss):
             rnd.accuracy, rnd.loss, rnd.server_figures = acc, loss, server
-        return
 
     def _require(self, server_round: int) -> _Round:
         if self._round is None or self._round.round != int(server_round) or self.selector is None:
