@@ -37,7 +37,7 @@ fast nodes from round 1 on), its ``num-examples`` its data size until it reports
 set's. Oort's statistical utility ``|B_k| sqrt(mean squared per-sample loss)`` (Oort Eq. (1))
 reads the mean train loss in place of the root mean square, which a Flower reply does not carry.
 
-With ``run_dir`` the run writes ``metrics.csv`` (one row per round: :data:`COLUMNS` and the
+With ``run_dir`` the run writes ``metrics.csv`` (one row per round: :data:`fedselect.flower.app_records.COLUMNS` and the
 selector's own columns), ``clients.csv`` (one row per selected node and round) and
 ``summary.json`` (docs/flower.md, "Our selectors in your Flower app").
 
@@ -48,12 +48,11 @@ latency); asking for another raises ValueError before the run, with the reasons 
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -63,10 +62,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 from pydantic import BaseModel, ValidationError
 
-from fedselect.common.files import atomic_write
-from fedselect.experiment.metrics import CsvLog
-from fedselect.fl.fairness import PARTICIPATION_COLUMNS, participation_figures
-from fedselect.fl.types import ClientOutcome, Feedback, RunSettings, Selection, SelectionCost
+from fedselect.fl.types import Feedback, RunSettings, SelectionCost
 from fedselect.flower.app_fleet import (
     EVAL_LOSS_KEYS,
     AppFleet,
@@ -77,45 +73,14 @@ from fedselect.flower.app_fleet import (
     replies_by_client,
     train_outcome,
 )
+from fedselect.flower.app_records import AppRecords, RoundRecord
 from fedselect.registry import SELECTORS
 from fedselect.selectors.base import RoundView, Selector
 
 log = logging.getLogger("fedselect.flower")
 
-__all__ = ["SelectionStrategy", "selection_problems", "COLUMNS"]
+__all__ = ["SelectionStrategy", "selection_problems"]
 
-#: the columns of ``metrics.csv`` every run writes (then the probing columns for a selector
-#: that probes, then the selector's own ``extra_columns``)
-COLUMNS = (
-    "round",
-    "selected",
-    "nodes",
-    "accuracy",
-    "test_loss",
-    "train_loss",
-    "round_latency_s",
-    "latency_sum_s",
-    "e2e_latency_s",
-    "upload_bytes",
-    "download_bytes",
-    "cum_upload_bytes",
-    "cum_download_bytes",
-    "failed",
-    "available",
-    *PARTICIPATION_COLUMNS,
-)
-PROBE_COLUMNS = ("probe_latency_s", "probe_upload_bytes", "probe_download_bytes", "candidates_probed")
-CLIENT_COLUMNS = (
-    "round",
-    "client",
-    "node",
-    "failed",
-    "latency_s",
-    "num_examples",
-    "train_loss",
-    "upload_bytes",
-    "download_bytes",
-)
 #: MetricRecord keys read as accuracy / loss of an evaluation (server-side ``evaluate_fn`` first)
 ACCURACY_KEYS = ("accuracy", "acc", "eval_acc", "eval-acc", "test_acc")
 LOSS_KEYS = ("loss", "eval_loss", "eval-loss", "test_loss")
@@ -153,21 +118,6 @@ def _sampling_all(strategy: Strategy, kind: str, n: int) -> Iterator[None]:
     finally:
         for a, v in saved.items():
             setattr(strategy, a, v)
-
-
-@dataclass
-class _Round:
-    """A round between ``configure_train`` and its row."""
-
-    round: int
-    selection: Selection
-    sent: dict[int, int]  # client -> bytes of its training message
-    available: int
-    outcomes: tuple[ClientOutcome, ...] = ()
-    columns: dict[str, Any] | None = None
-    accuracy: float = math.nan
-    loss: float = math.nan
-    server_figures: bool = False
 
 
 class SelectionStrategy(Strategy):
@@ -239,16 +189,12 @@ class SelectionStrategy(Strategy):
         self.profile, self.probe_timeout, self.poll_s = profile, probe_timeout, float(poll_s)
         self.fleet: AppFleet | None = None
         self.selector: Selector | None = None
-        self.rows: list[dict[str, Any]] = []
         self._grid: MeasuredGrid | None = None
-        self._round: _Round | None = None
+        self._round: RoundRecord | None = None
         self._rounds, self._timeout = 0, 3600.0
         self._evaluate_config = ConfigRecord()
         self._probe_cost: SelectionCost | None = None
-        self._csv: CsvLog | None = None
-        self._clients_csv: CsvLog | None = None
-        self._cum = [0, 0, 0.0]  # upload bytes, download bytes, e2e latency (s)
-        self._counts: np.ndarray | None = None
+        self.records: AppRecords | None = None
 
     # ---------------------------------------------------------------- the run
     def start(
@@ -286,7 +232,8 @@ class SelectionStrategy(Strategy):
             )
         finally:
             self._flush()
-            self._finish()
+            if self.records is not None:
+                self.records.finish()
 
     def summary(self) -> None:
         """Log the wrapped strategy's summary and the selector."""
@@ -334,7 +281,7 @@ class SelectionStrategy(Strategy):
                 f"nodes chosen {sorted(nodes)}"
             )
         sent = {fleet.client_of[int(m.metadata.dst_node_id)]: record_bytes(m.content) for m in msgs}
-        self._round = _Round(t, selection, sent, int(online.size))
+        self._round = RoundRecord(t, selection, sent, int(online.size))
         log.info("round %d: %s chose clients %s (nodes %s) of %d connected", t, self.name, chosen, nodes, online.size)
         return msgs
 
@@ -404,12 +351,11 @@ class SelectionStrategy(Strategy):
         u = self.clients_per_round or max(int(n * frac), int(least_train))
         settings = RunSettings(self.seed, self._rounds, n, min(int(u), n), self.local_epochs)
         self.fleet = AppFleet(settings, nodes, arrays)
-        self._counts = np.zeros(n, dtype=np.int64)
         if self.profile:
             self._profile(grid, arrays)
         self.selector = self.selector_cls(self.fleet, self.options)
         self.selector.prepare()
-        self._open()
+        self.records = AppRecords(self.run_dir, self.fleet, self.selector, self.name, self.options, type(self.strategy).__name__)
         log.info("fedselect selection: %s over %d nodes, %d per round", self.name, n, settings.clients_per_round)
 
     def _evaluate_messages(self, t: int, arrays: ArrayRecord, nodes: list[int]) -> list[Message]:
@@ -454,6 +400,17 @@ class SelectionStrategy(Strategy):
         )
         return losses
 
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The rows of ``metrics.csv`` so far (also without ``run_dir``)."""
+        return [] if self.records is None else self.records.rows
+
+    def _flush(self) -> None:
+        """Record the round that ended (once its evaluation figures are in)."""
+        rnd, self._round = self._round, None
+        if rnd is not None and rnd.columns is not None:
+            self.records.round(rnd)
+
     def _figures(self, res: MetricRecord, server: bool) -> None:
         rnd = self._round
         if rnd.server_figures and not server:
@@ -462,111 +419,10 @@ class SelectionStrategy(Strategy):
         if server or math.isfinite(acc) or math.isfinite(loss):
             rnd.accuracy, rnd.loss, rnd.server_figures = acc, loss, server
 
-    def _require(self, server_round: int) -> _Round:
+    def _require(self, server_round: int) -> RoundRecord:
         if self._round is None or self._round.round != int(server_round) or self.selector is None:
             raise RuntimeError(f"round {server_round}: call configure_train for it first")
         return self._round
-
-    # ---------------------------------------------------------------- records
-    def _open(self) -> None:
-        if self.run_dir is None:
-            return
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        cols = [*COLUMNS, *(PROBE_COLUMNS if self.selector.probes else ()), *self.selector.extra_columns]
-        self._csv = CsvLog(self.run_dir / "metrics.csv", cols)
-        self._clients_csv = CsvLog(self.run_dir / "clients.csv", CLIENT_COLUMNS)
-
-    def _flush(self) -> None:
-        """Write the row of the round that ended (once its evaluation figures are in)."""
-        rnd, self._round = self._round, None
-        if rnd is None or rnd.columns is None:
-            return
-        fleet, out = self.fleet, rnd.outcomes
-        cost = rnd.selection.cost
-        lat = max([cost.latency_s + o.latency_s for o in out] or [cost.latency_s])
-        up = sum(o.upload_bytes for o in out) + cost.upload_bytes
-        down = sum(o.download_bytes for o in out) + cost.download_bytes
-        self._cum[0] += up
-        self._cum[1] += down
-        self._cum[2] += lat
-        for k in rnd.selection.clients:
-            self._counts[k] += 1
-        losses = [o.train_loss for o in out if o.ok and math.isfinite(o.train_loss)]
-        row: dict[str, Any] = {
-            "round": rnd.round,
-            "selected": list(rnd.selection.clients),
-            "nodes": [fleet.nodes[k] for k in rnd.selection.clients],
-            "accuracy": rnd.accuracy,
-            "test_loss": rnd.loss,
-            "train_loss": float(np.mean(losses)) if losses else math.nan,
-            "round_latency_s": lat,
-            "latency_sum_s": math.fsum(o.latency_s for o in out),
-            "e2e_latency_s": self._cum[2],
-            "upload_bytes": up,
-            "download_bytes": down,
-            "cum_upload_bytes": self._cum[0],
-            "cum_download_bytes": self._cum[1],
-            "failed": sum(not o.ok for o in out),
-            "available": rnd.available,
-            **participation_figures(self._counts),
-        }
-        if self.selector.probes:
-            row.update(
-                probe_latency_s=cost.latency_s,
-                probe_upload_bytes=cost.upload_bytes,
-                probe_download_bytes=cost.download_bytes,
-                candidates_probed=cost.candidates,
-            )
-        row.update({c: rnd.columns.get(c) for c in self.selector.extra_columns})
-        self.rows.append(row)
-        if self._csv is not None:
-            self._csv.append(row)
-            for o in out:
-                self._clients_csv.append(
-                    {
-                        "round": rnd.round,
-                        "client": o.client_id,
-                        "node": fleet.nodes[o.client_id],
-                        "failed": o.failed or "",
-                        "latency_s": o.latency_s,
-                        "num_examples": o.num_samples,
-                        "train_loss": o.train_loss,
-                        "upload_bytes": o.upload_bytes,
-                        "download_bytes": o.download_bytes,
-                    }
-                )
-
-    def _finish(self) -> None:
-        for f in (self._csv, self._clients_csv):
-            if f is not None:
-                f.close()
-        self._csv = self._clients_csv = None
-        if self.run_dir is None or self.fleet is None:
-            return
-        last = self.rows[-1] if self.rows else {}
-        fleet = self.fleet
-        summary = {
-            "selector": self.name,
-            "selector_options": self.options.model_dump(),
-            "strategy": type(self.strategy).__name__,
-            "rounds": len(self.rows),
-            "num_nodes": len(fleet.nodes),
-            "clients_per_round": fleet.settings.clients_per_round,
-            "final_accuracy": last.get("accuracy", math.nan),
-            "e2e_latency_s": self._cum[2],
-            "cum_upload_bytes": self._cum[0],
-            "cum_download_bytes": self._cum[1],
-            "nodes": {str(k): node for k, node in enumerate(fleet.nodes)},
-            "times_selected": self._counts.tolist(),
-            "measured": {
-                "last_round_trip_s": _plain(fleet.trip_s),
-                "profile_round_trip_s": _plain(fleet.profile_s),
-                "num_examples": fleet.num_samples.tolist(),
-            },
-            "selector_summary": self.selector.finish() if self.selector is not None else {},
-        }
-        text = json.dumps(summary, indent=2, default=float, allow_nan=True)
-        atomic_write(self.run_dir / "summary.json", lambda fh: fh.write(text + "\n"))
 
 
 def _first(res: MetricRecord, keys) -> float:
@@ -574,7 +430,3 @@ def _first(res: MetricRecord, keys) -> float:
         if key in res and not isinstance(res[key], list):
             return float(res[key])
     return math.nan
-
-
-def _plain(a: np.ndarray) -> list[float | None]:
-    return [float(x) if math.isfinite(x) else None for x in a]
