@@ -53,7 +53,9 @@ def test_oort_and_power_of_choice_choose_the_nodes_of_a_flower_style_app(tmp_pat
         server_app=server,
         client_app=client_app,
         num_supernodes=5,
-        backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": 5}},
+        # 3 simulated devices at a time for the 5 nodes: fewer processes to start; a message waits
+        # for a free one at most as long as a fast node takes (one node only is slow)
+        backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": 3}},
     )
     if "error" in done:
         raise done["error"]

@@ -1,6 +1,6 @@
-"""anyapp: a Flower ClientApp written as Flower's quickstart-pytorch writes one. Nothing in it
-knows fedselect: the server's SelectionStrategy reads only the ``num-examples`` and the losses
-it reports, and measures how long it takes to answer.
+"""anyapp: a Flower ClientApp written the way Flower's quickstart and app templates write one.
+Nothing in it knows fedselect: the server's SelectionStrategy reads only the ``num-examples``
+and the losses it reports, and measures how long it takes to answer.
 
 To show the selectors learning from measured speed, the partitions named in the run config's
 ``slow-partitions`` (default "0") play slow devices: they sleep ``slow-seconds`` (default 1.0)
@@ -9,11 +9,10 @@ before every reply.
 
 import time
 
-import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from anyapp.task import Net, load_data
+from anyapp.task import load_data
 from anyapp.task import test as test_fn
 from anyapp.task import train as train_fn
 
@@ -33,31 +32,30 @@ def slow_device(context: Context) -> None:
 def train(msg: Message, context: Context):
     """Train the model on local data."""
 
-    # Load the model and initialize it with the received weights
-    model = Net()
-    model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
-    device = torch.device("cpu")
+    # Get the model parameters from the message
+    arrays = msg.content["arrays"].to_numpy_ndarrays()
 
     # Load the data
     partition_id = context.node_config["partition-id"]
     num_partitions = context.node_config["num-partitions"]
-    trainloader, _ = load_data(partition_id, num_partitions)
+    (x_train, y_train), _ = load_data(partition_id, num_partitions)
 
     # Call the training function
-    train_loss = train_fn(
-        model,
-        trainloader,
+    arrays, train_loss = train_fn(
+        arrays,
+        x_train,
+        y_train,
         int(context.run_config.get("local-epochs", 1)),
         msg.content["config"]["lr"],
-        device,
+        seed=int(msg.content["config"]["server-round"]),
     )
     slow_device(context)
 
     # Construct and return reply Message
-    model_record = ArrayRecord(model.state_dict())
+    model_record = ArrayRecord(arrays)
     metrics = {
         "train_loss": train_loss,
-        "num-examples": len(trainloader.dataset),
+        "num-examples": len(y_train),
     }
     metric_record = MetricRecord(metrics)
     content = RecordDict({"arrays": model_record, "metrics": metric_record})
@@ -68,25 +66,23 @@ def train(msg: Message, context: Context):
 def evaluate(msg: Message, context: Context):
     """Evaluate the model on local data."""
 
-    # Load the model and initialize it with the received weights
-    model = Net()
-    model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
-    device = torch.device("cpu")
+    # Get the model parameters from the message
+    arrays = msg.content["arrays"].to_numpy_ndarrays()
 
     # Load the data
     partition_id = context.node_config["partition-id"]
     num_partitions = context.node_config["num-partitions"]
-    _, valloader = load_data(partition_id, num_partitions)
+    _, (x_val, y_val) = load_data(partition_id, num_partitions)
 
     # Call the evaluation function
-    eval_loss, eval_acc = test_fn(model, valloader, device)
+    eval_loss, eval_acc = test_fn(arrays, x_val, y_val)
     slow_device(context)
 
     # Construct and return reply Message
     metrics = {
         "eval_loss": eval_loss,
         "eval_acc": eval_acc,
-        "num-examples": len(valloader.dataset),
+        "num-examples": len(y_val),
     }
     metric_record = MetricRecord(metrics)
     content = RecordDict({"metrics": metric_record})

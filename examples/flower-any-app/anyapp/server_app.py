@@ -3,12 +3,12 @@ wrapped in fedselect's SelectionStrategy (Oort by default; the run config's ``se
 
 from __future__ import annotations
 
-import torch
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
-from anyapp.task import Net, load_centralized_dataset, test
+from anyapp.task import initial_arrays, load_centralized_dataset, test
 from fedselect.flower import SelectionStrategy
 
 # Create ServerApp
@@ -17,9 +17,8 @@ app = ServerApp()
 
 def global_evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
     """Evaluate the global model on the server's test set."""
-    model = Net()
-    model.load_state_dict(arrays.to_torch_state_dict())
-    loss, accuracy = test(model, load_centralized_dataset(), "cpu")
+    x, y = load_centralized_dataset()
+    loss, accuracy = test(arrays.to_numpy_ndarrays(), x, y)
     return MetricRecord({"accuracy": accuracy, "loss": loss})
 
 
@@ -30,7 +29,7 @@ def federate(grid: Grid, selector: str = "oort", num_rounds: int = 3, lr: float 
     strategy = SelectionStrategy(FedAvg(fraction_train=0.4, fraction_evaluate=0.0), selector=selector, **selection)
     result = strategy.start(
         grid=grid,
-        initial_arrays=ArrayRecord(Net().state_dict()),
+        initial_arrays=ArrayRecord(initial_arrays()),
         train_config=ConfigRecord({"lr": lr}),
         num_rounds=num_rounds,
         timeout=120.0,
@@ -52,4 +51,4 @@ def main(grid: Grid, context: Context) -> None:
     )
     # Save final model to disk
     print("\nSaving final model to disk...")
-    torch.save(result.arrays.to_torch_state_dict(), "final_model.pt")
+    np.savez("final_model.npz", *result.arrays.to_numpy_ndarrays())
