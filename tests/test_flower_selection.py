@@ -212,6 +212,11 @@ def test_round_trips_bytes_dropouts_errors_and_availability_are_measured(tmp_pat
     assert rows[2]["available"] == "4"
     assert 4 not in [int(k) for k in rows[2]["selected"].split(";")]
     assert float(rows[2]["e2e_latency_s"]) == pytest.approx(float(rows[1]["round_latency_s"]) + float(rows[2]["round_latency_s"]))
+    # fedselect's own reader (what `fedselect report` reads) takes the run
+    from fedselect.experiment.metrics import read_metrics
+
+    assert [r["round"] for r in read_metrics(tmp_path / "metrics.csv")] == ["1", "2"]
+    assert float(rows[2]["clock_s"]) == pytest.approx(float(rows[1]["e2e_latency_s"]))
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["selector"] == "random" and summary["strategy"] == "FedAvg" and summary["rounds"] == 2
     assert sum(summary["times_selected"]) == 8

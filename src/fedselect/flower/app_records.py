@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from fedselect.common.files import atomic_write
-from fedselect.experiment.metrics import CsvLog
+from fedselect.experiment.metrics import CORE_COLUMNS, CsvLog
 from fedselect.fl.fairness import PARTICIPATION_COLUMNS, participation_figures
 from fedselect.fl.types import ClientOutcome, Selection
 from fedselect.flower.app_fleet import AppFleet
@@ -25,24 +25,14 @@ from fedselect.selectors.base import Selector
 __all__ = ["AppRecords", "RoundRecord", "COLUMNS", "PROBE_COLUMNS", "CLIENT_COLUMNS"]
 
 #: the columns of ``metrics.csv`` every run writes (then :data:`PROBE_COLUMNS` for a selector
-#: that probes, then the selector's own ``extra_columns``)
+#: that probes, then the selector's own ``extra_columns``); ``clock_s`` is the measured time at
+#: which the round began (the previous rows' ``e2e_latency_s``), ``waited_s`` 0 (the server does
+#: not wait for nodes to come online between rounds), ``f1_macro`` the evaluation's
+#: ``f1_macro`` / ``f1-macro`` when it reports one
 COLUMNS = (
-    "round",
-    "selected",
+    *CORE_COLUMNS,  # fedselect's own columns, in its order: `fedselect report` reads such a run
     "nodes",
-    "accuracy",
-    "test_loss",
-    "train_loss",
-    "round_latency_s",
-    "latency_sum_s",
-    "e2e_latency_s",
-    "upload_bytes",
-    "download_bytes",
-    "cum_upload_bytes",
-    "cum_download_bytes",
-    "failed",
-    "available",
-    *PARTICIPATION_COLUMNS,
+    *(c for c in PARTICIPATION_COLUMNS if c not in CORE_COLUMNS),
 )
 PROBE_COLUMNS = ("probe_latency_s", "probe_upload_bytes", "probe_download_bytes", "candidates_probed")
 CLIENT_COLUMNS = (
@@ -67,7 +57,7 @@ class RoundRecord:
         sent: client -> bytes of its training message. available: nodes connected.
         outcomes: one per selected client, selection order (after ``aggregate_train``).
         columns: the selector's own values (None until it observed the round).
-        accuracy, loss: the round's evaluation (nan without one); server_figures: from the
+        accuracy, f1_macro, loss: the round's evaluation (nan without one); server_figures: from the
             ServerApp's ``evaluate_fn`` (else the federated evaluation's).
     """
 
@@ -78,6 +68,7 @@ class RoundRecord:
     outcomes: tuple[ClientOutcome, ...] = ()
     columns: dict[str, Any] | None = None
     accuracy: float = math.nan
+    f1_macro: float = math.nan
     loss: float = math.nan
     server_figures: bool = False
 
@@ -109,6 +100,7 @@ class AppRecords:
         latency is the probe's plus the slowest participant's round trip (s)."""
         fleet, out, cost = self.fleet, rnd.outcomes, rnd.selection.cost
         lat = cost.latency_s + max([o.latency_s for o in out] or [0.0])
+        clock = self.e2e_s
         up = sum(o.upload_bytes for o in out) + cost.upload_bytes
         down = sum(o.download_bytes for o in out) + cost.download_bytes
         self.cum_up, self.cum_down, self.e2e_s = self.cum_up + up, self.cum_down + down, self.e2e_s + lat
@@ -120,6 +112,7 @@ class AppRecords:
             "selected": list(rnd.selection.clients),
             "nodes": [fleet.nodes[k] for k in rnd.selection.clients],
             "accuracy": rnd.accuracy,
+            "f1_macro": rnd.f1_macro,
             "test_loss": rnd.loss,
             "train_loss": float(np.mean(losses)) if losses else math.nan,
             "round_latency_s": lat,
@@ -130,7 +123,9 @@ class AppRecords:
             "cum_upload_bytes": self.cum_up,
             "cum_download_bytes": self.cum_down,
             "failed": sum(not o.ok for o in out),
+            "clock_s": clock,
             "available": rnd.available,
+            "waited_s": 0.0,
             **participation_figures(self.counts),
         }
         if self.selector.probes:

@@ -415,9 +415,9 @@ class SelectionStrategy(Strategy):
         rnd = self._round
         if rnd.server_figures and not server:
             return
-        acc, loss = _first(res, ACCURACY_KEYS), _first(res, LOSS_KEYS)
+        acc, f1, loss = _first(res, ACCURACY_KEYS), _first(res, ("f1_macro", "f1-macro")), _first(res, LOSS_KEYS)
         if server or math.isfinite(acc) or math.isfinite(loss):
-            rnd.accuracy, rnd.loss, rnd.server_figures = acc, loss, server
+            rnd.accuracy, rnd.f1_macro, rnd.loss, rnd.server_figures = acc, f1, loss, server
 
     def _require(self, server_round: int) -> RoundRecord:
         if self._round is None or self._round.round != int(server_round) or self.selector is None:
