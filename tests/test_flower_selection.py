@@ -295,3 +295,30 @@ def test_power_of_choice_probes_with_evaluate_messages_and_never_picks_a_candida
         )
         assert math.isfinite(float(r["mean_candidate_loss"]))
     assert probed_slow > 0  # the slow nodes were drawn as candidates: their speed kept them out
+
+
+def test_the_wrapped_strategy_writes_the_messages_and_aggregates(measured):
+    """The selection is the selector's, everything else the wrapped strategy's: FedProx's
+    proximal-mu travels in the chosen nodes' train messages; with the same choices (random,
+    same seed) and the same local training, FedAdam's server optimiser gives another model than
+    FedAvg's average."""
+    import numpy as np
+    from flwr.serverapp.strategy import FedAdam
+
+    def run(inner):
+        grid = measured(app_grid(6))
+        s = SelectionStrategy(inner, "random", seed=2, poll_s=0.005)
+        result = s.start(grid, initial(), num_rounds=2, timeout=5.0, train_config=ConfigRecord({"lr": 0.1}))
+        return s, grid, result.arrays.to_numpy_ndarrays()
+
+    prox, grid, _ = run(FedProx(fraction_train=0.5, fraction_evaluate=0.0, proximal_mu=0.25))
+    trains = [m for m in grid.sent if m.metadata.message_type == "train"]
+    assert len(trains) == 6 and all(m.content["config"]["proximal-mu"] == 0.25 for m in trains)
+    for t in (1, 2):  # 3 messages a round, in the order they were pushed
+        sent = sorted(m.metadata.dst_node_id - 1000 for m in trains[3 * (t - 1) : 3 * t])
+        assert sent == sorted(prox.rows[t - 1]["selected"])
+    avg_s, _, avg = run(FedAvg(fraction_train=0.5, fraction_evaluate=0.0))
+    adam_s, _, adam = run(FedAdam(fraction_train=0.5, fraction_evaluate=0.0, eta=0.05))
+    assert [r["selected"] for r in avg_s.rows] == [r["selected"] for r in adam_s.rows] == [r["selected"] for r in prox.rows]
+    assert all(np.isfinite(a).all() for a in adam)
+    assert not all(np.allclose(a, b) for a, b in zip(avg, adam))
