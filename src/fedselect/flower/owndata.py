@@ -228,7 +228,8 @@ class NodeData:
     share_labels: bool
 
 
-#: (settings identity) -> NodeData, per process (a node's data is loaded once)
+#: (settings identity) -> NodeData, per process (a node's data is loaded once; a process that
+#: serves several nodes keeps the last 8)
 _NODES: OrderedDict[str, NodeData] = OrderedDict()
 
 
@@ -267,9 +268,9 @@ def node_data(k: int, cfg: ExperimentConfig, settings: dict[str, Any]) -> NodeDa
     fed = Federation(cfg.data, cfg.model, cfg.system, cfg.seed, train, test, [client], fleet)
     node = NodeData(k, cfg, fed, path, loader, device, network, speed, mbps, "configured", share)
     _NODES[ident] = node
-    while len(_NODES) > 2:
+    while len(_NODES) > 8:
         _NODES.popitem(last=False)
-    log.info("node %d: %d training and %d held-out samples from %s (%s)", k, len(train), len(test), path, loader)
+    log.debug("node %d: %d training and %d held-out samples from %s (%s)", k, len(train), len(test), path, loader)
     return node
 
 

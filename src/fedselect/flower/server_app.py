@@ -195,6 +195,8 @@ def _run_fleet(grid: Grid, r: Resolved, out: str | Path, rc: dict[str, Any], kwa
             rc["test-data"], rc.get("test-data-path") or None, options, r.config.seed, rc.get("test-data-split", "test")
         )
     flower = {k: kwargs[k] for k in ("latency", "reply_timeout", "connect_timeout", "arrival", "poll_s") if k in kwargs}
+    if "latency" not in rc:  # a real fleet's latency is what the network does
+        flower["latency"] = "measured"
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("fedselect %(levelname)s: %(message)s"))
     root = logging.getLogger("fedselect")
