@@ -342,3 +342,25 @@ def test_the_own_data_example_over_tls_and_the_serverapp_opens_no_node_file(tmp_
     assert fl["node_data"] == "own" and fl["latency"] == "measured" and fl["evaluation"].startswith("federated")
     assert {k: p["num-examples"] for k, p in fl["profiles"].items()} == {"0": 80, "1": 112, "2": 144, "3": 176}
     assert fl["profiles"]["2"]["speed-source"] == "measured" and fl["profiles"]["0"]["device"] == "raspberry-pi-3"
+
+
+def test_a_fleet_run_is_reproducible_and_resumes_exactly(tmp_path):
+    """With configured profiles and simulated latency a real fleet's run depends only on the
+    nodes' data and the seed: run twice it writes the same metrics.csv, and stopped after round
+    1 and resumed (a fresh grid: the nodes reload their files) it writes that metrics.csv too."""
+    files = write_files(tmp_path / "nodes")
+    devices = lambda i: {"device": ["intel-i3", "intel-i5", "tpu-v1", "jetson-nano"][i]}  # noqa: E731
+    run(fleet_grid(files, devices), experiment(), tmp_path / "a")
+    run(fleet_grid(files, devices), experiment(), tmp_path / "b")
+    from fedselect.experiment.resolve import parse_experiment
+    from fedselect.flower.fleet import run_fleet
+    from fedselect.flower.nodes import FlowerOptions
+
+    opts = FlowerOptions(poll_s=0.001)
+    assert run_fleet(fleet_grid(files, devices), parse_experiment(experiment()), tmp_path / "c", opts, stop_after=1) == {
+        "stopped_after": 1
+    }
+    run_fleet(fleet_grid(files, devices), parse_experiment(experiment()), tmp_path / "c", opts, resume=True)
+    want = (tmp_path / "a" / "metrics.csv").read_text()
+    assert len(want.splitlines()) == 5
+    assert (tmp_path / "b" / "metrics.csv").read_text() == want == (tmp_path / "c" / "metrics.csv").read_text()

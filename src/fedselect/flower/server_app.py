@@ -26,6 +26,12 @@ like the ClientApp's so that the server and the nodes build the same experiment:
   (s between two polls of the SuperLink for replies; default 0.01 in the simulation engine, 0.1
   in a deployment)
   (:class:`fedselect.flower.strategy.FlowerOptions`).
+* ``node-data``: ``partition`` (default: the faithful simulation, every node serves a partition of
+  the federation the server builds too) or ``own`` (a real fleet: the nodes own their data and
+  the server knows them from their reports, :mod:`fedselect.flower.fleet`; ``latency`` defaults
+  to ``measured`` there). With ``own``: ``test-data`` (the server's test set: a data set name or
+  ``package.module:loader``; none = federated evaluation), ``test-data-path`` (its ``path``),
+  ``test-data-options`` (a YAML mapping), ``test-data-split`` (``test`` | ``all``).
 * ``torch-threads``: torch CPU threads of the ServerApp process (the server aggregates and
   scores the model: use the nodes' value for bit-identical results).
 
