@@ -38,6 +38,7 @@ import logging
 import math
 import time
 import warnings
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -275,21 +276,22 @@ def node_data(k: int, cfg: ExperimentConfig, settings: dict[str, Any]) -> NodeDa
 
 
 # ----------------------------------------------------------------------------- jobs
-_TRANSPORTS: dict[tuple[int, str], LocalTransport] = {}
+#: a node's federation -> training settings -> the transport running its jobs
+_TRANSPORTS: "weakref.WeakKeyDictionary[Federation, dict[str, LocalTransport]]" = weakref.WeakKeyDictionary()
 
 
 def _transport(node: NodeData, train_cfg: TrainConfig) -> LocalTransport:
+    """The simulator's transport over the node's one-client federation, training in this process."""
     from fedselect.fl.local.pool import ClientTrainer
 
-    key = (id(node.fed), repr(train_cfg))
-    if key not in _TRANSPORTS:
-        if len(_TRANSPORTS) > 4:
-            _TRANSPORTS.clear()
+    per_fed = _TRANSPORTS.setdefault(node.fed, {})
+    key = repr(train_cfg)
+    if key not in per_fed:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
             trainer = ClientTrainer.from_federation(node.fed, train_cfg, workers=0, device="cpu")
-        _TRANSPORTS[key] = LocalTransport(node.fed, trainer, train_cfg)
-    return _TRANSPORTS[key]
+        per_fed[key] = LocalTransport(node.fed, trainer, train_cfg)
+    return per_fed[key]
 
 
 def measure_speed(node: NodeData, steps: int = 5) -> float:
