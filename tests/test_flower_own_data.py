@@ -364,3 +364,17 @@ def test_a_fleet_run_is_reproducible_and_resumes_exactly(tmp_path):
     want = (tmp_path / "a" / "metrics.csv").read_text()
     assert len(want.splitlines()) == 5
     assert (tmp_path / "b" / "metrics.csv").read_text() == want == (tmp_path / "c" / "metrics.csv").read_text()
+
+
+def test_the_serverapp_run_config_of_a_real_fleet():
+    """node-data is partition or own; test-data only with own; a real fleet's latency defaults
+    to measured (the ServerApp's reading of its run config)."""
+    from fedselect.flower.server_app import strategy_settings
+
+    assert strategy_settings({"node-data": "own", "test-data": "mnist"})["latency"] == "simulated"  # the ServerApp then measures
+    with pytest.raises(ConfigError, match="'node-data' must be one of \\['partition', 'own'\\]"):
+        strategy_settings({"node-data": "mine"})
+    with pytest.raises(ConfigError, match="'test-data' is the test set of a real fleet's server"):
+        strategy_settings({"test-data": "mnist"})
+    with pytest.raises(ConfigError, match="'test-data-path' must be of type"):
+        strategy_settings({"node-data": "own", "test-data-path": 3})
