@@ -330,13 +330,14 @@ def test_the_own_data_example_over_tls_and_the_serverapp_opens_no_node_file(tmp_
         "        with open(MARKS / 'opened.txt', 'a') as f:\n"
         "            f.write(path + '\\n')\n"
         "sys.addaudithook(_hook)\n"
-        "(MARKS / 'installed.txt').write_text('the ServerApp process runs under the audit hook')\n"
-        "from fedselect.flower.server_app import app  # noqa: E402\n"
+        "(MARKS / 'installed.txt').write_text(sys.argv[0])  # which process runs under the hook\n"
+        "from fedselect.flower.server_app import app as _app  # noqa: E402\n"
+        "app = _app  # (flwr run finds the attribute by reading the module: an assignment)\n"
     )
     toml = (app / "pyproject.toml").read_text().replace('"fedselect.flower.server_app:app"', '"audited_server:app"')
     (app / "pyproject.toml").write_text(toml)
     summary = example_run.run(work, app=app, timeout=500)
-    assert (marks / "installed.txt").is_file() and not (marks / "opened.txt").exists()
+    assert "flwr-serverapp" in (marks / "installed.txt").read_text() and not (marks / "opened.txt").exists()
     assert summary["complete"] and summary["rounds"] == 3
     fl = summary["flower"]
     assert fl["node_data"] == "own" and fl["latency"] == "measured" and fl["evaluation"].startswith("federated")
