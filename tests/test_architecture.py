@@ -60,6 +60,7 @@ LAYERS = {
     "fedselect.flower.messaging": 9,
     "fedselect.flower.logs": 9,
     "fedselect.flower.shared": 9,
+    "fedselect.flower.owndata": 9,
     # the experiment layer: plays a run on its engine; run files, checkpoints, provenance, TensorBoard
     "fedselect.experiment": 10,
     # reading finished runs: tables, plots, statistics, HTML, a sweep's table

@@ -12,6 +12,8 @@ round drives a Flower federation, every selector with every algorithm it compose
   messages: the transport, the one wire protocol, who is who on the grid, silent nodes named;
 * :mod:`fedselect.flower.server_app`, :mod:`fedselect.flower.client_app`,
   :mod:`fedselect.flower.settings` — the ServerApp and the ClientApp and the settings they read;
+* :mod:`fedselect.flower.owndata`, :mod:`fedselect.flower.fleet` — a real fleet: nodes that own
+  their data (the node side) and a server that knows them only from their reports;
 * :mod:`fedselect.flower.deployment` — a SuperLink and SuperNodes on 127.0.0.1 (tests, demos);
 * :mod:`fedselect.flower.logs` — Flower's console lines in the processes fedselect runs;
 * :mod:`fedselect.flower.selection`, :mod:`fedselect.flower.app_fleet` —

@@ -35,6 +35,10 @@ experiment comes from the run config:
 * ``torch-threads``: torch CPU threads of the ClientApp process (results are bit-identical
   only for the same thread count).
 
+A node whose node config holds ``data-path`` serves **its own data** instead (a real fleet:
+:mod:`fedselect.flower.owndata` lists its keys; ``partition-id`` is then its client id, and the
+experiment only gives the model): the server never has that data.
+
 Bad settings or messages raise an error that names the key and what is allowed; Flower sends
 it back to the server as an error reply (the server records that client's ``error``).
 """
@@ -60,6 +64,8 @@ from fedselect.fl.local.clients import TrainJob
 from fedselect.fl.local.train import TrainConfig
 from fedselect.fl.work import LocalTransport
 from fedselect.flower.logs import quiet_flower_logs
+from fedselect.flower.owndata import NodeData, node_data, owns_data, run_own_job
+from fedselect.flower.owndata import profile as own_profile
 from fedselect.flower.settings import (  # noqa: F401 - the node settings, re-exported
     CONFIG_FILE_KEY,
     config_file,
@@ -169,19 +175,35 @@ def make_client_app(settings: dict[str, Any] | None = None) -> ClientApp:
         k, _, fed = experiment(context)
         return fed, k
 
+    def own(context: Context) -> NodeData | None:
+        """The node's own data when its node config holds ``data-path`` (a real fleet:
+        :mod:`fedselect.flower.owndata`), else None (it serves a partition of the federation)."""
+        node_config = dict(context.node_config)
+        if not owns_data(node_config):
+            return None
+        run_config = {**base, **dict(context.run_config)}
+        set_threads({**run_config, **node_config})
+        k, cfg = node_experiment(run_config, node_config)
+        return node_data(k, cfg, node_config)
+
     @client.query()
     def query(msg: Message, context: Context) -> Message:
+        mine = own(context)
+        if mine is not None:
+            return Message(own_profile(mine), reply_to=msg)
         k, cfg, fed = experiment(context)
         warm_up(fed, k, cfg)
         return Message(profile_reply(fed, k), reply_to=msg)
 
     @client.train()
     def train(msg: Message, context: Context) -> Message:
-        return run_job(*node(context), msg)
+        mine = own(context)
+        return run_own_job(mine, msg) if mine is not None else run_job(*node(context), msg)
 
     @client.evaluate()
     def evaluate_(msg: Message, context: Context) -> Message:
-        return run_job(*node(context), msg)
+        mine = own(context)
+        return run_own_job(mine, msg) if mine is not None else run_job(*node(context), msg)
 
     return client
 

@@ -13,14 +13,14 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from flwr.serverapp import Grid
 from flwr.superlink.grid import InMemoryGrid
 
 from fedselect.config.schema import ConfigError
 from fedselect.flower.messaging import exchange
-from fedselect.flower.wire import federation_hash, profile_client, profile_of, profile_problem, query_message
+from fedselect.flower.wire import profile_client, profile_of, profile_problem, query_message
 from fedselect.world.federation import Federation
 
 log = logging.getLogger("fedselect.flower")
@@ -93,17 +93,27 @@ class NodeDirectory:
 
     Nodes are queried when first seen (:meth:`poll`); a node that vanishes from the SuperLink's
     list loses its client; a client whose node is replaced (a SuperNode restarted) is mapped to
-    the new node. Every profile is checked against the server's federation.
+    the new node. Every profile is checked (``check``): by default against the server's federation.
 
     Attributes:
         arrivals: client ids in the order their nodes first answered the query.
         profiles: client id -> its last ``profile`` record (dict).
     """
 
-    def __init__(self, grid: Grid, fed: Federation, options: FlowerOptions, stop=None):
+    def __init__(
+        self,
+        grid: Grid,
+        fed: Federation | None,
+        options: FlowerOptions,
+        stop=None,
+        check: Callable[[dict[str, Any], int], str | None] | None = None,
+    ):
         self.grid, self.fed, self.options, self.stop = grid, fed, options, stop
         self.poll_s = options.poll_interval(grid)
-        self.expected = federation_hash(fed)
+        #: ``(profile, node id) -> why it is refused, or None``: by default the profile must
+        #: fit the server's federation (:func:`~fedselect.flower.wire.profile_problem`); a real
+        #: fleet's server checks the nodes' own reports instead (:mod:`fedselect.flower.fleet`)
+        self.check = check or (lambda p, node: profile_problem(p, self.fed, node))
         self.node_of: dict[int, int] = {}
         self.client_of: dict[int, int] = {}
         self.profiles: dict[int, dict[str, Any]] = {}
@@ -156,7 +166,7 @@ class NodeDirectory:
                 self._asked.discard(node)
                 continue
             profile = profile_of(reply)
-            problem = profile_problem(profile, self.fed, node)
+            problem = self.check(profile, node)
             if problem is not None:
                 if strict:
                     raise ConfigError(problem)

@@ -26,6 +26,12 @@ like the ClientApp's so that the server and the nodes build the same experiment:
   (s between two polls of the SuperLink for replies; default 0.01 in the simulation engine, 0.1
   in a deployment)
   (:class:`fedselect.flower.strategy.FlowerOptions`).
+* ``node-data``: ``partition`` (default: the faithful simulation, every node serves a partition of
+  the federation the server builds too) or ``own`` (a real fleet: the nodes own their data and
+  the server knows them from their reports, :mod:`fedselect.flower.fleet`; ``latency`` defaults
+  to ``measured`` there). With ``own``: ``test-data`` (the server's test set: a data set name or
+  ``package.module:loader``; none = federated evaluation), ``test-data-path`` (its ``path``),
+  ``test-data-options`` (a YAML mapping), ``test-data-split`` (``test`` | ``all``).
 * ``torch-threads``: torch CPU threads of the ServerApp process (the server aggregates and
   scores the model: use the nodes' value for bit-identical results).
 
@@ -66,7 +72,15 @@ SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "connect-timeout": (int, float),
     "poll-interval": (int, float),
     "torch-threads": int,
+    "node-data": str,
+    "test-data": str,
+    "test-data-path": str,
+    "test-data-options": str,
+    "test-data-split": str,
 }
+#: ``node-data``: the nodes serve partitions of the server's federation (the faithful
+#: simulation), or data of their own (a real fleet: :mod:`fedselect.flower.fleet`)
+NODE_DATA_MODES = ("partition", "own")
 
 
 def server_plan(run_config: dict[str, Any]) -> Resolved:
@@ -107,6 +121,10 @@ def strategy_settings(run_config: dict[str, Any]) -> dict[str, Any]:
     for key in ("reply-timeout", "connect-timeout", "poll-interval"):
         if key in rc and not rc[key] > 0:
             raise ConfigError(f"run config: '{key}' must be > 0 seconds, got {rc[key]!r}")
+    if rc.get("node-data", "partition") not in NODE_DATA_MODES:
+        raise ConfigError(f"run config: 'node-data' must be one of {list(NODE_DATA_MODES)}, got {rc['node-data']!r}")
+    if rc.get("test-data") and rc.get("node-data", "partition") != "own":
+        raise ConfigError("run config: 'test-data' is the test set of a real fleet's server; it needs node-data = \"own\"")
     out: dict[str, Any] = {
         "latency": rc.get("latency", "simulated"),
         "arrival": rc.get("arrival-order"),
@@ -146,6 +164,9 @@ def make_server_app(
         r = server_plan(rc)
         kwargs = strategy_settings(rc)
         out = rc.get("run-dir") or run_dir or Path("fedselect-runs") / f"{r.config.name}-flower-{context.run_id}"
+        if rc.get("node-data", "partition") == "own":
+            _run_fleet(grid, r, out, rc, kwargs)
+            return
         strategy = FedselectStrategy(r, out, **kwargs)
         # progress on the ServerApp's output (what `flwr run --stream` shows); run.log has it all
         root = logging.getLogger("fedselect")
@@ -164,6 +185,47 @@ def make_server_app(
             root.removeHandler(handler)
 
     return server
+
+
+def _run_fleet(grid: Grid, r: Resolved, out: str | Path, rc: dict[str, Any], kwargs: dict[str, Any]) -> None:
+    """``node-data = "own"``: a real fleet whose nodes own their data (:func:`fedselect.flower.fleet.run_fleet`)."""
+    from fedselect.flower.fleet import run_fleet, server_test_set
+    from fedselect.flower.nodes import FlowerOptions
+    from fedselect.flower.owndata import config_mapping
+    from fedselect.flower.strategy import round_line
+
+    test = None
+    if rc.get("test-data"):
+        options = config_mapping(rc.get("test-data-options"), "test-data-options")
+        test = server_test_set(
+            rc["test-data"], rc.get("test-data-path") or None, options, r.config.seed, rc.get("test-data-split", "test")
+        )
+    flower = {k: kwargs[k] for k in ("latency", "reply_timeout", "connect_timeout", "arrival", "poll_s") if k in kwargs}
+    if "latency" not in rc:  # a real fleet's latency is what the network does
+        flower["latency"] = "measured"
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("fedselect %(levelname)s: %(message)s"))
+    root = logging.getLogger("fedselect")
+    root.addHandler(handler)
+    if root.level == logging.NOTSET or root.level > logging.INFO:
+        root.setLevel(logging.INFO)
+    try:
+        log.info("fedselect ServerApp (a real fleet: the nodes own their data): run directory %s", Path(out).resolve())
+        s = run_fleet(
+            grid,
+            r,
+            out,
+            FlowerOptions(**flower),
+            test,
+            resume=kwargs["resume"],
+            overwrite=kwargs["overwrite"],
+            on_round=lambda ev: log.info("%s", round_line(ev)),
+        )
+        log.info(
+            "done: %s rounds, final accuracy %s; run directory %s", s.get("rounds"), s.get("final_accuracy"), Path(out).resolve()
+        )
+    finally:
+        root.removeHandler(handler)
 
 
 #: the ServerApp of a Flower app's pyproject: ``serverapp = "fedselect.flower.server_app:app"``

@@ -78,6 +78,8 @@ class FlowerTransport:
         deadline_s: the round deadline; with measured latency the server waits that long for
             training replies.
         stop: a ``threading.Event`` that interrupts every wait once set (Ctrl-C in the engine).
+        nodes: the directory of nodes to talk to (default: a new one checking the nodes'
+            profiles against ``fed``; a real fleet's server passes the one it learnt the fleet with).
 
     Attributes:
         nodes: the :class:`NodeDirectory`. messages: messages sent so far.
@@ -94,12 +96,13 @@ class FlowerTransport:
         server: LocalTransport,
         deadline_s: float | None = None,
         stop=None,
+        nodes: NodeDirectory | None = None,
     ):
         self.grid, self.fed, self.train_cfg, self.options, self.server = grid, fed, train_cfg, options, server
         self.stop = stop
         self.measured = options.measured
         self.deadline_s = deadline_s
-        self.nodes = NodeDirectory(grid, fed, options, stop)
+        self.nodes = nodes if nodes is not None else NodeDirectory(grid, fed, options, stop)
         self.model = fed.new_model().state_dict()
         self.messages = 0
         self._polled = 0
@@ -130,7 +133,7 @@ class FlowerTransport:
         message per node in each); jobs without a client run on the server."""
         out: list[Result | None] = [None] * len(jobs)
         local = [i for i, j in enumerate(jobs) if j.client_id is None]
-        for i, r in zip(local, self.server.run([jobs[i] for i in local]) if local else []):
+        for i, r in zip(local, self.run_server([jobs[i] for i in local]) if local else []):
             out[i] = r
         waves: list[dict[int, int]] = []  # node -> job index, one message per node per wave
         self._poll_once_per_round(jobs)
@@ -153,6 +156,11 @@ class FlowerTransport:
                 out[i] = self.result(jobs[i], ex, node)
         return out  # type: ignore[return-value]
 
+    def run_server(self, jobs: Sequence[Job]) -> list[Result]:
+        """The results of the jobs without a client (scores on the server's validation and
+        test sets): run on the server (``server``)."""
+        return self.server.run(jobs)
+
     def _poll_once_per_round(self, jobs: Sequence[Job]) -> None:
         """Once per round: learn the nodes that joined or left since the last one."""
         t = max((round_of(j) for j in jobs), default=0)
@@ -172,7 +180,7 @@ class FlowerTransport:
             tickets.append(ticket)
             node = None if j.client_id is None else self.nodes.node(j.client_id)
             if j.client_id is None:
-                self._done[ticket] = self.server.run([j])[0]
+                self._done[ticket] = self.run_server([j])[0]
             elif node is None:
                 self._done[ticket] = self.unreachable(j)
             else:
