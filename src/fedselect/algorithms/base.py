@@ -140,6 +140,9 @@ class Algorithm:
             (:attr:`ClientOutcome.weight`); False where the rule weighs its own way (SCAFFOLD's
             uniform server step, CEFL's leaders, Individual's none), and a selector that sets
             weights (``Selector.sets_aggregation_weights``) is refused with it.
+        needs_central_data: why the algorithm cannot run where the server holds no client data
+            (a fleet whose Flower nodes own their data refuses it before the run with this reason,
+            :func:`fedselect.flower.fleet.central_data_problems`); "" (every built-in) when it can.
     """
 
     name: ClassVar[str] = ""
@@ -149,6 +152,7 @@ class Algorithm:
     shares_model: ClassVar[bool] = True
     round_scores: ClassVar[str | None] = None
     takes_selection_weights: ClassVar[bool] = True
+    needs_central_data: ClassVar[str] = ""
 
     def __init__(self, ctx: AlgorithmContext, options: BaseModel | None = None):
         self.ctx, self.fed, self.train_cfg, self.settings = ctx, ctx.fed, ctx.train_cfg, ctx.settings

@@ -266,7 +266,7 @@ def central_data_problems(r: Resolved, has_test_set: bool, holdout_samples: int 
     it can. ``holdout_samples``: the nodes' held-out samples in all (None: not known yet)."""
     out = []
     for kind, cls in (("selector", r.selector), ("algorithm", r.algorithm)):
-        why = getattr(cls, "needs_central_data", None)
+        why = cls.needs_central_data
         if why:
             out.append(f"{kind} {cls.name!r} needs data the server holds ({why}); its nodes own their data")
     if r.config.selection_eval == "test" and not has_test_set:

@@ -231,6 +231,9 @@ class Selector:
             it can choose the nodes of any Flower app
             (:class:`fedselect.flower.selection.SelectionStrategy` refuses it otherwise, with
             these reasons; :meth:`flower_app_problems` adds the needs of particular options).
+        needs_central_data: why the selector cannot run where the server holds no client data
+            (a fleet whose Flower nodes own their data refuses it before the run with this reason,
+            :func:`fedselect.flower.fleet.central_data_problems`); "" (every built-in) when it can.
     """
 
     name: ClassVar[str] = ""
@@ -252,6 +255,7 @@ class Selector:
     uses_count: ClassVar[bool] = True
     sets_aggregation_weights: ClassVar[bool] = False
     flower_app_needs: ClassVar[tuple[str, ...]] = ()
+    needs_central_data: ClassVar[str] = ""
 
     def __init__(self, ctx: SelectorContext, options: BaseModel | None = None):
         self.ctx = ctx
