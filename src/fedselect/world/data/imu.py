@@ -451,7 +451,7 @@ def load_mobiact(
     if path is None:
         raise ValueError(f"dataset 'mobiact' needs the option 'path'. {DOWNLOAD_HINT}")
     options.setdefault("task", "fall")
-    from fedselect.world.data.files import flag_option
+    from fedselect.world.data.file_errors import flag_option
 
     recs, info = read_mobiact(
         path, rate_hz=rate_hz, activities=activities, drop_invalid=flag_option("mobiact", "drop_invalid", drop_invalid)

@@ -27,8 +27,9 @@ import numpy as np
 if TYPE_CHECKING:  # imported where used: pandas is slow to import
     import pandas as pd
 
+from fedselect.world.data.checked_csv import Col, read_csv_checked
 from fedselect.world.data.datasets import ArrayDataset, DatasetNotFoundError, register_dataset
-from fedselect.world.data.files import Col, flag_option, read_csv_checked
+from fedselect.world.data.file_errors import flag_option
 from fedselect.world.data.iot_flows import FEATURES, flow_features, load_flow_csv
 from fedselect.world.data.iot_synthetic import EXTRA_DEVICE_TYPES, MAX_DEVICE_TYPES, SYNTHETIC_DEVICE_TYPES, synthetic_iot_flows
 

@@ -49,8 +49,8 @@ import numpy as np
 if TYPE_CHECKING:  # imported where used: pandas is slow to import
     import pandas as pd
 
+from fedselect.world.data.checked_csv import Col, read_csv_checked
 from fedselect.world.data.datasets import DatasetNotFoundError
-from fedselect.world.data.files import Col, read_csv_checked
 
 __all__ = ["DNS_PORT", "FEATURES", "FLOW_COLUMNS", "FLOW_CSV_COLUMNS", "NTP_PORT", "flow_features", "load_flow_csv"]
 
@@ -208,7 +208,7 @@ def load_flow_csv(path: str | Path, drop_invalid: bool = False) -> pd.DataFrame:
     name, ``start``/``end`` as numbers of seconds or date-times with ``start <= end``, finite
     ``bytes_in``/``bytes_out``/``packets`` >= 0, a ``dst_ip``, an integer ``dst_port`` in
     0..65535 and ``protocol`` (if given) in 0..255. A defect raises a
-    :class:`~fedselect.world.data.files.DataFileError` naming the file, line and column, or with
+    :class:`~fedselect.world.data.file_errors.DataFileError` naming the file, line and column, or with
     ``drop_invalid`` the row is dropped; the counts per file are in
     ``result.attrs["dropped_rows"]`` (``{file: count}``, empty when none).
 
