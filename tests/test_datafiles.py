@@ -20,8 +20,9 @@ from fedselect.cli import app
 from fedselect.experiment.resolve import resolve_doc
 from fedselect.experiment.run import run_experiment
 from fedselect.world.data.catalog import load_dataset
-from fedselect.world.data.files import Col, DataFileError, read_csv_checked
-from fedselect.world.data.iot import FEATURES, load_flow_csv
+from fedselect.world.data.checked_csv import Col, read_csv_checked
+from fedselect.world.data.file_errors import DataFileError
+from fedselect.world.data.iot_flows import FEATURES, load_flow_csv
 from fedselect.world.data.mobiact import COLUMNS, read_mobiact
 from fedselect.world.system import load_profiles
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from fedselect.experiment.checkpoint import decode_payload, encode_payload
-from fedselect.kernels.ddqn import DDQNAgent, DDQNConfig, ReplayMemory, double_q_targets, linear_epsilon
+from fedselect.kernels.ddqn import DDQNAgent, DDQNConfig, double_q_targets, linear_epsilon
+from fedselect.kernels.replay_memory import ReplayMemory
 
 torch.set_num_threads(1)
 

@@ -13,14 +13,9 @@ from fedselect.common.seeding import np_rng, torch_rng
 from fedselect.config.schema import ConfigError
 from fedselect.experiment.resolve import parse_experiment
 from fedselect.experiment.run import make_simulation, run_experiment
-from fedselect.kernels.ddqn import (
-    DDQNAgent,
-    DDQNConfig,
-    ReplayMemory,
-    SharedQNetwork,
-    double_q_targets,
-    shared_q_parameters,
-)
+from fedselect.kernels.ddqn import DDQNAgent, DDQNConfig, double_q_targets
+from fedselect.kernels.q_networks import SharedQNetwork, shared_q_parameters
+from fedselect.kernels.replay_memory import ReplayMemory
 from fedselect.selectors.favor import Favor
 from fedselect.selectors.flashrl import FlashRL, FlashRLOptions
 from fedselect.world.federation import build_federation
@@ -210,7 +205,7 @@ def test_shipped_scale_configs_parse():
 
 
 # ---------------------------------------------------------------- the PCA fit bounded in memory (issue 39)
-from fedselect.selectors._ddqn import DDQNOptions, pca_fit_size  # noqa: E402
+from fedselect.selectors._ddqn_options import DDQNOptions, pca_fit_size  # noqa: E402
 
 
 def test_pca_fit_size_bounds_the_fitted_matrix():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fedselect.world.data.bitmap import bitmap_side, encode_bitmaps
-from fedselect.world.data.imu import build_imu_datasets
+from fedselect.world.data.imu_datasets import build_imu_datasets
 from fedselect.world.data.windows import (
     Recording,
     activity_stride,

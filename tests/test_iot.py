@@ -6,7 +6,8 @@ import pytest
 
 from fedselect.world.data.catalog import load_dataset
 from fedselect.world.data.datasets import DatasetNotFoundError
-from fedselect.world.data.iot import FEATURES, flow_features, load_flow_csv, synthetic_iot_flows
+from fedselect.world.data.iot_flows import FEATURES, flow_features, load_flow_csv
+from fedselect.world.data.iot_synthetic import synthetic_iot_flows
 from fedselect.world.data.partition import make_partitioner
 
 COLS = ["device", "start", "end", "bytes_in", "bytes_out", "packets", "dst_ip", "dst_port", "protocol", "dns_query"]

@@ -375,7 +375,7 @@ def test_own_model_and_data_set_mistakes_are_named_before_anything_runs(over, me
 def test_own_data_set_problems_found_at_load_name_the_loader_or_the_file(own_example, user_module, tmp_path):
     from fedselect.world.data.catalog import load_dataset
     from fedselect.world.data.datasets import DatasetNotFoundError
-    from fedselect.world.data.files import DataFileError
+    from fedselect.world.data.file_errors import DataFileError
 
     __import__(user_module)
     with pytest.raises(

@@ -25,7 +25,7 @@ from fedselect.experiment.checkpoint import (
     save_checkpoint,
 )
 from fedselect.world.data.catalog import load_dataset
-from fedselect.world.data.files import DataFileError
+from fedselect.world.data.file_errors import DataFileError
 
 
 def touch_marker(path: str) -> str:

@@ -39,8 +39,8 @@ _LAZY = {
     "register_algorithm": "fedselect.algorithms",
     "register_model": "fedselect.world.models",
     "register_dataset": "fedselect.world.data.datasets",
-    "register_partitioner": "fedselect.world.data.partition",
-    "Partitioner": "fedselect.world.data.partition",
+    "register_partitioner": "fedselect.world.data.partition_schemes.base",
+    "Partitioner": "fedselect.world.data.partition_schemes.base",
     "ArrayDataset": "fedselect.world.data.datasets",
 }
 

@@ -245,12 +245,13 @@ MODELS = Registry("model", "fedselect.world.models", "fedselect.models")
 #: data-set loaders ``(seed=int, **options) -> (train, test)`` (``data.dataset``; the built-ins:
 #: the loaders :mod:`fedselect.world.data.catalog` imports; :func:`fedselect.world.data.datasets.register_dataset`)
 DATASETS = Registry("dataset", "fedselect.world.data.catalog", "fedselect.datasets", builtin="fedselect.world.data")
-#: partition schemes (:class:`fedselect.world.data.partition.Partitioner`; ``data.partition.scheme``)
+#: partition schemes (:class:`fedselect.world.data.partition_schemes.base.Partitioner`; ``data.partition.scheme``;
+#: the built-ins: the modules of :mod:`fedselect.world.data.partition_schemes`)
 PARTITIONERS = Registry(
     "partition scheme",
-    "fedselect.world.data.partition",
+    "fedselect.world.data.partition_schemes",
     "fedselect.partitioners",
-    base="fedselect.world.data.partition:Partitioner",
+    base="fedselect.world.data.partition_schemes.base:Partitioner",
 )
 #: the engines: where the rounds of a run execute (:mod:`fedselect.engines`; docs/architecture.md,
 #: "Adding an engine"). The built-ins are declared by module path, so nothing is imported until an

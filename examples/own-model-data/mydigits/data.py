@@ -14,7 +14,8 @@ import numpy as np
 
 from fedselect import ArrayDataset
 from fedselect.world.data import DatasetNotFoundError
-from fedselect.world.data.files import Col, flag_option, read_csv_checked
+from fedselect.world.data.checked_csv import Col, read_csv_checked
+from fedselect.world.data.file_errors import flag_option
 
 PIXELS = [f"p{i}" for i in range(64)]
 COLUMNS = [Col("label", "int", lo=0, hi=9, is_label=True), *(Col(p, "float", lo=0, hi=16) for p in PIXELS)]

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from fedselect.common.files import atomic_write
-from fedselect.world.data.files import global_exists
+from fedselect.world.data.safe_pickle import global_exists
 
 log = logging.getLogger("fedselect.checkpoint")
 

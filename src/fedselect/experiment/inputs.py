@@ -3,7 +3,7 @@
 When a run starts, ``inputs.json`` in its run directory records
 
 * ``files``: every data and profile file the data set's loader read (absolute path, size in
-  bytes, SHA-256 of the bytes read; reported by the readers of :mod:`fedselect.world.data.files`);
+  bytes, SHA-256 of the bytes read; reported by the data-file readers to :mod:`fedselect.world.data.provenance`);
 * ``federation_sha256``: a digest of the federation built from them (:func:`federation_digest`:
   every client's training and held-out indices and sizes, the training and test labels, the
   input shape and the clients' device and network profiles);

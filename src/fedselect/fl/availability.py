@@ -340,12 +340,13 @@ def read_trace(path: str | Path, num_clients: int | None = None) -> tuple[dict[i
 
     Raises:
         FileNotFoundError: no such file.
-        fedselect.world.data.files.DataFileError: a missing column, a non-number, a negative client id
+        fedselect.world.data.file_errors.DataFileError: a missing column, a non-number, a negative client id
             or start, ``end_s <= start_s``, a client id >= ``num_clients``, a period <= 0, a
             client with two periods, or an interval outside its period; the message names the
             file, the line and the column.
     """
-    from fedselect.world.data.files import Col, DataFileError, read_csv_checked
+    from fedselect.world.data.checked_csv import Col, read_csv_checked
+    from fedselect.world.data.file_errors import DataFileError
 
     p = Path(path)
     if not p.is_file():

@@ -1,6 +1,8 @@
 """Pure kernels of the three papers, apart from anything registered or any FL loop.
 
-* :mod:`~fedselect.kernels.ddqn` — the double deep Q-learning agent (FLASH-RL / FAVOR).
+* :mod:`~fedselect.kernels.ddqn` — the double deep Q-learning agent (FLASH-RL / FAVOR), with its
+  Q networks (:mod:`~fedselect.kernels.q_networks`) and replay memory
+  (:mod:`~fedselect.kernels.replay_memory`).
 * :mod:`~fedselect.kernels.rewards` — FLASH-RL's divergence, utility and reputations, FAVOR's reward.
 * :mod:`~fedselect.kernels.similarity` — CEFL's similarity factors, edge weights, Louvain into K, leaders.
 * :mod:`~fedselect.kernels.secretary` — the budgeted-online stopping rules and alpha*.

@@ -3,18 +3,20 @@
 Shared by the FLASH-RL and FAVOR selectors (:mod:`fedselect.selectors.flashrl`, :mod:`fedselect.selectors.favor`).
 
 * Main and target networks: MLP ``state_dim -> 512 -> ReLU -> N``; output k is Q(s, a_k), the
-  value of selecting client k (``q_network="full"``, the paper's; :func:`build_q_network`). With
-  ``q_network="shared"`` (large N) one small MLP is applied to every client's own feature block
-  of the state (plus the state's context block and, with ``shared_pool``, the mean of all
-  clients' blocks) and gives that client's Q value: parameters independent of N
-  (:class:`SharedQNetwork`). Either way the network maps ``(B, state_dim) -> (B, N)``, so
-  selection, the double-Q targets and learning are the same code.
+  value of selecting client k (``q_network="full"``, the paper's;
+  :func:`~fedselect.kernels.q_networks.build_q_network`). With ``q_network="shared"`` (large N)
+  one small MLP is applied to every client's own feature block of the state (plus the state's
+  context block and, with ``shared_pool``, the mean of all clients' blocks) and gives that
+  client's Q value: parameters independent of N (:class:`~fedselect.kernels.q_networks.SharedQNetwork`).
+  Either way the network maps ``(B, state_dim) -> (B, N)``, so selection, the double-Q targets
+  and learning are the same code.
 * Selection: epsilon-greedy per slot; U distinct clients (:meth:`DDQNAgent.select`).
 * Epsilon: linear from ``eps_init`` (round 1) to ``eps_end`` (round ``eps_decay_rounds``),
   constant afterwards (:func:`linear_epsilon`).
 * Replay memory of transitions ``(s_t, a_t (U ids), r_t (U rewards), s_{t+1}, done)``, capacity
   1000, oldest overwritten first; its memory grows with the transitions pushed (one array per
-  stored state, and s_t shares the array of the previous s_{t+1} when they are equal).
+  stored state, and s_t shares the array of the previous s_{t+1} when they are equal)
+  (:class:`~fedselect.kernels.replay_memory.ReplayMemory`).
 * Learning (FR-eq 15, 16): for every stored action a_k of a minibatch sample,
   ``Y = r_k + gamma * Q_target(s', argmax_a Q_main(s', a)) * (1 - done)`` and
   ``loss = mean over (sample, action) of (Y - Q_main(s, a_k))^2``; one Adam step, once the memory
@@ -44,7 +46,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedselect.world.models import MLP, reset_parameters
+from fedselect.kernels.q_networks import build_q_network, build_shared_q_network
+from fedselect.kernels.replay_memory import ReplayMemory
 
 log = logging.getLogger("fedselect.ddqn")
 
@@ -100,7 +103,7 @@ class DDQNConfig:
         learn_steps: Adam steps per round (default 1); each on a fresh minibatch. A tuning
             knob (replay ratio), not in the paper.
         q_network: ``"full"`` (the paper's ``state_dim -> hidden -> N``) or ``"shared"``
-            (:class:`SharedQNetwork`, needs the state layout, see :class:`DDQNAgent`).
+            (:class:`~fedselect.kernels.q_networks.SharedQNetwork`, needs the state layout, see :class:`DDQNAgent`).
         shared_hidden: hidden width of the shared network (64).
         shared_pool: the shared network also sees the mean of all clients' feature blocks.
     """
@@ -144,211 +147,6 @@ class DDQNConfig:
             raise ValueError(f"DDQN config: eps_decay_rounds must be >= 1 or null, got {self.eps_decay_rounds}")
         if self.q_network not in ("full", "shared"):
             raise ValueError(f"DDQN config: q_network must be 'full' or 'shared', got {self.q_network!r}")
-
-
-class ReplayMemory:
-    """Ring buffer of transitions ``(s, a, r, s', done)`` (FLASH-RL Section III-C2's replay memory).
-
-    Shapes: ``s, s'`` ``(state_dim,)`` float32; ``a`` ``(U,)`` int64; ``r`` ``(U,)`` float32;
-    ``done`` bool. ``a``, ``r`` are ``(capacity, U)`` arrays allocated on the first push, U
-    its number of actions; a transition with fewer actions (``mode: async``, where a buffer's
-    outcomes vary in number) is padded (``lengths`` says how many are real), one with more
-    widens the arrays. The states are kept one array per stored state (not a
-    ``(capacity, state_dim)`` block), so memory grows with the transitions pushed, and a
-    transition's ``s`` shares the array of the previous transition's ``s'`` when the two are
-    equal (consecutive rounds: s_{t+1} stored at round t is s_{t+1} used at round t + 1).
-    """
-
-    def __init__(self, capacity: int, state_dim: int):
-        if capacity < 1:
-            raise ValueError(f"ReplayMemory: capacity must be >= 1, got {capacity}")
-        self.capacity = int(capacity)
-        self.state_dim = int(state_dim)
-        self.size = 0
-        self.pos = 0
-        self.s: list[np.ndarray | None] = [None] * self.capacity
-        self.s2: list[np.ndarray | None] = [None] * self.capacity
-        self.a: np.ndarray | None = None
-        self.r: np.ndarray | None = None
-        self.done: np.ndarray | None = None
-        self.lengths: np.ndarray | None = None  # (capacity,) real actions of each transition
-
-    def __len__(self) -> int:
-        return self.size
-
-    def push(self, s, a, r, s2, done: bool) -> None:
-        """Store one transition, overwriting the oldest when full.
-
-        Raises:
-            ValueError: wrong state size, ``a`` and ``r`` of different lengths, no action, or
-                non-finite values.
-        """
-        s = np.asarray(s, dtype=np.float32).reshape(-1)
-        s2 = np.asarray(s2, dtype=np.float32).reshape(-1)
-        a = np.asarray(a, dtype=np.int64).reshape(-1)
-        r = np.asarray(r, dtype=np.float32).reshape(-1)
-        if s.size != self.state_dim or s2.size != self.state_dim:
-            raise ValueError(f"ReplayMemory.push: states must have {self.state_dim} values, got {s.size} and {s2.size}")
-        if a.size != r.size or a.size == 0:
-            raise ValueError(f"ReplayMemory.push: {a.size} actions but {r.size} rewards")
-        if not (np.all(np.isfinite(r)) and np.all(np.isfinite(s)) and np.all(np.isfinite(s2))):
-            raise ValueError("ReplayMemory.push: states and rewards must be finite")
-        if self.a is None:
-            self._allocate(a.size)
-        if a.size > self.a.shape[1]:  # widen: the earlier transitions are padded
-            old_a, old_r = self.a, self.r
-            self.a = np.zeros((self.capacity, a.size), np.int64)
-            self.r = np.zeros((self.capacity, a.size), np.float32)
-            self.a[:, : old_a.shape[1]], self.r[:, : old_r.shape[1]] = old_a, old_r
-        i = self.pos
-        prev = self.s2[(i - 1) % self.capacity] if self.size else None
-        self.s[i] = prev if prev is not None and np.array_equal(prev, s) else s.copy()
-        self.s2[i] = s2.copy()
-        self.a[i], self.r[i] = 0, 0.0
-        self.a[i, : a.size], self.r[i, : a.size], self.done[i], self.lengths[i] = a, r, bool(done), a.size
-        self.pos = (self.pos + 1) % self.capacity
-        self.size = min(self.size + 1, self.capacity)
-
-    def _allocate(self, u: int) -> None:
-        self.a = np.zeros((self.capacity, u), np.int64)
-        self.r = np.zeros((self.capacity, u), np.float32)
-        self.done = np.zeros(self.capacity, bool)
-        self.lengths = np.zeros(self.capacity, np.int64)
-
-    def _states(self, which: list, idx) -> np.ndarray:
-        return np.stack([which[int(i)] for i in idx]).astype(np.float32, copy=False)
-
-    def sample(self, batch_size: int, rng: np.random.Generator):
-        """A minibatch of ``batch_size`` distinct stored transitions, as torch tensors
-        ``(s (B, D), a (B, U), r (B, U), s2 (B, D), done (B,))``."""
-        if batch_size > self.size:
-            raise ValueError(f"ReplayMemory.sample: asked for {batch_size} of {self.size} transitions")
-        return self.sample_with_lengths(batch_size, rng)[:5]
-
-    def sample_with_lengths(self, batch_size: int, rng: np.random.Generator):
-        """:meth:`sample` plus each transition's number of real actions, ``lengths (B,)``
-        int64 (the rest of its row of ``a`` / ``r`` is padding)."""
-        if batch_size > self.size:
-            raise ValueError(f"ReplayMemory.sample: asked for {batch_size} of {self.size} transitions")
-        idx = rng.choice(self.size, size=batch_size, replace=False)
-        return (
-            torch.from_numpy(self._states(self.s, idx)),
-            torch.from_numpy(self.a[idx]),
-            torch.from_numpy(self.r[idx]),
-            torch.from_numpy(self._states(self.s2, idx)),
-            torch.from_numpy(self.done[idx].astype(np.float32)),
-            torch.from_numpy(self.lengths[idx]),
-        )
-
-    def state_dict(self) -> dict[str, Any]:
-        """Copies of the filled part of the buffer and the ring pointer."""
-        n = self.size
-        arrays = {}
-        if n:
-            arrays = {k: getattr(self, k)[:n].copy() for k in ("a", "r", "done")}
-            if (self.lengths[:n] != self.a.shape[1]).any():  # padded transitions (mode: async)
-                arrays["lengths"] = self.lengths[:n].copy()
-            arrays["s"], arrays["s2"] = self._states(self.s, range(n)), self._states(self.s2, range(n))
-        # the ring keeps its physical order; pos says where the next write goes
-        return {"capacity": self.capacity, "state_dim": self.state_dim, "size": n, "pos": self.pos, **arrays}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if int(state["capacity"]) != self.capacity or int(state["state_dim"]) != self.state_dim:
-            raise ValueError(
-                f"ReplayMemory.load_state_dict: saved capacity/state_dim {state['capacity']}/{state['state_dim']} "
-                f"!= {self.capacity}/{self.state_dim}"
-            )
-        self.size, self.pos = int(state["size"]), int(state["pos"])
-        self.s, self.s2 = [None] * self.capacity, [None] * self.capacity
-        if "s" not in state:
-            self.a = self.r = self.done = None
-            return
-        u = np.asarray(state["a"]).shape[1]
-        self._allocate(u)
-        n = self.size
-        for k in ("a", "r", "done"):
-            getattr(self, k)[:n] = np.asarray(state[k])
-        self.lengths[:n] = np.asarray(state["lengths"]) if "lengths" in state else u
-        s_all, s2_all = np.asarray(state["s"], np.float32), np.asarray(state["s2"], np.float32)
-        for i in range(n):
-            self.s2[i] = s2_all[i].copy()
-            prev = self.s2[(i - 1) % self.capacity]
-            self.s[i] = prev if i and np.array_equal(prev, s_all[i]) else s_all[i].copy()
-
-
-def full_q_parameters(state_dim: int, num_actions: int, hidden: int) -> int:
-    """Parameters of the full Q network ``state_dim -> hidden -> num_actions`` (weights and biases)."""
-    return int(state_dim) * int(hidden) + int(hidden) + int(hidden) * int(num_actions) + int(num_actions)
-
-
-class SharedQNetwork(nn.Module):
-    """Q network whose parameters do not depend on N (``q_network="shared"``).
-
-    The state ``(context_dim + N * feature_dim,)`` is read as a context block ``g`` (e.g. FAVOR's
-    PCA row of the global model; may be empty) followed by N client blocks ``x_k`` of
-    ``feature_dim`` values. Client k's Q value is one MLP applied to its own block::
-
-        Q(s, a_k) = w2 . relu(W_x x_k + W_c [g, mean_j x_j] + b1) + b2
-
-    (``mean_j x_j`` only with ``pool``): the same weights for every client, so a client is scored
-    by its features, not by its index. Maps ``(B, state_dim) -> (B, N)`` like the full network.
-    """
-
-    def __init__(self, num_actions: int, feature_dim: int, context_dim: int, hidden: int, pool: bool = True):
-        super().__init__()
-        if num_actions < 1 or feature_dim < 1 or context_dim < 0 or hidden < 1:
-            raise ValueError(
-                f"SharedQNetwork: need num_actions, feature_dim, hidden >= 1 and context_dim >= 0, got "
-                f"{num_actions}, {feature_dim}, {hidden}, {context_dim}"
-            )
-        self.num_actions, self.feature_dim, self.context_dim, self.pool = (
-            int(num_actions),
-            int(feature_dim),
-            int(context_dim),
-            bool(pool),
-        )
-        self.client = nn.Linear(self.feature_dim, int(hidden))
-        extra = self.context_dim + (self.feature_dim if self.pool else 0)
-        self.context = nn.Linear(extra, int(hidden), bias=False) if extra else None
-        self.out = nn.Linear(int(hidden), 1)
-
-    @property
-    def state_dim(self) -> int:
-        return self.context_dim + self.num_actions * self.feature_dim
-
-    def forward(self, s: torch.Tensor) -> torch.Tensor:
-        b = s.shape[0]
-        x = s[:, self.context_dim :].reshape(b, self.num_actions, self.feature_dim)
-        h = self.client(x)  # (B, N, H)
-        if self.context is not None:
-            parts = [s[:, : self.context_dim]] if self.context_dim else []
-            if self.pool:
-                parts.append(x.mean(dim=1))
-            h = h + self.context(torch.cat(parts, dim=1)).unsqueeze(1)
-        return self.out(torch.relu(h)).squeeze(-1)
-
-
-def shared_q_parameters(feature_dim: int, context_dim: int, hidden: int, pool: bool = True) -> int:
-    """Parameters of :class:`SharedQNetwork` (independent of N)."""
-    extra = int(context_dim) + (int(feature_dim) if pool else 0)
-    return int(feature_dim) * int(hidden) + int(hidden) + extra * int(hidden) + int(hidden) + 1
-
-
-def build_shared_q_network(
-    num_actions: int, feature_dim: int, context_dim: int, hidden: int, pool: bool, generator: torch.Generator
-) -> nn.Module:
-    """:class:`SharedQNetwork`, initialised from ``generator`` (no global RNG)."""
-    net = SharedQNetwork(num_actions, feature_dim, context_dim, hidden, pool)
-    reset_parameters(net, generator)
-    return net
-
-
-def build_q_network(state_dim: int, num_actions: int, hidden: int, generator: torch.Generator) -> nn.Module:
-    """The main or target Q network (FLASH-RL Section III-C2): ``state_dim -> hidden -> ReLU -> num_actions``, initialised
-    from ``generator`` (PyTorch's default uniform rule, no global RNG)."""
-    net = MLP(state_dim, num_actions, hidden=(int(hidden),))
-    reset_parameters(net, generator)
-    return net
 
 
 def double_q_targets(
@@ -508,7 +306,7 @@ class DDQNAgent:
 
     # ---- learning ----------------------------------------------------------------------
     def remember(self, s, a, r, s2, done: bool) -> None:
-        """Push a transition (see :class:`ReplayMemory`)."""
+        """Push a transition (see :class:`~fedselect.kernels.replay_memory.ReplayMemory`)."""
         a = np.asarray(a, dtype=np.int64)
         if a.size and (a.min() < 0 or a.max() >= self.num_actions):
             raise ValueError(f"DDQNAgent.remember: actions must lie in [0, {self.num_actions}), got {a.tolist()}")

@@ -229,6 +229,38 @@ def louvain_k(
     Raises:
         ValueError: ``k < 1``, ``k > N``, bad ``s`` or bad bounds.
     """
+    s, n, lo, hi = _louvain_k_args(s, k, resolution_bounds, max_iter)
+    seed = int(rng.integers(0, 2**31 - 1))
+    info: dict = {"seed": seed, "fallback": False, "resolution": None, "calls": 0}
+    if k == n:
+        info.update(resolution=None, louvain_count=n)
+        return [[i] for i in range(n)], info
+    if k == 1:
+        info.update(resolution=None, louvain_count=1)
+        return [list(range(n))], info
+
+    part, tried = _resolution_search(similarity_graph(s), k, lo, hi, max_iter, seed, info)
+    if len(part) == k:
+        info.update(resolution=tried[-1][0], louvain_count=k)
+        return part, info
+
+    comms = _merge_split_fallback(s, k, tried, seed, info)
+    msg = (
+        f"Louvain gave {info['louvain_count']} communities at best (wanted k={k}, resolution searched "
+        f"in [{lo:g}, {hi:g}], {info['calls']} calls); merge/split fallback produced {len(comms)}"
+    )
+    warnings.warn(msg, ClusterCountWarning, stacklevel=2)  # callers decide where it goes (a run logs it once)
+    return comms, info
+
+
+def _louvain_k_args(
+    s: np.ndarray, k: int, resolution_bounds: tuple[float, float], max_iter: int
+) -> tuple[np.ndarray, int, float, float]:
+    """:func:`louvain_k`'s arguments checked: ``(s as float64, N, low bound, high bound)``.
+
+    Raises:
+        ValueError: ``s`` not square, ``k`` not an integer in ``1..N``, bad bounds or ``max_iter``.
+    """
     s = np.asarray(s, dtype=np.float64)
     if s.ndim != 2 or s.shape[0] != s.shape[1]:
         raise ValueError(f"s must be a square (N, N) matrix, got shape {s.shape}")
@@ -242,16 +274,16 @@ def louvain_k(
         raise ValueError(f"resolution_bounds must satisfy 0 < low < high, got {resolution_bounds}")
     if max_iter < 1:
         raise ValueError(f"max_iter must be >= 1, got {max_iter}")
-    seed = int(rng.integers(0, 2**31 - 1))
-    info: dict = {"seed": seed, "fallback": False, "resolution": None, "calls": 0}
-    if k == n:
-        info.update(resolution=None, louvain_count=n)
-        return [[i] for i in range(n)], info
-    if k == 1:
-        info.update(resolution=None, louvain_count=1)
-        return [list(range(n))], info
+    return s, n, lo, hi
 
-    g = similarity_graph(s)
+
+def _resolution_search(
+    g: nx.Graph, k: int, lo: float, hi: float, max_iter: int, seed: int, info: dict
+) -> tuple[list[list[int]], list[tuple[float, list[list[int]]]]]:
+    """Steps 1-2 of :func:`louvain_k`: Louvain at resolution 1, then bisection on
+    ``log(resolution)`` in ``[lo, hi]`` until a call gives ``k`` communities or ``max_iter``
+    calls are made (counted in ``info["calls"]``). Returns the last partition and every
+    ``(resolution, partition)`` tried, in order."""
     tried: list[tuple[float, list[list[int]]]] = []
 
     def run(res: float) -> list[list[int]]:
@@ -280,10 +312,16 @@ def louvain_k(
                 b = mid
             if b - a < 1e-9:
                 break
-    if len(part) == k:
-        info.update(resolution=tried[-1][0], louvain_count=k)
-        return part, info
+    return part, tried
 
+
+def _merge_split_fallback(
+    s: np.ndarray, k: int, tried: list[tuple[float, list[list[int]]]], seed: int, info: dict
+) -> list[list[int]]:
+    """Step 3 of :func:`louvain_k`: from the tried partition closest to ``k`` (ties: fewer
+    communities, then first tried), merge the smallest community into its most similar one
+    while there are too many, split the largest in two while there are too few. Records
+    ``louvain_count`` and ``fallback`` in ``info``; returns the ``k`` communities, canonical."""
     # Fallback: the closest partition seen (ties -> fewer communities, then first tried).
     best_res, best = min(tried, key=lambda t: (abs(len(t[1]) - k), len(t[1])))
     info.update(louvain_count=len(best), fallback=True, resolution=None)
@@ -299,13 +337,7 @@ def louvain_k(
         members = comms[big]
         pieces = _split_two(s, members, seed, info)
         comms[big : big + 1] = pieces
-    comms = _canonical(comms)
-    msg = (
-        f"Louvain gave {info['louvain_count']} communities at best (wanted k={k}, resolution searched "
-        f"in [{lo:g}, {hi:g}], {info['calls']} calls); merge/split fallback produced {len(comms)}"
-    )
-    warnings.warn(msg, ClusterCountWarning, stacklevel=2)  # callers decide where it goes (a run logs it once)
-    return comms, info
+    return _canonical(comms)
 
 
 def _split_two(s: np.ndarray, members: list[int], seed: int, info: dict) -> list[list[int]]:

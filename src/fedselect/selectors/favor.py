@@ -24,7 +24,8 @@ from pydantic import Field
 
 from fedselect.kernels.rewards import favor_reward
 from fedselect.selectors import register_selector
-from fedselect.selectors._ddqn import DDQNOptions, DDQNSelector
+from fedselect.selectors._ddqn import DDQNSelector
+from fedselect.selectors._ddqn_options import DDQNOptions
 
 #: default target accuracy per data set name (the targets of Wang et al.'s experiments)
 DEFAULT_TARGETS = {"mnist": 0.99, "mnist-embedded": 0.99, "fashion-mnist": 0.85, "cifar10": 0.55}

@@ -25,7 +25,8 @@ from fedselect.kernels.rewards import (
     utility,
 )
 from fedselect.selectors import register_selector
-from fedselect.selectors._ddqn import DDQNOptions, DDQNSelector
+from fedselect.selectors._ddqn import DDQNSelector
+from fedselect.selectors._ddqn_options import DDQNOptions
 
 
 class FlashRLOptions(DDQNOptions):

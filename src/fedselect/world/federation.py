@@ -19,8 +19,9 @@ from fedselect.common.seeding import np_rng, torch_rng
 from fedselect.config.schema import DataConfig, ExperimentConfig, ModelConfig, SystemConfig
 from fedselect.world.data.catalog import load_dataset, make_partitioner
 from fedselect.world.data.datasets import ArrayDataset
-from fedselect.world.data.files import dropped_rows_total, recording_reads
+from fedselect.world.data.file_errors import dropped_rows_total
 from fedselect.world.data.partition import local_holdout
+from fedselect.world.data.provenance import recording_reads
 from fedselect.world.models import build_model
 from fedselect.world.profiles import PROFILE_PRESETS
 from fedselect.world.system import LATENCY_MODELS, DeviceProfile, Fleet, LatencyModel, NetworkProfile, data_bits, load_profiles
@@ -206,7 +207,8 @@ def capacity_fleet(system: SystemConfig, n: int, seed: int, bits_per_sample: flo
     """
     c = system.capacity
     if c.model == "file":
-        from fedselect.world.data.files import Col, DataFileError, read_csv_checked
+        from fedselect.world.data.checked_csv import Col, read_csv_checked
+        from fedselect.world.data.file_errors import DataFileError
 
         t = read_csv_checked(
             c.file,

@@ -1,7 +1,7 @@
 """Converters from FedScale's fleet files to fedselect's CSVs, read the way FedScale reads them
 (docs/fleets.md; FedScale: SymbioticLab/FedScale).
 
-FedScale ships two pickles, read here with :func:`fedselect.world.data.files.safe_pickle_load`
+FedScale ships two pickles, read here with :func:`fedselect.world.data.safe_pickle.safe_pickle_load`
 allowing **no** global (only plain dicts, lists, numbers and strings load, so a crafted file
 cannot run code):
 
@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fedselect.common.files import atomic_write
-from fedselect.world.data.files import DataFileError, safe_pickle_load
+from fedselect.world.data.file_errors import DataFileError
+from fedselect.world.data.safe_pickle import safe_pickle_load
 
 #: ``ClientMetadata.get_completion_time``'s default ``augmentation_factor``: the backward pass
 #: costs about twice the forward pass whose latency ``computation`` is

@@ -91,7 +91,7 @@ def load_profiles(path: str | Path) -> tuple[list[DeviceProfile], list[NetworkPr
     Raises:
         FileNotFoundError: no such file.
         ValueError: unknown suffix.
-        fedselect.world.data.files.DataFileError (a ValueError): invalid YAML, not UTF-8, or a bad row;
+        fedselect.world.data.file_errors.DataFileError (a ValueError): invalid YAML, not UTF-8, or a bad row;
             the message names the file, the line and the key or column.
     """
     p = Path(path)
@@ -115,7 +115,7 @@ def _profile(p: Path, kind: str, line: int, row: dict, where) -> DeviceProfile |
     """Check one row (``where(key)`` -> (line, description) of a field) and build it."""
     import math
 
-    from fedselect.world.data.files import DataFileError
+    from fedselect.world.data.file_errors import DataFileError
 
     fields = _PROFILE_FIELDS[kind]
     unknown = [k for k in row if k not in fields]
@@ -154,7 +154,8 @@ def _profile(p: Path, kind: str, line: int, row: dict, where) -> DeviceProfile |
 def _yaml_profile_rows(p: Path) -> list:
     import yaml
 
-    from fedselect.world.data.files import DataFileError, naming_file, note_read
+    from fedselect.world.data.file_errors import DataFileError, naming_file
+    from fedselect.world.data.provenance import note_read
 
     with naming_file(p, "profile YAML"):
         raw = p.read_bytes()
@@ -191,7 +192,7 @@ def _yaml_profile_rows(p: Path) -> list:
 
 
 def _csv_profile_rows(p: Path) -> list:
-    from fedselect.world.data.files import Col, read_csv_checked
+    from fedselect.world.data.checked_csv import Col, read_csv_checked
 
     numbers = ("mean_mhz", "std_mhz", "cores", "mean_mbps", "std_mbps")
     cols = (

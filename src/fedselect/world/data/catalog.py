@@ -16,7 +16,8 @@ import fedselect.world.data.images  # noqa: F401  (registers mnist-embedded, mni
 import fedselect.world.data.imu  # noqa: F401  (registers imu-watch, mobiact, mobiact-synthetic)
 import fedselect.world.data.iot  # noqa: F401  (registers iot-synthetic, iot-flows, iot-features)
 from fedselect.world.data.datasets import DATASETS, ArrayDataset, Loader
-from fedselect.world.data.partition import PARTITIONERS, Partitioner, make_partitioner, register_partitioner
+from fedselect.world.data.partition import PARTITIONERS, make_partitioner
+from fedselect.world.data.partition_schemes.base import Partitioner, register_partitioner
 
 __all__ = [
     "DATASETS",

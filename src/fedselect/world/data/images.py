@@ -15,8 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from fedselect.world.data.cache import cached_arrays, file_sha256
+from fedselect.world.data.checked_csv import Col, read_csv_checked
 from fedselect.world.data.datasets import ArrayDataset, DatasetNotFoundError, register_dataset
-from fedselect.world.data.files import Col, DataFileError, flag_option, naming_file, note_read, read_csv_checked, safe_pickle_load
+from fedselect.world.data.file_errors import DataFileError, flag_option, naming_file
+from fedselect.world.data.provenance import note_read
+from fedselect.world.data.safe_pickle import safe_pickle_load
 
 MNIST_CLASSES = [str(i) for i in range(10)]
 FASHION_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
@@ -348,7 +351,7 @@ def load_cifar10(seed: int = 0, path: str | None = None, drop_invalid: bool = Fa
     ``b'data'`` uint8 ``(n, 3072)`` in channel-major order and ``b'labels'``).
     ``path`` may also be the parent of ``cifar-10-batches-py``. Images ``(n, 3, 32, 32)`` in [0, 1].
 
-    The batches are unpickled with :class:`fedselect.world.data.files.SafeUnpickler`, which admits
+    The batches are unpickled with :class:`fedselect.world.data.safe_pickle.SafeUnpickler`, which admits
     only NumPy's array reconstruction (all those files contain): a file asking for anything
     else (e.g. a function to call) is refused before anything runs. ``drop_invalid`` drops
     items with an unknown label (counted in ``info["dropped_rows"]``).

@@ -35,8 +35,9 @@ import numpy as np
 if TYPE_CHECKING:  # imported where used: pandas is slow to import
     import pandas as pd
 
+from fedselect.world.data.checked_csv import Col, read_csv_checked
 from fedselect.world.data.datasets import DatasetNotFoundError
-from fedselect.world.data.files import Col, naming_file, read_csv_checked
+from fedselect.world.data.file_errors import naming_file
 from fedselect.world.data.windows import CHANNELS, Recording, resample_uniform
 
 log = logging.getLogger("fedselect.data.imu")

@@ -1,174 +1,55 @@
-"""Strict readers for users' data files.
+"""The checked CSV reader: every cell of a user's CSV file checked at load.
 
-Every loader of a user file (MNIST CSV / IDX, CIFAR-10 batches, MobiAct, IoT flows and
-features, profile tables) goes through this module, so that a defect in the file is found at
-load time and reported with the **file**, the **line** (1-based; a header line is line 1) and
-the **column**, instead of reaching training as a NaN or a shifted row:
+Every loader of a user CSV file (MNIST CSV, MobiAct, IoT flows and features, profile tables,
+availability traces) goes through :func:`read_csv_checked`, so that a defect in the file is found
+at load time and reported as a :class:`~fedselect.world.data.file_errors.DataFileError` with the
+**file**, the **line** (1-based; a header line is line 1) and the **column**, instead of reaching
+training as a NaN or a shifted row:
 
 * a missing cell, a cell that is not a number where a number is expected, a non-finite number
   (``nan``, ``inf``), a number outside its allowed range or not an integer where one is
   expected, an unknown label (not in the known class list);
 * a malformed row: more fields than the header (or the first row), or too few to hold a
   required column;
-* anything else that goes wrong while reading (not UTF-8, unterminated quote, truncated or
-  corrupted gzip/IDX/pickle file, wrong array shape): the error names the file.
+* anything else that goes wrong while reading (not UTF-8, unterminated quote): the error names
+  the file.
 
-Errors are :class:`DataFileError` (a ``ValueError``). A loader's ``drop_invalid: true`` option
-drops the defective rows instead; each file's dropped rows are logged (a warning with the
-first defects) and counted in the data set's ``info["dropped_rows"]`` (``{file: count}``),
-which the run's ``summary.json`` reports as ``data_dropped_rows`` (see
-:func:`dropped_rows_total`). Blank lines are not rows: they are skipped and never counted.
+A loader's ``drop_invalid: true`` option drops the defective rows instead; each file's dropped
+rows are logged (a warning with the first defects) and counted
+(:meth:`CsvTable.report_dropped`; see :mod:`fedselect.world.data.file_errors`). Blank lines are
+not rows: they are skipped and never counted.
 
 Reading is fast for clean files (pandas' C parser, vectorised checks); only a file with a
 cell that does not parse falls back to a slower line-by-line pass that locates every defect.
-
-Every reader here (and the IDX and profile readers that use :func:`naming_file`) reports the
-file it read to :func:`note_read`; inside :func:`recording_reads` each read file is recorded with
-its size and SHA-256 (of the bytes read), so that a run can save what its data came from and a
-resume can refuse data that changed (:mod:`fedselect.experiment.inputs`). Outside it, nothing is recorded.
+Every file read is reported to :func:`~fedselect.world.data.provenance.note_read`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import csv
-import hashlib
 import io
 import logging
 import math
-import pickle
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
+from fedselect.world.data.file_errors import DataFileError, naming_file
+from fedselect.world.data.provenance import note_read
+
 if TYPE_CHECKING:  # imported where used: pandas is slow to import
     import pandas as pd
 
 log = logging.getLogger("fedselect.data")
 
-__all__ = [
-    "Col",
-    "CsvTable",
-    "DataFileError",
-    "SafeUnpickler",
-    "dropped_rows_total",
-    "flag_option",
-    "naming_file",
-    "note_read",
-    "read_csv_checked",
-    "recording_reads",
-    "safe_pickle_load",
-]
+__all__ = ["Col", "CsvTable", "read_csv_checked"]
 
 #: defects listed in the drop warning of one file
 _SHOWN = 5
-#: rows per chunk of the line-by-line pass
-_CHUNK = 4096
 
 
-#: the files read inside the innermost :func:`recording_reads` (None: not recording)
-_READS: contextvars.ContextVar[dict[str, dict[str, Any]] | None] = contextvars.ContextVar("fedselect_reads", default=None)
-
-
-@contextlib.contextmanager
-def recording_reads() -> Iterator[dict[str, dict[str, Any]]]:
-    """Record every data file read in the block: yields ``{absolute path: {"path", "size",
-    "sha256"}}``, filled as files are read (:func:`note_read`). Nested blocks each get their own
-    record, and the outer one sees the inner reads too."""
-    outer = _READS.get()
-    mine: dict[str, dict[str, Any]] = {}
-    token = _READS.set(mine)
-    try:
-        yield mine
-    finally:
-        _READS.reset(token)
-        if outer is not None:
-            outer.update(mine)
-
-
-def note_read(path: str | Path, data: bytes | None = None) -> None:
-    """Report that a loader read ``path`` (``data``: the bytes read, when the reader has them;
-    otherwise the file is hashed as it is on disk now). A no-op outside :func:`recording_reads`."""
-    reads = _READS.get()
-    if reads is None:
-        return
-    p = Path(path).expanduser().resolve()
-    if data is None:
-        h, size = hashlib.sha256(), 0
-        with open(p, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-                size += len(chunk)
-        digest = h.hexdigest()
-    else:
-        digest, size = hashlib.sha256(data).hexdigest(), len(data)
-    reads[str(p)] = {"path": str(p), "size": size, "sha256": digest}
-
-
-class DataFileError(ValueError):
-    """A user data file cannot be used as it is.
-
-    The message reads ``<file>: line <L>, column <C> (<name>): <reason>`` (line and column
-    when known). Attributes ``path``, ``line`` (1-based, header = 1), ``column`` (a
-    description such as ``"column 3 (volume)"`` or ``"key 'cores'"``) and ``reason``.
-    """
-
-    def __init__(self, path: str | Path, reason: str, line: int | None = None, column: str | None = None):
-        self.path, self.reason, self.line, self.column = str(path), reason, line, column
-        where = [f"line {line}"] if line is not None else []
-        if column:
-            where.append(column)
-        super().__init__(f"{path}: {', '.join(where) + ': ' if where else ''}{reason}")
-
-
-@contextlib.contextmanager
-def naming_file(path: str | Path, what: str = "") -> Iterator[None]:
-    """Re-raise any error escaping the block as a :class:`DataFileError` naming ``path``
-    (``what`` says what the file should be). :class:`DataFileError` and ``FileNotFoundError``
-    (the data-set-missing errors) pass unchanged; an error whose message already names the
-    file keeps its message."""
-    try:
-        yield
-    except (DataFileError, FileNotFoundError, KeyboardInterrupt, MemoryError):
-        raise
-    except Exception as e:  # encoding, truncation, gzip, pickle, shape ...
-        text = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        if str(path) in text:
-            raise DataFileError(path, text.replace(f"{path}: ", "", 1)) from e
-        kind = f"cannot read {what}" if what else "cannot read"
-        raise DataFileError(path, f"{kind} ({type(e).__name__}{': ' + text if text else ''})") from e
-
-
-def flag_option(dataset: str, name: str, value: Any) -> bool:
-    """A loader's true/false option (e.g. ``drop_invalid``), checked: ``bool(value)`` would
-    take the string ``"false"`` for true.
-
-    Raises:
-        ValueError: not a boolean (names the data set, the option and the value).
-    """
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    raise ValueError(f"dataset {dataset!r}: option {name} must be true or false, got {value!r}")
-
-
-def dropped_rows_total(*datasets: Any) -> tuple[int, dict[str, int]]:
-    """Rows dropped by ``drop_invalid`` across data sets: ``(total, {file: count})``.
-
-    Reads each data set's ``info["dropped_rows"]`` (``{file: count}``); train and test sets
-    cut from one file carry the same entry, which is counted once.
-    """
-    per_file: dict[str, int] = {}
-    for ds in datasets:
-        for f, n in ((getattr(ds, "info", None) or {}).get("dropped_rows") or {}).items():
-            per_file[str(f)] = int(n)
-    return sum(per_file.values()), dict(sorted(per_file.items()))
-
-
-# ------------------------------------------------------------------------------------ CSV
 @dataclass(frozen=True)
 class Col:
     """One column a CSV reader expects.
@@ -355,6 +236,36 @@ def read_csv_checked(
     if min_columns is not None and ncols < min_columns:
         raise DataFileError(p, f"{ncols} fields, expected at least {min_columns} ({what})", first_line)
     names = [c.strip() for c in first_fields] if has_header else None
+    positions = _column_positions(p, columns, names, ncols, first_line, what)
+    table = CsvTable(p, pd.DataFrame(), np.zeros(0, np.int64), names, drop_invalid, positions=positions)
+    frame = None
+    if b'"' not in data:  # fast path: no quoted fields, so rows map to non-blank lines one to one
+        frame, lines = _fast_frame(p, data, columns, positions, has_header, first_line, text, ncols)
+    if frame is None:
+        frame, lines, bad, cols, reasons = _slow_frame(p, text, columns, positions, has_header, ncols)
+        table.frame, table.lines = frame, lines
+        _check_values(table, columns, (bad, cols, reasons))
+    else:
+        table.frame, table.lines = frame, lines
+        _check_values(table, columns)
+    if len(table.frame) == 0:
+        extra = f" after dropping {table.dropped_count} invalid row(s)" if table.dropped else ""
+        raise DataFileError(p, f"no data rows{extra}; expected a {what}")
+    return table
+
+
+def _column_positions(
+    p: Path, columns: Sequence[Col], names: list[str] | None, ncols: int, first_line: int, what: str
+) -> dict[str, int]:
+    """Each column's 0-based position in the rows: its ``at`` (by position), or where the
+    header ``names`` hold its name or one of its ``header_names``; an absent optional
+    column has none.
+
+    Raises:
+        DataFileError: a position beyond the ``ncols`` fields, or required columns missing
+            from the header (all of them named).
+        ValueError: a column looked up by name in a file read without a header (a loader's bug).
+    """
     positions: dict[str, int] = {}
     missing = []
     for c in columns:
@@ -373,21 +284,7 @@ def read_csv_checked(
                 missing.append(c.name)
     if missing:
         raise DataFileError(p, f"the header lacks columns {missing}; it has {names} ({what})", first_line)
-    table = CsvTable(p, pd.DataFrame(), np.zeros(0, np.int64), names, drop_invalid, positions=positions)
-    frame = None
-    if b'"' not in data:  # fast path: no quoted fields, so rows map to non-blank lines one to one
-        frame, lines = _fast_frame(p, data, columns, positions, has_header, first_line, text, ncols)
-    if frame is None:
-        frame, lines, bad, cols, reasons = _slow_frame(p, text, columns, positions, has_header, ncols)
-        table.frame, table.lines = frame, lines
-        _check_values(table, columns, (bad, cols, reasons))
-    else:
-        table.frame, table.lines = frame, lines
-        _check_values(table, columns)
-    if len(table.frame) == 0:
-        extra = f" after dropping {table.dropped_count} invalid row(s)" if table.dropped else ""
-        raise DataFileError(p, f"no data rows{extra}; expected a {what}")
-    return table
+    return positions
 
 
 def _fast_frame(p, data, columns, positions, has_header, first_line, text, ncols):
@@ -567,76 +464,3 @@ def _num(x: Any, default: str = "") -> str:
         return default
     x = float(x)
     return str(int(x)) if x.is_integer() else repr(x)
-
-
-# ---------------------------------------------------------------------------------- pickle
-#: the globals a CIFAR-10 "python version" batch needs: NumPy's array reconstruction, and
-#: ``_codecs.encode`` (how a protocol-2 pickle written by Python 3 stores ``bytes``; it only
-#: turns a string into bytes)
-CIFAR_GLOBALS: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("numpy.core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy", "ndarray"),
-        ("numpy", "dtype"),
-        ("_codecs", "encode"),
-    }
-)
-
-
-def global_exists(module: str, name: str) -> bool:
-    """Whether ``module.name`` (``name`` may be dotted) is an attribute of a module already
-    imported, as a pickle's global is written (``posix``, ``system``). Nothing is imported to
-    find out: a name of a module not loaded counts as not existing. A refused global that does
-    not exist is damage to the file, not a request for code."""
-    head, _, rest = module.partition(".")
-    parts = [head, *(rest.split(".") if rest else []), *name.split(".")]
-    for i in range(len(parts) - 1, 0, -1):  # the longest imported module prefix
-        obj: Any = sys.modules.get(".".join(parts[:i]))
-        if obj is None:
-            continue
-        for part in parts[i:]:
-            obj = getattr(obj, part, None)
-            if obj is None:
-                return False
-        return True
-    return False
-
-
-class SafeUnpickler(pickle.Unpickler):
-    """An unpickler that resolves only the globals in ``allowed`` (module, name) and refuses
-    every other one with a :class:`DataFileError` naming the file and the global, before
-    anything is called. Plain containers, numbers, strings and bytes need no global."""
-
-    def __init__(self, fh, path: str | Path, allowed: frozenset[tuple[str, str]] = CIFAR_GLOBALS, **kwargs):
-        super().__init__(fh, **kwargs)
-        self.path, self.allowed = Path(path), allowed
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) not in self.allowed:
-            if not global_exists(module, name):  # damage: a flipped byte in a module or class name
-                raise DataFileError(self.path, f"corrupted (the pickle names {module}.{name}, which does not exist)")
-            raise DataFileError(
-                self.path,
-                f"refused to load: the pickle asks for {module}.{name}, which a data file never needs "
-                f"(allowed: {sorted(f'{m}.{n}' for m, n in self.allowed)}); nothing in the file was run",
-            )
-        if module == "numpy.core.multiarray":  # NumPy 2 moved it; avoid the deprecated alias
-            import numpy._core.multiarray as ma  # noqa: F401
-
-            return getattr(ma, name)
-        return super().find_class(module, name)
-
-
-def safe_pickle_load(
-    path: str | Path, allowed: frozenset[tuple[str, str]] = CIFAR_GLOBALS, what: str = "pickle", **kwargs
-) -> Any:
-    """Unpickle ``path`` with :class:`SafeUnpickler` (``kwargs``, e.g. ``encoding="bytes"``,
-    go to the unpickler). Any failure (truncation, corruption, a refused global) is a
-    :class:`DataFileError` naming the file."""
-    p = Path(path)
-    with naming_file(p, what), open(p, "rb") as fh:
-        data = fh.read()
-    note_read(p, data)
-    with naming_file(p, what):
-        return SafeUnpickler(io.BytesIO(data), p, allowed, **kwargs).load()
