@@ -467,7 +467,8 @@ def child_scale(quick: bool, n: int, rounds: int) -> dict:
 
     from fedselect.common.seeding import np_rng, torch_rng
     from fedselect.fl.aggregate import fedavg
-    from fedselect.fl.local.pool import ClientData, ClientTrainer, ModelSpec, TrainJob, usable_cores
+    from fedselect.fl.local.placement import usable_cores
+    from fedselect.fl.local.pool import ClientData, ClientTrainer, ModelSpec, TrainJob
     from fedselect.fl.local.train import TrainConfig
     from fedselect.world.data.catalog import load_dataset
     from fedselect.world.models import build_model
@@ -686,7 +687,7 @@ def print_speed(summary: dict) -> None:
 
 
 def main(quick: bool = False, rounds: int | None = None, parts: str = "speed,scaling,agents", reps: int | None = None) -> dict:
-    from fedselect.fl.local.pool import usable_cores
+    from fedselect.fl.local.placement import usable_cores
 
     cores = usable_cores()
     rounds = rounds or (3 if quick else 6)

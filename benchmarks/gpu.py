@@ -116,7 +116,7 @@ def resolve_bench_device(name: str) -> str:
 
 
 def make_loop(variant: str, cfg, fed, tc, device: str):
-    from fedselect.fl.local.pool import usable_cores
+    from fedselect.fl.local.placement import usable_cores
 
     if variant == "bare":
         return BareLoop(cfg, fed, tc, device=device)
@@ -223,7 +223,7 @@ def summarise(runs: dict[str, dict]) -> dict[str, dict]:
 def device_info(device: str) -> dict:
     import torch
 
-    from fedselect.fl.local.pool import usable_cores
+    from fedselect.fl.local.placement import usable_cores
 
     info = {
         "device": device,

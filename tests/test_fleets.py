@@ -12,7 +12,7 @@ from fedselect.config.schema import ConfigError
 from fedselect.experiment.resolve import parse_experiment
 from fedselect.experiment.run import run_experiment
 from fedselect.fl.availability import Bernoulli, Diurnal, Markov, Trace, read_trace
-from fedselect.fl.round import cancel_late
+from fedselect.fl.round_rules import cancel_late
 from fedselect.fl.types import ClientOutcome
 
 

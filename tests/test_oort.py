@@ -550,7 +550,7 @@ def test_stragglers_get_the_rounds_mean_utility_and_their_whole_duration_by_hand
 def test_the_round_gives_cut_participants_their_planned_latency(fed):
     """A timeout and a cancelled participant keep the cost model's latency of their whole work
     (FR-eq 3-5) in ``planned_latency_s`` while ``latency_s`` is the cut."""
-    from fedselect.fl.round import cancel_late
+    from fedselect.fl.round_rules import cancel_late
 
     run = Simulation(resolve(tiny(system={"round_deadline_s": 1e-9})), fed)
     outs = updates(run, 1, [0, 1, 2], run.algorithm.initial_state())

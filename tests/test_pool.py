@@ -20,7 +20,8 @@ from torch import nn
 from fedselect.common.seeding import torch_rng
 from fedselect.fl.evaluate import evaluate
 from fedselect.fl.local.batched import supports_batched, train_batched
-from fedselect.fl.local.pool import ClientData, ClientTrainer, ModelSpec, TrainJob, _threads, usable_cores
+from fedselect.fl.local.placement import torch_threads, usable_cores
+from fedselect.fl.local.pool import ClientData, ClientTrainer, ModelSpec, TrainJob
 from fedselect.fl.local.train import TrainConfig, local_train
 from fedselect.world.data.catalog import load_dataset
 from fedselect.world.models import build_model
@@ -85,7 +86,7 @@ def sequential(data, state, jobs, channels_last=True, cfg=CFG):
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
     out = []
-    with _threads(1):
+    with torch_threads(1):
         for j in jobs:
             model.load_state_dict(state)
             stats = {}
@@ -305,7 +306,7 @@ def test_forward_is_batch_size_invariant(name, shape):
         # differ from the whole batch by ~5e-8), and both evaluation paths cut the same tail anyway
         for b in (250, 64, 50):
             assert torch.equal(torch.cat([model(x[i : i + b]) for i in range(0, 300, b)]), whole)
-        with _threads(2):  # nor on the thread count
+        with torch_threads(2):  # nor on the thread count
             assert torch.equal(model(x), whole)
 
 
@@ -331,7 +332,7 @@ def test_batched_path_close_to_sequential(data, spec, optimizer, momentum, wd):
     jobs = jobs_for(init)
     model = spec.build()
     ref = []
-    with _threads(1):
+    with torch_threads(1):
         for j in jobs:
             model.load_state_dict(init)
             stats = {}
@@ -385,7 +386,7 @@ def test_from_federation_matches_the_clients_own_data(tiny_cfg_doc):
         res = tr.train([TrainJob(k, state, 1, cfg.seed, f"train/1/{k}") for k in ks])
         got = tr.evaluate(state)
     model = fed.new_model().to(memory_format=torch.channels_last)
-    with _threads(1):
+    with torch_threads(1):
         for k, r in zip(ks, res):
             model.load_state_dict(state)
             loss = local_train(model, fed.clients[k].train, tc, fed.train_generator(1, k))
@@ -491,7 +492,7 @@ def test_main_importable(monkeypatch, tmp_path):
     import sys
     import types
 
-    from fedselect.fl.local.pool import main_importable
+    from fedselect.fl.local.placement import main_importable
 
     script = tmp_path / "script.py"
     script.write_text("")
@@ -637,13 +638,13 @@ def test_worker_obstacle_reads_where_the_main_script_calls_from(source, blocked,
     import sys
     import types
 
-    from fedselect.fl.local import pool
+    from fedselect.fl.local import placement
 
     path = tmp_path / "script.py"
     path.write_text(source)
     main = types.ModuleType("__main__")
     main.__file__, main.__spec__ = str(path), None
-    main.obstacle = lambda: pool.worker_obstacle("mlp")
+    main.obstacle = lambda: placement.worker_obstacle("mlp")
     monkeypatch.setitem(sys.modules, "__main__", main)
     exec(compile(source, str(path), "exec"), vars(main))
     assert (main.r is not None) is blocked, main.r

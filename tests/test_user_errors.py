@@ -190,7 +190,8 @@ def test_a_key_given_twice_in_a_config_is_refused(tmp_path):
 def test_more_workers_than_cores_start_only_the_cores(caplog):
     import numpy as np
 
-    from fedselect.fl.local.pool import ClientTrainer, usable_cores
+    from fedselect.fl.local.placement import usable_cores
+    from fedselect.fl.local.pool import ClientTrainer
     from fedselect.fl.local.train import TrainConfig
     from fedselect.world.data.datasets import ArrayDataset
 

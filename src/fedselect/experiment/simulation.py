@@ -29,7 +29,8 @@ from fedselect.fl.availability import make_availability
 from fedselect.fl.clock import FleetClock
 from fedselect.fl.fairness import PARTICIPATION_COLUMNS
 from fedselect.fl.faults import FaultModel, Injection
-from fedselect.fl.local.pool import ClientTrainer, resolve_device, usable_cores
+from fedselect.fl.local.placement import resolve_device, usable_cores
+from fedselect.fl.local.pool import ClientTrainer
 from fedselect.fl.local.pool_rule import auto_workers
 from fedselect.fl.services import FederationContext
 from fedselect.fl.types import Evaluation

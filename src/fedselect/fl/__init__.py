@@ -1,4 +1,5 @@
-"""THE round (:mod:`fedselect.fl.round`) and what it is made of: jobs and transports, aggregation,
+"""THE round (:mod:`fedselect.fl.round`; its rules for what comes back in
+:mod:`fedselect.fl.round_rules`) and what it is made of: jobs and transports, aggregation,
 evaluation, the cost model, clocks and availability, faults, fairness figures, the typed values;
 local training in :mod:`fedselect.fl.local`. Knows no method."""
 

@@ -20,9 +20,9 @@ Everything about one client's work is the round's (:mod:`fedselect.fl.round`), r
 job started at server version v is planned exactly like a participant of synchronous round
 ``t = v + 1`` (its draws ``draw(t)``, its simulated faults, its training job with stream
 ``train/<t>/<k>``, the availability check of :class:`fedselect.fl.clock.FleetClock`), its
-latency and failure come from the round's outcome rules and the cost model, a non-finite
-aggregate is not committed, and the evaluation cadence and the selector's learning are the
-round's :func:`~fedselect.fl.round.learn`.
+latency and failure come from the round's outcome rules (:mod:`fedselect.fl.round_rules`) and
+the cost model, a non-finite aggregate is not committed, and the evaluation cadence and the
+selector's learning are the round's :func:`~fedselect.fl.round.learn`.
 
 Events: finishes ordered by simulated time, ties by client id. Clients finishing at the same
 moment are handled together: their updates enter the buffer in that order (the server
@@ -52,7 +52,8 @@ from typing import Any
 import numpy as np
 
 from fedselect.fl.aggregate import buffered_update
-from fedselect.fl.round import RoundPlan, RoundResult, _log_failures, _plan, commit, learn, outcome_of, prepare
+from fedselect.fl.round import RoundPlan, RoundResult, _plan, learn, prepare
+from fedselect.fl.round_rules import commit, log_failures, outcome_of
 from fedselect.fl.types import ClientOutcome, Evaluation, Selection, SelectionCost, ServerState, State
 from fedselect.fl.work import TrainResult
 
@@ -355,7 +356,7 @@ class _Loop:
             new = replace(self.state, model={**self.state.model, **avg})
         state, committed = commit(t, self.state, new)
         failed = bool(outcomes) and (not buf or not committed)
-        _log_failures(t, outcomes, [a.outcome for a in buf], failed)
+        log_failures(t, outcomes, [a.outcome for a in buf], failed)
         evaluated, after, columns = learn(run, t, state, outcomes, self.before)
         cost = SelectionCost(
             sum(c.latency_s for c in self.costs),

@@ -132,7 +132,8 @@ def connect(grid: Grid, r: Resolved, fed: Federation, options: FlowerOptions, st
     """
     from flwr.superlink.grid import InMemoryGrid
 
-    from fedselect.fl.local.pool import ClientTrainer, usable_cores
+    from fedselect.fl.local.placement import usable_cores
+    from fedselect.fl.local.pool import ClientTrainer
     from fedselect.fl.work import LocalTransport
     from fedselect.flower.shared import share_federation
     from fedselect.flower.transport import FlowerTransport

@@ -168,27 +168,19 @@ def _train_stack(
     device: torch.device,
     trainable: frozenset[str] | None,
 ) -> list["TrainResult"]:
-    from fedselect.fl.local.clients import TrainResult
-
+    """Train one stack (one ``trainable`` set, one objective class and plain fields): at step
+    ``s`` the clients with more than ``s`` mini-batches take one step together; results in job
+    order."""
     names = [n for n, _ in model.named_parameters()]
     train_names = [n for n in names if trainable is None or n in trainable]
     frozen_names = [n for n in names if n not in train_names]
     K = len(jobs)
     params = {n: torch.stack([j.start_state[n].detach().to(device, torch.float32) for j in jobs]) for n in names}
-    rows_cpu = data.rows.cpu()
-    offsets = data.offsets.cpu()
-    x, y = data.x, data.y
-    scheds, client_rows = [], []
-    for j in jobs:
-        r = rows_cpu[int(offsets[j.client_id]) : int(offsets[j.client_id + 1])]
-        client_rows.append(r)
-        n = len(r)
-        scheds.append(_schedule(n, j.epochs, cfg.batch_size, torch_rng(j.seed, j.stream)) if j.epochs > 0 and n > 0 else [])
+    client_rows, scheds = _schedules(data, jobs, cfg)
     steps = [len(s) for s in scheds]
     sgd = cfg.optimizer == "sgd"
     state1 = {n: torch.zeros_like(params[n]) for n in train_names}  # SGD momentum buffer / Adam exp_avg
     state2 = {n: torch.zeros_like(params[n]) for n in train_names} if not sgd else {}
-    beta1, beta2, eps = 0.9, 0.999, 1e-8
     step_losses: list[list[torch.Tensor]] = [[] for _ in range(K)]
     sq_parts: list[list[torch.Tensor]] = [[] for _ in range(K)]
     counts = [0] * K
@@ -199,53 +191,116 @@ def _train_stack(
     for s in range(max(steps, default=0)):
         act = [k for k in range(K) if s < steps[k]]
         batches = [scheds[k][s] for k in act]
-        bmax = max(len(b) for b in batches)
-        gi = torch.empty((len(act), bmax), dtype=torch.int64)
-        w = torch.zeros((len(act), bmax), dtype=torch.float32)
-        for a, (k, b) in enumerate(zip(act, batches)):
-            r = client_rows[k][b]
-            gi[a, : len(b)] = r
-            gi[a, len(b) :] = r[0]
-            w[a, : len(b)] = 1.0
-        gi_d = gi.to(device)
-        xb, yb, wb = x[gi_d], y[gi_d], w.to(device)
+        xb, yb, wb = _gather(data.x, data.y, [client_rows[k] for k in act], batches, device)
         full = len(act) == K
         sel = None if full else torch.tensor(act, device=device)
         p_act = {n: (params[n] if full else params[n].index_select(0, sel)) for n in names}
         grads, (loss, per) = step_fn({n: p_act[n] for n in train_names}, {n: p_act[n] for n in frozen_names}, xb, yb, wb, sel)
         with torch.no_grad():
-            for n in train_names:
-                p, g = p_act[n], grads[n]
-                if cfg.weight_decay:
-                    g = g + cfg.weight_decay * p
-                m1 = state1[n] if full else state1[n].index_select(0, sel)
-                if sgd:
-                    if cfg.momentum:
-                        m1 = m1 * cfg.momentum + g
-                        g = m1
-                    new_p = p - cfg.lr * g
-                else:
-                    t = s + 1
-                    m2 = state2[n] if full else state2[n].index_select(0, sel)
-                    m1 = m1.lerp(g, 1 - beta1)
-                    m2 = m2 * beta2 + (1 - beta2) * g * g
-                    denom = (m2.sqrt() / math.sqrt(1 - beta2**t)) + eps
-                    new_p = p - (cfg.lr / (1 - beta1**t)) * m1 / denom
-                    if full:
-                        state2[n] = m2
-                    else:
-                        state2[n].index_copy_(0, sel, m2)
-                if full:
-                    params[n], state1[n] = new_p, m1
-                else:
-                    params[n].index_copy_(0, sel, new_p)
-                    state1[n].index_copy_(0, sel, m1)
+            _optimizer_step(params, state1, state2, p_act, grads, train_names, cfg, s, sel)
             for a, k in enumerate(act):
                 step_losses[k].append(loss[a])
                 if want_stats[k]:
                     nb = len(batches[a])
                     sq_parts[k].append((per[a, :nb].double() ** 2).sum())
                     counts[k] += nb
+    return _results(jobs, params, names, step_losses, sq_parts, counts)
+
+
+def _schedules(
+    data: "ClientData", jobs: list["TrainJob"], cfg: TrainConfig
+) -> tuple[list[torch.Tensor], list[list[torch.Tensor]]]:
+    """Each job's client's rows of the shared data (on the CPU) and its mini-batches of every
+    epoch (:func:`_schedule`, from the job's own generator; none without epochs or samples)."""
+    rows_cpu = data.rows.cpu()
+    offsets = data.offsets.cpu()
+    scheds, client_rows = [], []
+    for j in jobs:
+        r = rows_cpu[int(offsets[j.client_id]) : int(offsets[j.client_id + 1])]
+        client_rows.append(r)
+        n = len(r)
+        scheds.append(_schedule(n, j.epochs, cfg.batch_size, torch_rng(j.seed, j.stream)) if j.epochs > 0 and n > 0 else [])
+    return client_rows, scheds
+
+
+def _gather(
+    x: torch.Tensor, y: torch.Tensor, rows: list[torch.Tensor], batches: list[torch.Tensor], device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One step's stacked mini-batches ``(xb, yb, wb)``, one row per client still training: a
+    shorter batch is padded with its first sample and masked out by the weights ``wb`` (1 for a
+    real sample, 0 for padding)."""
+    bmax = max(len(b) for b in batches)
+    gi = torch.empty((len(batches), bmax), dtype=torch.int64)
+    w = torch.zeros((len(batches), bmax), dtype=torch.float32)
+    for a, (client_rows, b) in enumerate(zip(rows, batches)):
+        r = client_rows[b]
+        gi[a, : len(b)] = r
+        gi[a, len(b) :] = r[0]
+        w[a, : len(b)] = 1.0
+    gi_d = gi.to(device)
+    return x[gi_d], y[gi_d], w.to(device)
+
+
+def _optimizer_step(
+    params: dict[str, torch.Tensor],
+    state1: dict[str, torch.Tensor],
+    state2: dict[str, torch.Tensor],
+    p_act: dict[str, torch.Tensor],
+    grads: dict[str, torch.Tensor],
+    train_names: list[str],
+    cfg: TrainConfig,
+    s: int,
+    sel: torch.Tensor | None,
+) -> None:
+    """Optimiser step ``s`` (0-based) of the clients still training (rows ``sel`` of the stack;
+    None: all) from their weights ``p_act`` and gradients ``grads``, with the formulas of
+    ``torch.optim.SGD`` (momentum, weight decay) and ``torch.optim.Adam``: ``params`` and the
+    optimiser states (``state1``: SGD's momentum buffer or Adam's exp_avg; ``state2``: Adam's
+    exp_avg_sq) are updated in place at those rows."""
+    full = sel is None
+    sgd = cfg.optimizer == "sgd"
+    beta1, beta2, eps = 0.9, 0.999, 1e-8
+    for n in train_names:
+        p, g = p_act[n], grads[n]
+        if cfg.weight_decay:
+            g = g + cfg.weight_decay * p
+        m1 = state1[n] if full else state1[n].index_select(0, sel)
+        if sgd:
+            if cfg.momentum:
+                m1 = m1 * cfg.momentum + g
+                g = m1
+            new_p = p - cfg.lr * g
+        else:
+            t = s + 1
+            m2 = state2[n] if full else state2[n].index_select(0, sel)
+            m1 = m1.lerp(g, 1 - beta1)
+            m2 = m2 * beta2 + (1 - beta2) * g * g
+            denom = (m2.sqrt() / math.sqrt(1 - beta2**t)) + eps
+            new_p = p - (cfg.lr / (1 - beta1**t)) * m1 / denom
+            if full:
+                state2[n] = m2
+            else:
+                state2[n].index_copy_(0, sel, m2)
+        if full:
+            params[n], state1[n] = new_p, m1
+        else:
+            params[n].index_copy_(0, sel, new_p)
+            state1[n].index_copy_(0, sel, m1)
+
+
+def _results(
+    jobs: list["TrainJob"],
+    params: dict[str, torch.Tensor],
+    names: list[str],
+    step_losses: list[list[torch.Tensor]],
+    sq_parts: list[list[torch.Tensor]],
+    counts: list[int],
+) -> list["TrainResult"]:
+    """Each job's result: its client's trained weights (on the CPU), its mean mini-batch loss
+    (added in step order, as the sequential path does; nan without a step) and its sum of
+    squared per-sample losses."""
+    from fedselect.fl.local.clients import TrainResult
+
     out = []
     for k, j in enumerate(jobs):
         state = {n: params[n][k].detach().to("cpu").clone() for n in names}

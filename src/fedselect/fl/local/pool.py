@@ -27,24 +27,20 @@ Usage (one round of FedAvg)::
 
 ``workers=0`` trains in the calling process (with one torch thread while it trains) and
 starts no process; so does any ``workers`` where a worker could not re-import the main module
-or build the model (:func:`worker_obstacle`). On ``device="cuda"`` everything runs in the calling process
-on the GPU (sequentially, or stacked with ``torch.func`` when ``batched``;
-:mod:`fedselect.fl.local.batched`).
+or build the model (:func:`fedselect.fl.local.placement.worker_obstacle`). On ``device="cuda"``
+everything runs in the calling process on the GPU (sequentially, or stacked with
+``torch.func`` when ``batched``; :mod:`fedselect.fl.local.batched`).
 """
 
 from __future__ import annotations
 
-import ast
 import logging
 import math
-import os
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 import numpy as np
@@ -55,6 +51,7 @@ from fedselect.fl.local.clientdata import ClientData, _shared_copy
 from fedselect.fl.local.clients import TrainJob, TrainResult
 from fedselect.fl.local.device_errors import on_device
 from fedselect.fl.local.objective import objective_path
+from fedselect.fl.local.placement import resolve_device, torch_threads, worker_count, worker_obstacle
 from fedselect.fl.local.pool_dispatch import Task, WorkerPool
 from fedselect.fl.local.pool_messages import EvalDone, EvalTask, Failed, ModelSpec, TrainDone, TrainTask, WorkerInit
 from fedselect.fl.local.pool_worker import CLIENT_FAILURES, eval_chunk, load_state, train_job
@@ -71,10 +68,6 @@ __all__ = [
     "ModelSpec",
     "TrainJob",
     "TrainResult",
-    "usable_cores",
-    "main_importable",
-    "worker_obstacle",
-    "resolve_device",
     "eval_chunk",
     "EVAL_CHUNK",
     "EVAL_FORWARD_BATCH",
@@ -89,87 +82,6 @@ EVAL_CHUNK = 1000
 EVAL_FORWARD_BATCH = 250
 
 
-def usable_cores() -> int:
-    """CPU cores this process may run on (``len(os.sched_getaffinity(0))``; ``os.cpu_count()``
-    where affinity is not available)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
-def main_importable(model_name: str | None = None) -> bool:
-    """Whether worker processes can start and build the model here (:func:`worker_obstacle`
-    finds nothing in the way)."""
-    return worker_obstacle(model_name) is None
-
-
-def worker_obstacle(model_name: str | None = None) -> str | None:
-    """Why worker processes cannot train here, or None. ``forkserver`` and ``spawn`` children
-    re-import this process's main module when it is a file, and build the model by the name
-    :meth:`fedselect.registry.Registry.path_of` gives them.
-
-    In the way: a script on stdin (``python -``: ``__file__`` is ``'<stdin>'``, no real file:
-    the children cannot start); a script (or ``python -m`` module) calling fedselect from
-    top-level code outside ``if __name__ == "__main__":``, which every child would run again on
-    re-importing it (each starting a run of its own); a model ``model_name`` registered from
-    inside a function (no module path reaches it); in a notebook, IPython or ``python -c`` (a
-    main module without ``__file__``, which children do not re-import), a model defined there.
-    Nothing in the way for a guarded script file, ``python -m module``, and built-in or
-    importable models anywhere.
-    """
-    main = sys.modules.get("__main__")
-    if main is None:
-        return "no main module"
-    path = getattr(main, "__file__", None)
-    if path and _unguarded_call(main, path):
-        return f"{path} calls fedselect outside `if __name__ == '__main__':`, which every worker would run again"
-    try:
-        factory = MODELS.get(model_name) if model_name is not None else None
-    except ValueError:  # unknown here too: building it reports that
-        factory = None
-    where = f"{getattr(factory, '__module__', '')}.{getattr(factory, '__qualname__', '')}"
-    if "<locals>" in where and MODELS.path_of(model_name) == model_name:
-        return f"model {model_name!r} is registered from inside a function ({where}), which worker processes cannot import"
-    if getattr(getattr(main, "__spec__", None), "name", None):  # python -m: imported by name
-        return None
-    if not path:  # notebook, IPython, python -c: children start; a model defined here is unknown there
-        if getattr(factory, "__module__", "") == "__main__":
-            return f"model {model_name!r} is defined in this notebook or `python -c`, which worker processes do not import"
-        return None
-    from multiprocessing import process
-
-    if not os.path.isabs(path) and process.ORIGINAL_DIR is not None:  # as multiprocessing resolves it
-        path = os.path.join(process.ORIGINAL_DIR, path)
-    return None if os.path.isfile(path) else f"the main module {path!r} is no file (a script on stdin)"
-
-
-def _unguarded_call(main, path: str) -> bool:
-    """Whether this call comes from top-level code of ``main`` (read from ``path``) that is not
-    under ``if __name__ == "__main__":`` (False where the source cannot be read)."""
-    frame = sys._getframe(1)
-    while frame is not None and not (frame.f_code.co_name == "<module>" and frame.f_globals is vars(main)):
-        frame = frame.f_back
-    if frame is None:
-        return False
-    line = frame.f_lineno
-    try:
-        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
-        return False
-
-    def is_guard(node: ast.AST) -> bool:
-        t = getattr(node, "test", None)
-        if not (isinstance(node, ast.If) and isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq)):
-            return False
-        sides = {ast.dump(t.left), ast.dump(t.comparators[0])}
-        return sides == {ast.dump(ast.Name("__name__", ast.Load())), ast.dump(ast.Constant("__main__"))}
-
-    return not any(
-        is_guard(n) and n.body[0].lineno <= line <= (n.body[-1].end_lineno or n.body[-1].lineno) for n in ast.walk(tree)
-    )
-
-
 #: notices logged as warnings in this process (later ones at info level: one line per process)
 _NOTICED: set[str] = set()
 
@@ -181,6 +93,18 @@ def _notice(message: str) -> None:
     _NOTICED.add(message)
 
 
+def _check_options(start_method: str, job_timeout_s: float | None, eval_forward_batch: int | None, eval_threads: int) -> None:
+    """:class:`ClientTrainer`'s options checked, each named with what is allowed (ValueError)."""
+    if start_method not in ("forkserver", "spawn"):
+        raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
+    if job_timeout_s is not None and not job_timeout_s > 0:
+        raise ValueError(f"job_timeout_s must be > 0 or None, got {job_timeout_s!r}")
+    if eval_forward_batch is not None and eval_forward_batch < 1:
+        raise ValueError(f"eval_forward_batch must be >= 1, got {eval_forward_batch!r}")
+    if isinstance(eval_threads, bool) or not isinstance(eval_threads, int) or eval_threads < 1:
+        raise ValueError(f"eval_threads must be an integer >= 1, got {eval_threads!r}")
+
+
 class ClientTrainer:
     """Trains clients' local models (and evaluates models) in parallel worker processes.
 
@@ -189,9 +113,9 @@ class ClientTrainer:
         data: every client's training data: a :class:`ClientData`, or a list of client
             :class:`ArrayDataset` (client k = ``data[k]``; concatenated into one shared copy).
         train_cfg: local-training hyper-parameters (SGD/Adam, lr, batch size, ...).
-        workers: worker processes; None = :func:`usable_cores`; 0 = train in the calling
-            process (one torch thread while training, no process started); more than
-            :func:`usable_cores` starts :func:`usable_cores` of them, with a warning.
+        workers: worker processes; None = :func:`~fedselect.fl.local.placement.usable_cores`;
+            0 = train in the calling process (one torch thread while training, no process
+            started); more than the usable cores starts one per usable core, with a warning.
         eval_sets: named evaluation sets (e.g. ``{"test": fed.test_set}``) for :meth:`evaluate`.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (cuda when available).
             On a GPU the trainer works in the calling process and ``workers`` is ignored.
@@ -217,8 +141,9 @@ class ClientTrainer:
 
     Where worker processes cannot re-import the main module or build the model (a script on
     stdin, a script calling fedselect outside ``if __name__ == "__main__":``, a model defined
-    in a notebook: :func:`worker_obstacle`), ``workers > 0`` trains in the calling process
-    instead, with a one-line warning (once per process); results do not depend on it.
+    in a notebook: :func:`~fedselect.fl.local.placement.worker_obstacle`), ``workers > 0``
+    trains in the calling process instead, with a one-line warning (once per process); results
+    do not depend on it.
     """
 
     def __init__(
@@ -242,27 +167,8 @@ class ClientTrainer:
         self.spec = replace(spec, name=MODELS.path_of(spec.name))  # what a worker process can import
         if not isinstance(data, ClientData):
             data = ClientData.from_datasets(list(data))
-        if workers is None:
-            workers = usable_cores()
-        if int(workers) != workers or workers < 0:
-            raise ValueError(f"workers must be an integer >= 0 (0 = in the calling process), got {workers!r}")
-        cores = usable_cores()
-        if workers > cores:  # more processes than cores only add start-up time and memory
-            log.warning(
-                "%d workers asked for but this process may use %d cores: starting %d (results do not depend on it)",
-                workers,
-                cores,
-                cores,
-            )
-            workers = cores
-        if start_method not in ("forkserver", "spawn"):
-            raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
-        if job_timeout_s is not None and not job_timeout_s > 0:
-            raise ValueError(f"job_timeout_s must be > 0 or None, got {job_timeout_s!r}")
-        if eval_forward_batch is not None and eval_forward_batch < 1:
-            raise ValueError(f"eval_forward_batch must be >= 1, got {eval_forward_batch!r}")
-        if isinstance(eval_threads, bool) or not isinstance(eval_threads, int) or eval_threads < 1:
-            raise ValueError(f"eval_threads must be an integer >= 1, got {eval_threads!r}")
+        workers = worker_count(workers)
+        _check_options(start_method, job_timeout_s, eval_forward_batch, eval_threads)
         self.eval_threads = eval_threads
         self.device = resolve_device(device)
         self.train_cfg = train_cfg
@@ -279,6 +185,21 @@ class ClientTrainer:
         self._shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
         on_gpu = self.device.type != "cpu"
         self.workers = 0 if on_gpu else int(workers)
+        self._choose_batched(batched, on_gpu, model)
+        self._train_here_if_workers_cannot_start()
+        self._param_names = {n for n, _ in model.named_parameters()}
+        eval_sets = dict(eval_sets or {})
+        self._eval_sizes = {name: len(d) for name, d in eval_sets.items()}
+        self._closed = False
+        self._pool: WorkerPool | None = None
+        if self.workers == 0:
+            self._place_here(model, data, eval_sets, on_gpu)
+        else:
+            self._start_workers(model, data, eval_sets, train_cfg, start_method, job_timeout_s)
+        self.startup_s = time.perf_counter() - t0
+
+    def _choose_batched(self, batched: bool | None, on_gpu: bool, model: torch.nn.Module) -> None:
+        """``self.batched``: as asked, or (None) on a GPU where the model allows stacking."""
         if batched is None:
             from fedselect.fl.local.batched import supports_batched
 
@@ -289,6 +210,11 @@ class ClientTrainer:
                 "batched=True trains in the calling process: use it with workers=0 or on a GPU "
                 f"(got workers={self.workers} on {self.device})"
             )
+
+    def _train_here_if_workers_cannot_start(self) -> None:
+        """``workers = 0``, with a notice once per process, where worker processes could not
+        re-import the main module or build the model
+        (:func:`~fedselect.fl.local.placement.worker_obstacle`)."""
         obstacle = worker_obstacle(self.spec.name) if self.workers > 0 else None
         if obstacle is not None:
             _notice(
@@ -296,39 +222,45 @@ class ClientTrainer:
                 "training in this process (results do not depend on it)"
             )
             self.workers = 0
-        self._param_names = {n for n, _ in model.named_parameters()}
-        eval_sets = dict(eval_sets or {})
-        self._eval_sizes = {name: len(d) for name, d in eval_sets.items()}
-        self._closed = False
-        self._pool: WorkerPool | None = None
-        if self.workers == 0:
-            with on_device(self.device, "moving the model, the clients' data and the evaluation sets to the device"):
-                self._model = model.to(self.device)
-                if self.channels_last:
-                    self._model = self._model.to(memory_format=torch.channels_last)
-                self.data = data if not on_gpu else data.to(self.device)
-                self._eval = {
-                    n: (torch.from_numpy(d.x).to(self.device), torch.from_numpy(d.y).to(self.device))
-                    for n, d in eval_sets.items()
-                }
-        else:
-            self._model = None
-            self.data = data.shared()
+
+    def _place_here(self, model: torch.nn.Module, data: ClientData, eval_sets: dict[str, ArrayDataset], on_gpu: bool) -> None:
+        """Training in the calling process: the model, the clients' data and the evaluation sets
+        on the trainer's device."""
+        with on_device(self.device, "moving the model, the clients' data and the evaluation sets to the device"):
+            self._model = model.to(self.device)
+            if self.channels_last:
+                self._model = self._model.to(memory_format=torch.channels_last)
+            self.data = data if not on_gpu else data.to(self.device)
             self._eval = {
-                n: (_shared_copy(torch.from_numpy(d.x)), _shared_copy(torch.from_numpy(d.y))) for n, d in eval_sets.items()
+                n: (torch.from_numpy(d.x).to(self.device), torch.from_numpy(d.y).to(self.device)) for n, d in eval_sets.items()
             }
-            template = model.state_dict()
-            inits = []
-            for _ in range(self.workers):
-                in_buf = {k: _shared_copy(torch.zeros_like(v)) for k, v in template.items()}
-                out_buf = {k: _shared_copy(torch.zeros_like(v)) for k, v in template.items()}
-                inits.append(
-                    WorkerInit(
-                        self.spec, self.data, self._eval, train_cfg, self.channels_last, in_buf, out_buf, self.eval_forward_batch
-                    )
+
+    def _start_workers(
+        self,
+        model: torch.nn.Module,
+        data: ClientData,
+        eval_sets: dict[str, ArrayDataset],
+        train_cfg: TrainConfig,
+        start_method: str,
+        job_timeout_s: float | None,
+    ) -> None:
+        """Training in worker processes: the data and the evaluation sets copied once into shared
+        memory, two shared state buffers per worker (start state in, trained state out), the pool
+        started."""
+        self._model = None
+        self.data = data.shared()
+        self._eval = {n: (_shared_copy(torch.from_numpy(d.x)), _shared_copy(torch.from_numpy(d.y))) for n, d in eval_sets.items()}
+        template = model.state_dict()
+        inits = []
+        for _ in range(self.workers):
+            in_buf = {k: _shared_copy(torch.zeros_like(v)) for k, v in template.items()}
+            out_buf = {k: _shared_copy(torch.zeros_like(v)) for k, v in template.items()}
+            inits.append(
+                WorkerInit(
+                    self.spec, self.data, self._eval, train_cfg, self.channels_last, in_buf, out_buf, self.eval_forward_batch
                 )
-            self._pool = WorkerPool(inits, start_method, self.start_timeout_s, job_timeout_s)
-        self.startup_s = time.perf_counter() - t0
+            )
+        self._pool = WorkerPool(inits, start_method, self.start_timeout_s, job_timeout_s)
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod
@@ -442,7 +374,7 @@ class ClientTrainer:
             # each thread computes whole chunks with one torch thread, as a worker does
             pool = ThreadPoolExecutor(threads, initializer=torch.set_num_threads, initargs=(1,)) if threads > 1 else None
             try:
-                with _threads(1), on_device(self.device, f"evaluating {len(states)} model(s) on {name!r}"):
+                with torch_threads(1), on_device(self.device, f"evaluating {len(states)} model(s) on {name!r}"):
                     for s in states:
                         load_state(self._model, s)
 
@@ -524,7 +456,7 @@ class ClientTrainer:
 
     def _train_here(self, j: TrainJob) -> TrainResult:
         try:
-            with _threads(1) if self.device.type == "cpu" else _nothing():
+            with torch_threads(1) if self.device.type == "cpu" else _nothing():
                 done = train_job(self._model, self.data, self.train_cfg, j, in_process=True)
                 # the standard layout with the strides a worker's buffers have (a channels-last
                 # weight with one input channel counts as contiguous but keeps other strides,
@@ -550,56 +482,6 @@ def _metrics(y_true: np.ndarray, chunks: list[tuple[np.ndarray, float]], n: int)
     }
 
 
-_thread_lock = threading.Lock()
-
-
-@contextmanager
-def _threads(n: int) -> Iterator[None]:
-    """Run the block with ``n`` torch intra-op threads, restoring the previous count."""
-    with _thread_lock:
-        before = torch.get_num_threads()
-        if before != n:
-            torch.set_num_threads(n)
-        try:
-            yield
-        finally:
-            if before != n:
-                torch.set_num_threads(before)
-
-
 @contextmanager
 def _nothing() -> Iterator[None]:
     yield
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (cuda when available, else cpu).
-
-    Raises:
-        ValueError: an unknown name, cuda asked for where none is available, or ``cuda:N`` past
-            the last GPU; the message names the device, this PyTorch build and what to do.
-    """
-    name = str(device)
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}") from None
-    if dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
-        raise ValueError(
-            f"device {device!r}: no CUDA device is available here (PyTorch {torch.__version__}, {build}; "
-            "torch.cuda.is_available() is False). What to do: train on the CPU with --device cpu (or train.device: cpu), "
-            "or auto, which takes a GPU only where there is one; to train on a GPU, run where `nvidia-smi` lists one, "
-            "with a CUDA build of PyTorch"
-        )
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        count = torch.cuda.device_count()
-        raise ValueError(
-            f"device {device!r}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}; "
-            "choose one of them, or cuda (the current one)"
-        )
-    return dev

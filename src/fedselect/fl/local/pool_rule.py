@@ -118,7 +118,7 @@ def measure_costs(
     No optimiser step (it would import torch._dynamo); the gradients are dropped, the model's
     mode and the global torch generator's state are restored.
     """
-    from fedselect.fl.local.pool import _threads
+    from fedselect.fl.local.placement import torch_threads
 
     xb, yb = torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(np.ascontiguousarray(y))
     if channels_last and xb.dim() == 4:
@@ -128,7 +128,7 @@ def measure_costs(
     xe = torch.cat([xb] * reps)[:eval_batch] if len(xb) else xb
     was_training = model.training
     step, fwd = math.inf, math.inf
-    with _threads(1), torch.random.fork_rng(devices=[]):
+    with torch_threads(1), torch.random.fork_rng(devices=[]):
         try:
             for i in range(repeats + 1):
                 model.train()

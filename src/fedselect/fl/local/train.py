@@ -154,34 +154,11 @@ def train_steps(
         for name, p in model.named_parameters():
             p.requires_grad_(name in trainable)
     opt = make_optimizer(model, cfg)
-    loss_fn = nn.CrossEntropyLoss()
     model.train()
-    total, batches = 0.0, 0
-    sq_sum, count = 0.0, 0
     try:
-        for _ in range(epochs):
-            for idx in iterate_minibatches(n, cfg.batch_size, generator):
-                if max_steps is not None and batches >= max_steps:
-                    break
-                if rows is not None:
-                    idx = rows[idx]
-                yb = y[idx]
-                opt.zero_grad(set_to_none=True)
-                logits = model(x[idx])
-                loss = loss_fn(logits, yb)
-                loss.backward()
-                if extra is not None:
-                    extra()
-                opt.step()
-                total += float(loss.detach())
-                batches += 1
-                if stats is not None:
-                    with torch.no_grad():
-                        per = nn.functional.cross_entropy(logits.detach(), yb, reduction="none")
-                        sq_sum += float((per.double() ** 2).sum())
-                        count += int(per.numel())
-                if after_batch is not None:
-                    after_batch(batches)
+        total, batches, sq_sum, count = _run_epochs(
+            model, opt, x, y, rows, n, cfg, generator, epochs, max_steps, extra, stats is not None, after_batch
+        )
     finally:
         if trainable is not None:
             for p in model.parameters():
@@ -189,3 +166,52 @@ def train_steps(
     if stats is not None:
         stats["sum_sq_sample_loss"], stats["num_sample_losses"] = sq_sum, count
     return total / batches if batches else math.nan
+
+
+def _run_epochs(
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    rows: torch.Tensor | None,
+    n: int,
+    cfg: TrainConfig,
+    generator: torch.Generator,
+    epochs: int,
+    max_steps: int | None,
+    extra: Callable[[], None] | None,
+    want_stats: bool,
+    after_batch: Callable[[int], None] | None,
+) -> tuple[float, int, float, int]:
+    """:func:`train_steps`' optimiser steps: ``epochs`` shuffled passes over the client's ``n``
+    samples (every epoch's permutation drawn, even past ``max_steps``, so the generator ends in
+    the same state), ``extra`` (the objective's gradient term) after each backward pass.
+    Returns (sum of the mini-batch losses, mini-batches, sum of squared per-sample losses, samples
+    counted in it; the last two 0 unless ``want_stats``)."""
+    loss_fn = nn.CrossEntropyLoss()
+    total, batches = 0.0, 0
+    sq_sum, count = 0.0, 0
+    for _ in range(epochs):
+        for idx in iterate_minibatches(n, cfg.batch_size, generator):
+            if max_steps is not None and batches >= max_steps:
+                break
+            if rows is not None:
+                idx = rows[idx]
+            yb = y[idx]
+            opt.zero_grad(set_to_none=True)
+            logits = model(x[idx])
+            loss = loss_fn(logits, yb)
+            loss.backward()
+            if extra is not None:
+                extra()
+            opt.step()
+            total += float(loss.detach())
+            batches += 1
+            if want_stats:
+                with torch.no_grad():
+                    per = nn.functional.cross_entropy(logits.detach(), yb, reduction="none")
+                    sq_sum += float((per.double() ** 2).sum())
+                    count += int(per.numel())
+            if after_batch is not None:
+                after_batch(batches)
+    return total, batches, sq_sum, count
