@@ -35,7 +35,8 @@ from fedselect.config.schema import ConfigError, ExperimentConfig, SystemConfig
 from fedselect.experiment.resolve import Resolved, resolve
 from fedselect.experiment.run import run_experiment
 from fedselect.fl.local.clientdata import ClientData
-from fedselect.fl.local.pool import ClientTrainer, ModelSpec, usable_cores
+from fedselect.fl.local.placement import usable_cores
+from fedselect.fl.local.pool import ClientTrainer, ModelSpec
 from fedselect.fl.work import EvalJob, EvalResult, Job, LocalTransport, Result
 from fedselect.flower.nodes import FlowerOptions, NodeDirectory
 from fedselect.flower.owndata import PROFILE_FIELDS, model_digest
