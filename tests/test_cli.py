@@ -186,7 +186,7 @@ def _config_yaml_only(monkeypatch):
     """``fedselect run`` up to config.yaml: the run itself is replaced by writing the resolved
     config as a run writes it (one real run below checks the real writer)."""
     from fedselect import api
-    from fedselect.config.schema import dump_config
+    from fedselect.config.load import dump_config
 
     def write(plan, **kw):
         plan.run_dir.mkdir(parents=True)
@@ -379,7 +379,7 @@ def test_the_embedded_default_is_a_config_file_like_any_other(tmp_path, monkeypa
     import yaml
 
     from fedselect import api
-    from fedselect.config.schema import dump_config
+    from fedselect.config.load import dump_config
 
     shown = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"
     assert shown.resolve() == api.DEFAULT_EXPERIMENT.resolve()

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from fedselect.cli import _parse_seeds, app
 from fedselect.common.files import read_json
-from fedselect.config.schema import ConfigError, load_config
+from fedselect.config.load import load_config
+from fedselect.config.schema import ConfigError
 from fedselect.experiment.metrics import CORE_COLUMNS, read_metrics
 from fedselect.experiment.run import check_output_dir
 

@@ -37,7 +37,9 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from fedselect.common.files import read_csv_rows, read_json
 from fedselect.config.contenders import switch_components
-from fedselect.config.schema import ConfigError, ExperimentConfig, apply_overrides, load_config, read_experiment
+from fedselect.config.load import load_config, read_experiment
+from fedselect.config.overrides import apply_overrides
+from fedselect.config.schema import ConfigError, ExperimentConfig
 from fedselect.experiment.resolve import Resolved, resolve_doc
 from fedselect.experiment.run import RoundEvent, RunPlan, check_output_dir, play, resume_experiment
 from fedselect.experiment.run import plan as plan_in

@@ -361,7 +361,8 @@ def fleet_table() -> Table:
         DeadlineConfig,
         StalenessConfig,
     )
-    from fedselect.config.schema import ExperimentConfig, SystemConfig
+    from fedselect.config.schema import ExperimentConfig
+    from fedselect.config.sections import SystemConfig
 
     t = Table(title="fleet settings (docs/fleets.md) and mode: async (docs/async.md)")
     for c in ("key", "default", "applies to", "meaning"):

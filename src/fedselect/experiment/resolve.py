@@ -27,8 +27,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from fedselect.algorithms.base import Algorithm
+from fedselect.config.load import read_experiment
 from fedselect.config.presets import PRESETS, Preset
-from fedselect.config.schema import NAMES_ONLY, ConfigError, ExperimentConfig, parse_config, read_experiment, schema_problems
+from fedselect.config.schema import NAMES_ONLY, ConfigError, ExperimentConfig, parse_config, schema_problems
 from fedselect.fl.local.train import TrainConfig
 from fedselect.fl.types import RunSettings
 from fedselect.registry import ALGORITHMS, DATASETS, ENGINES, MODELS, PARTITIONERS, SELECTORS

@@ -27,7 +27,8 @@ from typing import Any, Callable
 
 import torch
 
-from fedselect.config.schema import ExperimentConfig, parse_config, read_yaml_file
+from fedselect.config.load import read_yaml_file
+from fedselect.config.schema import ExperimentConfig, parse_config
 from fedselect.engines import Session
 from fedselect.experiment.checkpoint import FORMAT_VERSION, NoCheckpointError, load_checkpoint, remove_stale_temp_files
 from fedselect.experiment.inputs import check_resume, saved_inputs_changed, write_inputs
@@ -430,7 +431,7 @@ def with_validation_keys(base: dict[str, Any]) -> dict[str, Any]:
     """A comparison's / sweep's ``base`` as it is saved (compare.json, sweep.json): the keys of
     :data:`PRE_VALIDATION_VALUES` stated, their default where ``base`` leaves them out, so that
     reading it back (:func:`with_pre_validation_values`) never takes it for one saved before them."""
-    from fedselect.config.schema import DataConfig
+    from fedselect.config.sections import DataConfig
 
     defaults = {
         "data.validation": DataConfig.model_fields["validation"].default,
