@@ -14,7 +14,7 @@ from fedselect.common.files import read_json
 from fedselect.config.load import load_config
 from fedselect.config.schema import ConfigError
 from fedselect.experiment.metrics import CORE_COLUMNS, read_metrics
-from fedselect.experiment.run import check_output_dir
+from fedselect.experiment.output_dir import check_output_dir
 
 runner = CliRunner()
 TINY = ["--rounds", "1", "--set", "data.num_clients=4", "--set", "clients_per_round=2", "--set", "model.name=mlp"]

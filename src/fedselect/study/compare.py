@@ -33,7 +33,8 @@ from fedselect.config.contenders import (
 from fedselect.config.overrides import apply_overrides
 from fedselect.config.schema import ConfigError, ExperimentConfig
 from fedselect.experiment.resolve import Resolved, resolve_doc
-from fedselect.experiment.run import RoundEvent, check_saved_runs, with_pre_validation_values, with_validation_keys
+from fedselect.experiment.resume import check_saved_runs, with_pre_validation_values, with_validation_keys
+from fedselect.experiment.run import RoundEvent
 from fedselect.report.tables import federation_info
 from fedselect.world.federation import Federation
 
