@@ -43,9 +43,10 @@ LAYERS = {
     "fedselect.selectors": 7,
     "fedselect.algorithms": 7,
     # the experiment layer's plan side, below the engines that read it: the resolved config
-    # (Resolved, from the registries of components), the run's parts (make_trainer, services),
-    # the metrics columns the run records
+    # (Resolved, from the registries of components; each component's options checked), the
+    # run's parts (make_trainer, services), the metrics columns the run records
     "fedselect.experiment.resolve": 8,
+    "fedselect.experiment.options": 8,
     "fedselect.experiment.simulation": 8,
     "fedselect.experiment.metrics": 8,
     # the engines (registry: fedselect.registry.ENGINES): the interface, the simulator, and the

@@ -311,7 +311,7 @@ def kind_table(key: str) -> Table:
     """
     from rich.markup import escape
 
-    from fedselect.experiment.resolve import DATASET_ARGS, MODEL_ARGS, option_defaults, options_model
+    from fedselect.experiment.options import DATASET_ARGS, MODEL_ARGS, option_defaults, options_model
     from fedselect.registry import REGISTRIES
 
     if key == "engines":
