@@ -33,6 +33,8 @@ def option_names(fn: Any, skip: tuple[str, ...] = ()) -> tuple[list[str], bool]:
 
 
 def signature_defaults(fn: Any, skip: tuple[str, ...]) -> dict[str, Any]:
+    """The keyword parameters of ``fn`` that have a default (a tuple given as a list, as YAML
+    writes it), but those in ``skip``."""
     if not inspect.isfunction(fn):
         return {}
     out = {}
@@ -55,6 +57,9 @@ def _int_only(hint: Any) -> bool | None:
 
 
 def check_signature(label: str, what: str, fn: Any, options: dict[str, Any], skip: tuple[str, ...]) -> list[Problem]:
+    """The problems of ``options`` given at ``label`` to ``fn`` (``what`` names it): a key in
+    ``skip`` (the runner passes it), an unknown key (unless ``fn`` forwards extra keywords), a
+    value that is not an integer where the annotation asks for one."""
     named, forwards = option_names(fn, skip)
     reserved = sorted(set(options) & set(skip))
     if reserved:
@@ -75,6 +80,8 @@ def check_signature(label: str, what: str, fn: Any, options: dict[str, Any], ski
 
 # ------------------------------------------------------------------------ component options
 def validate_options(label: str, model: type[BaseModel], options: dict[str, Any], errors: list[Problem]) -> BaseModel | None:
+    """``options`` validated (strictly) by a component's ``Options`` ``model``; None after
+    appending one problem per bad key (under ``label``) to ``errors``."""
     try:
         return model.model_validate(options, strict=True)
     except ValidationError as e:
