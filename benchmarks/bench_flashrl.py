@@ -41,7 +41,7 @@ sys.path.insert(0, str(HERE))
 
 from fedselect.common.files import dumps_json, read_csv_rows  # noqa: E402
 from fedselect.common.seeding import np_rng  # noqa: E402
-from fedselect.config.schema import load_config  # noqa: E402
+from fedselect.config.load import load_config  # noqa: E402
 from fedselect.experiment.run import run_experiment  # noqa: E402
 from fedselect.methods import import_methods, register_method  # noqa: E402
 from fedselect.methods.ddqn import linear_epsilon  # noqa: E402

@@ -65,7 +65,8 @@ CHILD = textwrap.dedent("""
     torch.set_num_threads(1)
     marks = {}
     import fedselect.fl.round as runner  # both engines play the round there
-    from fedselect.config.schema import ExperimentConfig, apply_overrides
+    from fedselect.config.overrides import apply_overrides
+    from fedselect.config.schema import ExperimentConfig
     from fedselect.experiment.resolve import parse_experiment
     plain = {k: (json.loads(v) if isinstance(v, str) and v[:1] == "[" else v) for k, v in settings.items()
              if k.split(".")[0] in ExperimentConfig.model_fields}

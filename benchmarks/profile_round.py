@@ -75,7 +75,7 @@ def epoch_table(reps: int = 5) -> list[tuple[str, float]]:
 def flashrl_profile(rounds: int = 3) -> None:
     import tempfile
 
-    from fedselect.config.schema import load_config
+    from fedselect.config.load import load_config
     from fedselect.experiment.run import run_experiment
 
     cfg = load_config(HERE.parent / "configs" / "flashrl-mnist-dir05.yaml", {"rounds": rounds, "checkpoint_every": 0})

@@ -43,9 +43,10 @@ LAYERS = {
     "fedselect.selectors": 7,
     "fedselect.algorithms": 7,
     # the experiment layer's plan side, below the engines that read it: the resolved config
-    # (Resolved, from the registries of components), the run's parts (make_trainer, services),
-    # the metrics columns the run records
+    # (Resolved, from the registries of components; each component's options checked), the
+    # run's parts (make_trainer, services), the metrics columns the run records
     "fedselect.experiment.resolve": 8,
+    "fedselect.experiment.options": 8,
     "fedselect.experiment.simulation": 8,
     "fedselect.experiment.metrics": 8,
     # the engines (registry: fedselect.registry.ENGINES): the interface, the simulator, and the
@@ -247,8 +248,15 @@ def test_no_engine_imports_the_experiment_layer():
 
 
 def test_config_is_a_schema_only():
-    assert GRAPH["fedselect.config.schema"] <= {"fedselect.config.fleet"}, "config/schema.py imports only its own fleet sections"
+    assert GRAPH["fedselect.config.schema"] <= {"fedselect.config.fleet", "fedselect.config.sections"}, (
+        "config/schema.py imports only its own sections"
+    )
+    assert GRAPH["fedselect.config.sections"] <= {"fedselect.config.fleet"}, "config/sections.py imports only the fleet sections"
     assert GRAPH["fedselect.config.fleet"] == set(), "config/fleet.py must import no other part of fedselect"
+    assert GRAPH["fedselect.config.overrides"] <= {"fedselect.config.schema"}, "config/overrides.py knows only ConfigError"
+    assert GRAPH["fedselect.config.load"] <= {"fedselect.config.schema", "fedselect.config.overrides"}, (
+        "config/load.py reads files into the schema"
+    )
     assert GRAPH["fedselect.world.data.datasets"] <= {"fedselect.registry"}, "the data registry imports no loader"
     assert all(
         d.startswith(("fedselect.config", "fedselect.common", "fedselect.registry"))

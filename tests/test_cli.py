@@ -5,19 +5,20 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fedselect.cli import _parse_sets, app
+from fedselect.cli import app
+from fedselect.cli.options import parse_sets
 
 runner = CliRunner()
 
 
 def test_parse_sets_reads_yaml_values():
-    assert _parse_sets(["train.lr=0.1", "data.options.path=/data/x", "system.count_download=true"]) == {
+    assert parse_sets(["train.lr=0.1", "data.options.path=/data/x", "system.count_download=true"]) == {
         "train.lr": 0.1,
         "data.options.path": "/data/x",
         "system.count_download": True,
     }
     with pytest.raises(ValueError, match="expected KEY=VALUE"):
-        _parse_sets(["train.lr"])
+        parse_sets(["train.lr"])
 
 
 def test_bad_set_value_names_the_key(tmp_path):
@@ -121,16 +122,16 @@ def test_comparison_directory_policy(tmp_path, monkeypatch):
 def test_engine_option_is_a_config_override(tmp_path):
     import yaml
 
-    from fedselect.cli import _overrides
+    from fedselect.cli.options import option_overrides
     from fedselect.study.compare import load_compare
 
     for cmd in ("run", "compare"):
         text = " ".join(runner.invoke(app, [cmd, "--help"]).output.split())
         assert "--engine [simulator|flower|package.module:ClassName]" in text
         assert "Flower's simulation engine, one node per client" in text and "your own as package.module:ClassName" in text
-    assert _overrides(None, None, None, engine="flower") == {"engine": "flower"}
-    assert _overrides(None, None, None, ["engine=simulator"]) == {"engine": "simulator"}  # the same as --set
-    cc = load_compare(None, _overrides(None, None, None, engine="flower"))
+    assert option_overrides(None, None, None, engine="flower") == {"engine": "flower"}
+    assert option_overrides(None, None, None, ["engine=simulator"]) == {"engine": "simulator"}  # the same as --set
+    cc = load_compare(None, option_overrides(None, None, None, engine="flower"))
     assert {cc.experiment(m, 0).engine for m in cc.methods} == {"flower"}
     res = runner.invoke(app, ["run", *TINY, "--engine", "sim", "-o", str(tmp_path / "bad")])
     assert res.exit_code == 2 and "'sim' is not an engine; allowed: simulator, flower, or package.module:ClassName" in " ".join(
@@ -186,7 +187,7 @@ def _config_yaml_only(monkeypatch):
     """``fedselect run`` up to config.yaml: the run itself is replaced by writing the resolved
     config as a run writes it (one real run below checks the real writer)."""
     from fedselect import api
-    from fedselect.config.schema import dump_config
+    from fedselect.config.load import dump_config
 
     def write(plan, **kw):
         plan.run_dir.mkdir(parents=True)
@@ -379,7 +380,7 @@ def test_the_embedded_default_is_a_config_file_like_any_other(tmp_path, monkeypa
     import yaml
 
     from fedselect import api
-    from fedselect.config.schema import dump_config
+    from fedselect.config.load import dump_config
 
     shown = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"
     assert shown.resolve() == api.DEFAULT_EXPERIMENT.resolve()

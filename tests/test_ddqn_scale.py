@@ -193,7 +193,7 @@ def test_shared_network_and_sampled_pca_end_to_end(tmp_path, method):
 def test_shipped_scale_configs_parse():
     from pathlib import Path
 
-    from fedselect.config.schema import load_config
+    from fedselect.config.load import load_config
     from fedselect.study.compare import load_compare
 
     root = Path(__file__).resolve().parents[1] / "configs"
@@ -229,7 +229,7 @@ def _shipped_ddqn_runs():
     """(config file, resolved run config) of every shipped run whose selector is FLASH-RL or FAVOR."""
     from pathlib import Path
 
-    from fedselect.config.schema import config_kind, read_yaml_file
+    from fedselect.config.load import config_kind, read_yaml_file
     from fedselect.experiment.resolve import load_experiment, resolve
     from fedselect.study.compare import parse_compare
     from fedselect.study.sweep import parse_sweep

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedselect.config.schema import apply_overrides, load_config, parse_config
+from fedselect.config.load import load_config
+from fedselect.config.overrides import apply_overrides
+from fedselect.config.schema import parse_config
 from fedselect.experiment.run import run_experiment
 from fedselect.world.federation import build_federation
 

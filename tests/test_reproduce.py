@@ -243,7 +243,7 @@ def test_no_run_lists_what_has_not_run(tmp_path):
 
 def test_saved_runs_made_before_an_option_was_added_are_accepted_at_its_default():
     from fedselect.experiment.resolve import parse_experiment
-    from fedselect.experiment.run import config_differences
+    from fedselect.experiment.resume import config_differences
 
     now = parse_experiment({"selector": {"name": "flashrl"}}).model_dump(mode="json")
     saved = {**now, "selector": {**now["selector"], "options": dict(now["selector"]["options"])}}

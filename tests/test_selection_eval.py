@@ -13,7 +13,8 @@ from fedselect.common.seeding import np_rng
 from fedselect.config.schema import ConfigError
 from fedselect.experiment.metrics import read_metrics
 from fedselect.experiment.resolve import parse_experiment
-from fedselect.experiment.run import config_differences, run_experiment, with_current_defaults
+from fedselect.experiment.resume import config_differences, with_current_defaults
+from fedselect.experiment.run import run_experiment
 from fedselect.fl.types import Evaluation, Feedback
 from fedselect.report.tables import selection_eval_note
 from fedselect.world.data.datasets import register_dataset
@@ -227,7 +228,7 @@ def test_a_run_saved_before_the_validation_set_is_read_as_it_was_made():
 def test_a_comparison_saved_now_is_not_read_as_one_saved_before_the_validation_set():
     """compare.json / sweep.json bases state both keys when written, so reading one back keeps
     today's defaults; a base that lacks them (saved before) reads as no validation set, test."""
-    from fedselect.experiment.run import with_pre_validation_values, with_validation_keys
+    from fedselect.experiment.resume import with_pre_validation_values, with_validation_keys
 
     saved_now = with_validation_keys({"rounds": 3, "data": {"num_clients": 8}})
     assert saved_now == {"rounds": 3, "data": {"num_clients": 8, "validation": 0.1}, "selection_eval": "validation"}

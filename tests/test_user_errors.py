@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fedselect.cli import _parse_seeds, app
+from fedselect.cli import app
+from fedselect.cli.options import parse_seeds
 from fedselect.common.files import read_json
-from fedselect.config.schema import ConfigError, load_config
+from fedselect.config.load import load_config
+from fedselect.config.schema import ConfigError
 from fedselect.experiment.metrics import CORE_COLUMNS, read_metrics
-from fedselect.experiment.run import check_output_dir
+from fedselect.experiment.output_dir import check_output_dir
 
 runner = CliRunner()
 TINY = ["--rounds", "1", "--set", "data.num_clients=4", "--set", "clients_per_round=2", "--set", "model.name=mlp"]
@@ -171,8 +173,8 @@ def test_sweep_table_only_needs_an_existing_sweep(tmp_path, monkeypatch):
 @pytest.mark.parametrize("text", ["0,,1", "0,1,", ",0"])
 def test_seeds_with_empty_items_are_refused(text):
     with pytest.raises(ValueError, match="distinct comma-separated integers"):
-        _parse_seeds(text)
-    assert _parse_seeds("0, 1,2") == [0, 1, 2]
+        parse_seeds(text)
+    assert parse_seeds("0, 1,2") == [0, 1, 2]
 
 
 def test_a_key_given_twice_in_a_config_is_refused(tmp_path):

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from conftest import with_keys
 from fedselect.cli import app
-from fedselect.config.schema import ConfigError, load_config
+from fedselect.config.load import load_config
+from fedselect.config.schema import ConfigError
 from fedselect.experiment.resolve import parse_experiment, resolve_doc
 from fedselect.experiment.run import run_experiment
 
@@ -378,7 +379,7 @@ SHIPPED = sorted(p for p in (Path(__file__).resolve().parent.parent / "configs")
 def test_every_shipped_config_resolves(path):
     """Each config under configs/ is accepted by the command its kind belongs to (the schema,
     every registry name, every component's options), before any data is loaded."""
-    from fedselect.config.schema import config_kind, read_yaml_file
+    from fedselect.config.load import config_kind, read_yaml_file
     from fedselect.experiment.resolve import load_experiment
     from fedselect.study.compare import parse_compare
     from fedselect.study.sweep import parse_sweep

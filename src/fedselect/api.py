@@ -37,9 +37,12 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from fedselect.common.files import read_csv_rows, read_json
 from fedselect.config.contenders import switch_components
-from fedselect.config.schema import ConfigError, ExperimentConfig, apply_overrides, load_config, read_experiment
+from fedselect.config.load import load_config, read_experiment
+from fedselect.config.overrides import apply_overrides
+from fedselect.config.schema import ConfigError, ExperimentConfig
+from fedselect.experiment.output_dir import check_output_dir
 from fedselect.experiment.resolve import Resolved, resolve_doc
-from fedselect.experiment.run import RoundEvent, RunPlan, check_output_dir, play, resume_experiment
+from fedselect.experiment.run import RoundEvent, RunPlan, play, resume_experiment
 from fedselect.experiment.run import plan as plan_in
 from fedselect.world.federation import Federation
 
@@ -238,7 +241,7 @@ def output_dir(kind: str, name: str, out: str | Path | None = None, resume: str 
     Raises:
         FileExistsError: a comparison there already (and not ``resume``), or another kind of
         output. ValueError, PermissionError, NotADirectoryError: see
-        :func:`fedselect.experiment.run.check_output_dir`.
+        :func:`fedselect.experiment.output_dir.check_output_dir`.
     """
     if resume is not None:
         return Path(resume)

@@ -311,7 +311,7 @@ def kind_table(key: str) -> Table:
     """
     from rich.markup import escape
 
-    from fedselect.experiment.resolve import DATASET_ARGS, MODEL_ARGS, option_defaults, options_model
+    from fedselect.experiment.options import DATASET_ARGS, MODEL_ARGS, option_defaults, options_model
     from fedselect.registry import REGISTRIES
 
     if key == "engines":
@@ -361,7 +361,8 @@ def fleet_table() -> Table:
         DeadlineConfig,
         StalenessConfig,
     )
-    from fedselect.config.schema import ExperimentConfig, SystemConfig
+    from fedselect.config.schema import ExperimentConfig
+    from fedselect.config.sections import SystemConfig
 
     t = Table(title="fleet settings (docs/fleets.md) and mode: async (docs/async.md)")
     for c in ("key", "default", "applies to", "meaning"):

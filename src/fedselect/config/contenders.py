@@ -17,8 +17,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from fedselect.config.overrides import apply_overrides
 from fedselect.config.presets import PRESETS
-from fedselect.config.schema import ComponentConfig, ConfigError, apply_overrides, problem_line, schema_problems
+from fedselect.config.schema import ConfigError, problem_line, schema_problems
+from fedselect.config.sections import ComponentConfig
 
 #: characters a method label may hold besides letters and digits (of any script: Ø, β, é)
 LABEL_PUNCTUATION = " _.+-()"

@@ -18,7 +18,7 @@ Whatever reuses a run's results checks them, before anything is written:
   resume is refused naming every file that changed (its size and digest before and now), or was
   added or no longer read, and whether the federation differs;
 * ``fedselect compare --resume DIR`` and a sweep continued into its ``--out`` (through
-  :func:`fedselect.experiment.run.check_saved_runs`, :func:`saved_inputs_changed`): every kept run's
+  :func:`fedselect.experiment.resume.check_saved_runs`, :func:`saved_inputs_changed`): every kept run's
   files must still hold what they held (size and SHA-256 of the file on disk; no federation is
   built for a finished run).
 

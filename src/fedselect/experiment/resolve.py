@@ -5,7 +5,8 @@ preset, the selector, the algorithm and the engine — validates every component
 component's own pydantic model (or, for data sets, models and partition schemes without one,
 its signature), checks that the selector and the algorithm fit together and with the
 settings, and returns a :class:`Resolved` whose ``config`` has every default written out (what
-``config.yaml`` holds).
+``config.yaml`` holds). How one component's options are read and checked is
+:mod:`fedselect.experiment.options`.
 All problems are reported at once, one line each, naming the key and what is allowed.
 
 A run is resolved once: the :class:`Resolved` (not the raw :class:`~fedselect.config.schema.ExperimentConfig`)
@@ -17,9 +18,6 @@ written-out config (for saving and comparing configs).
 
 from __future__ import annotations
 
-import dis
-import inspect
-import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,16 +25,23 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from fedselect.algorithms.base import Algorithm
+from fedselect.config.load import read_experiment
 from fedselect.config.presets import PRESETS, Preset
-from fedselect.config.schema import NAMES_ONLY, ConfigError, ExperimentConfig, parse_config, read_experiment, schema_problems
+from fedselect.config.schema import NAMES_ONLY, ConfigError, ExperimentConfig, parse_config, schema_problems
+from fedselect.experiment.options import (
+    DATASET_ARGS,
+    MODEL_ARGS,
+    Problem,
+    callable_options,
+    check_signature,
+    signature_defaults,
+    validate_options,
+)
 from fedselect.fl.local.train import TrainConfig
 from fedselect.fl.types import RunSettings
 from fedselect.registry import ALGORITHMS, DATASETS, ENGINES, MODELS, PARTITIONERS, SELECTORS
 from fedselect.selectors.base import Selector, reads_quality
 from fedselect.world.data.catalog import make_partitioner
-
-#: a problem of a config: (dotted key, what is wrong); key "" when the message names its keys
-Problem = tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -64,155 +69,6 @@ class Resolved:
     settings: RunSettings
     train_cfg: TrainConfig
     engine: type
-
-
-# ------------------------------------------------------------------------ signature options
-def option_names(fn: Any, skip: tuple[str, ...] = ()) -> tuple[list[str], bool]:
-    """Keyword options ``fn`` accepts, and whether it forwards extra keywords (a ``**kwargs``
-    that the body uses; one it never reads, like ``**_``, swallows typos silently, so keys
-    outside the named ones are then errors)."""
-    if not inspect.isfunction(fn):  # e.g. object.__init__ of a class without its own: takes nothing
-        return [], False
-    params = inspect.signature(fn).parameters.values()
-    named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in skip]
-    var = [p.name for p in params if p.kind == p.VAR_KEYWORD]
-    forwards = bool(var) and any(i.argval == var[0] and i.opname.startswith("LOAD") for i in dis.get_instructions(fn))
-    return named, forwards
-
-
-def _defaults(fn: Any, skip: tuple[str, ...]) -> dict[str, Any]:
-    if not inspect.isfunction(fn):
-        return {}
-    out = {}
-    for p in inspect.signature(fn).parameters.values():
-        if p.name in skip or p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) or p.default is p.empty:
-            continue
-        v = p.default
-        out[p.name] = list(v) if isinstance(v, tuple) else v
-    return out
-
-
-def _int_only(hint: Any) -> bool | None:
-    """True for ``int``, None-able for ``int | None``; None when the hint is not an integer."""
-    if hint is int:
-        return True
-    args = set(typing.get_args(hint))
-    if args and args <= {int, type(None)} and int in args:
-        return True
-    return None
-
-
-def _check_signature(label: str, what: str, fn: Any, options: dict[str, Any], skip: tuple[str, ...]) -> list[Problem]:
-    named, forwards = option_names(fn, skip)
-    reserved = sorted(set(options) & set(skip))
-    if reserved:
-        return [(label, f"{reserved} cannot be set here (the runner passes them)")]
-    unknown = sorted(set(options) - set(named))
-    if unknown and not forwards:
-        return [(label, f"unknown option(s) {unknown} for {what}; allowed: {sorted(named)}")]
-    try:
-        hints = typing.get_type_hints(fn)
-    except Exception:  # unresolvable annotations: the loader checks its own values
-        hints = {}
-    errors = []
-    for key, value in options.items():
-        if _int_only(hints.get(key)) and value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            errors.append((f"{label}.{key}", f"Input should be a valid integer, got {value!r}"))
-    return errors
-
-
-# ------------------------------------------------------------------------ component options
-def _options(label: str, model: type[BaseModel], options: dict[str, Any], errors: list[Problem]) -> BaseModel | None:
-    try:
-        return model.model_validate(options, strict=True)
-    except ValidationError as e:
-        for err in e.errors():
-            loc = ".".join(str(p) for p in err["loc"])
-            msg = (
-                f"unknown key (not allowed here); allowed: {sorted(model.model_fields)}"
-                if err["type"] == "extra_forbidden"
-                else err["msg"].removeprefix("Value error, ")
-            )
-            errors.append((f"{label}.{loc}" if loc else label, msg))
-        return None
-
-
-#: what the runner passes a data-set loader and a model factory itself (never config options)
-DATASET_ARGS = ("seed",)
-MODEL_ARGS = ("input_shape", "num_classes")
-#: the default of an option that has none (:func:`option_defaults`)
-REQUIRED = "required"
-#: placeholder values of those arguments, to check that a call with the options can bind
-_PLACEHOLDERS = {"seed": 0, "input_shape": (1, 28, 28), "num_classes": 10}
-
-
-def options_model(obj: Any) -> type[BaseModel] | None:
-    """The pydantic model of a model factory's or data-set loader's options: its ``Options``
-    attribute (set by ``register_model(name, options)``), or None (its keyword parameters)."""
-    opts = getattr(obj, "Options", None)
-    return opts if isinstance(opts, type) and issubclass(opts, BaseModel) else None
-
-
-def callable_signature(obj: Any, passed: tuple[str, ...]) -> tuple[Any, tuple[str, ...]]:
-    """The function whose keyword parameters are ``obj``'s options (a class: its ``__init__``)
-    and the parameters to skip (``passed``, plus ``self`` for a class)."""
-    if isinstance(obj, type):
-        return obj.__init__, ("self", *passed)
-    return obj, passed
-
-
-def option_defaults(obj: Any, passed: tuple[str, ...]) -> tuple[dict[str, Any], bool]:
-    """The options of a model factory or data-set loader (``passed``: what the runner passes it,
-    :data:`MODEL_ARGS` / :data:`DATASET_ARGS`) with their defaults (``REQUIRED`` for none), and
-    whether it takes more keywords than those (a ``**kwargs`` it reads)."""
-    model = options_model(obj)
-    if model is not None:
-        return {
-            k: REQUIRED if f.is_required() else f.get_default(call_default_factory=True) for k, f in model.model_fields.items()
-        }, False
-    fn, skip = callable_signature(obj, passed)
-    named, forwards = option_names(fn, skip)
-    defaults = _defaults(fn, skip)
-    return {k: defaults.get(k, REQUIRED) for k in named}, forwards
-
-
-def _callable_options(
-    key: str, name: str, obj: Any, options: dict[str, Any], passed: tuple[str, ...], errors: list[Problem]
-) -> dict[str, Any] | None:
-    """The options of the data-set loader or model factory ``obj``, called ``name`` at ``key``
-    (``data.dataset``, ``model.name``), checked (its ``Options`` model, else its signature) with
-    every default written out; None after appending the problems to ``errors``. The call the
-    runner will make must bind to the signature: ``passed`` by keyword for a loader, by
-    position for a model factory, then the options."""
-    label = key.rsplit(".", 1)[0] + ".options"
-    what = f"{'dataset' if key == 'data.dataset' else 'model'} {name!r}"
-    model = options_model(obj)
-    if model is not None:
-        checked = _options(label, model, options, errors)
-        out = None if checked is None else checked.model_dump(mode="json")
-    else:
-        fn, skip = callable_signature(obj, passed)
-        bad = _check_signature(label, what, fn, options, skip)
-        errors += bad
-        out = None if bad else {**_defaults(fn, skip), **options}
-    if out is None:
-        return None
-    by_keyword = passed == DATASET_ARGS
-    args = [_PLACEHOLDERS[a] for a in passed]
-    try:
-        sig = inspect.signature(obj)
-    except ValueError:  # no signature to read (a builtin): the call itself will tell
-        return out
-    try:
-        if by_keyword:
-            sig.bind(**dict(zip(passed, args)), **out)
-        else:
-            sig.bind(*args, **out)
-    except TypeError as e:
-        call = ", ".join(f"{a}=..." if by_keyword else a for a in passed)
-        errors.append((key, f"cannot be called as ({call}, **options) with options {out}: {e}"))
-        return None
-    return out
 
 
 def _fields(cls: type) -> set[str]:
@@ -298,19 +154,35 @@ def _components(cfg: ExperimentConfig, errors: list[Problem]) -> dict[str, Any]:
     where a problem stands in the way. Reads each key on its own (no check across keys), so it
     also runs on a config whose other keys are in error (:func:`resolve_doc`)."""
     doc = cfg.model_dump(mode="json")
+    _data_components(cfg, doc, errors)
+    _model_component(cfg, doc, errors)
+    preset, (sel_cls, sel_name), (alg_cls, alg_name) = _method_components(cfg, errors)
+    sel_opts = alg_opts = None
+    if sel_cls is not None and alg_cls is not None:
+        sel_opts, alg_opts = _method_options(cfg, preset, sel_cls, sel_name, alg_cls, alg_name, errors)
+    return {
+        "doc": doc,
+        "preset": preset,
+        "selector": (sel_cls, sel_name, sel_opts),
+        "algorithm": (alg_cls, alg_name, alg_opts),
+        "engine": _lookup(ENGINES, cfg.engine, "engine", errors),
+    }
 
-    # ---- data set and partition scheme
+
+def _data_components(cfg: ExperimentConfig, doc: dict[str, Any], errors: list[Problem]) -> None:
+    """The data set's loader and the partition scheme looked up, their options checked and, where
+    valid, written out with their defaults in ``doc["data"]``; problems added to ``errors``."""
     d = cfg.data
     loader = _lookup(DATASETS, d.dataset, "data.dataset", errors)
     if loader is not None:
-        opts = _callable_options("data.dataset", d.dataset, loader, d.options, DATASET_ARGS, errors)
+        opts = callable_options("data.dataset", d.dataset, loader, d.options, DATASET_ARGS, errors)
         if opts is not None:
             doc["data"]["options"] = opts
     scheme, params = d.partition.scheme, d.partition.params()
     partitioner = _lookup(PARTITIONERS, scheme, "data.partition.scheme", errors)
     if partitioner is not None:
         init = partitioner.__init__
-        bad = _check_signature("data.partition", f"scheme {scheme!r}", init, params, ("self",))
+        bad = check_signature("data.partition", f"scheme {scheme!r}", init, params, ("self",))
         if "alpha" in params and not (
             isinstance(params["alpha"], (int, float)) and not isinstance(params["alpha"], bool) and params["alpha"] > 0
         ):
@@ -322,17 +194,26 @@ def _components(cfg: ExperimentConfig, errors: list[Problem]) -> dict[str, Any]:
                 bad.append(("data.partition", str(e)))
         errors += bad
         if not bad:
-            doc["data"]["partition"] = {"scheme": scheme, **_defaults(init, ("self",)), **params}
+            doc["data"]["partition"] = {"scheme": scheme, **signature_defaults(init, ("self",)), **params}
 
-    # ---- model
+
+def _model_component(cfg: ExperimentConfig, doc: dict[str, Any], errors: list[Problem]) -> None:
+    """The model factory looked up, its options checked and, where valid, written out with their
+    defaults in ``doc["model"]``; problems added to ``errors``."""
     m = cfg.model
     factory = _lookup(MODELS, m.name, "model.name", errors)
     if factory is not None:
-        opts = _callable_options("model.name", m.name, factory, m.options, MODEL_ARGS, errors)
+        opts = callable_options("model.name", m.name, factory, m.options, MODEL_ARGS, errors)
         if opts is not None:
             doc["model"]["options"] = opts
 
-    # ---- method preset, selector, algorithm: a section without a name is the preset's part
+
+def _method_components(
+    cfg: ExperimentConfig, errors: list[Problem]
+) -> tuple[Preset | None, tuple[type[Selector] | None, str | None], tuple[type[Algorithm] | None, str | None]]:
+    """The method preset (None: no preset applies) and the selector's and the algorithm's
+    (class, name), a section without a name being the preset's part; a class is None where its
+    name is unknown (the problem added to ``errors``)."""
     named = {part: getattr(cfg, part).name if getattr(cfg, part) is not None else None for part in ("selector", "algorithm")}
     preset: Preset | None = None
     if cfg.method is not None:
@@ -355,43 +236,49 @@ def _components(cfg: ExperimentConfig, errors: list[Problem]) -> dict[str, Any]:
     alg_name = named["algorithm"] or (parts.algorithm if parts else None)
     sel_cls = _lookup(SELECTORS, sel_name, "selector.name", errors) if sel_name else None
     alg_cls = _lookup(ALGORITHMS, alg_name, "algorithm.name", errors) if alg_name else None
+    return preset, (sel_cls, sel_name), (alg_cls, alg_name)
 
-    sel_opts = alg_opts = None
-    if sel_cls is not None and alg_cls is not None:
-        s_raw = dict(preset.selector_options) if preset and sel_name == preset.selector else {}
-        a_raw = dict(preset.algorithm_options) if preset and alg_name == preset.algorithm else {}
-        s_fields, a_fields = _fields(sel_cls), _fields(alg_cls)
-        label = preset.name if preset is not None else f"{sel_name}+{alg_name}"
-        for key, value in cfg.method_options.items():
-            if key not in s_fields and key not in a_fields:
-                errors.append(
-                    (
-                        f"method_options.{key}",
-                        f"unknown key (not allowed here); method {label!r} = selector {sel_name!r} "
-                        f"(options {sorted(s_fields) or 'none'}) + algorithm {alg_name!r} (options {sorted(a_fields) or 'none'})",
-                    )
+
+def _method_options(
+    cfg: ExperimentConfig,
+    preset: Preset | None,
+    sel_cls: type[Selector],
+    sel_name: str,
+    alg_cls: type[Algorithm],
+    alg_name: str,
+    errors: list[Problem],
+) -> tuple[BaseModel | None, BaseModel | None]:
+    """The selector's and the algorithm's validated options: the preset's own options for its
+    parts, ``method_options`` routed to whichever declares each key, then each section's
+    ``options``; None for a side with problems (added to ``errors``)."""
+    s_raw = dict(preset.selector_options) if preset and sel_name == preset.selector else {}
+    a_raw = dict(preset.algorithm_options) if preset and alg_name == preset.algorithm else {}
+    s_fields, a_fields = _fields(sel_cls), _fields(alg_cls)
+    label = preset.name if preset is not None else f"{sel_name}+{alg_name}"
+    for key, value in cfg.method_options.items():
+        if key not in s_fields and key not in a_fields:
+            errors.append(
+                (
+                    f"method_options.{key}",
+                    f"unknown key (not allowed here); method {label!r} = selector {sel_name!r} "
+                    f"(options {sorted(s_fields) or 'none'}) + algorithm {alg_name!r} (options {sorted(a_fields) or 'none'})",
                 )
-                continue
-            if key in s_fields:
-                s_raw[key] = value
-            if key in a_fields:
-                a_raw[key] = value
-        for raw, spec, which in ((s_raw, cfg.selector, "selector"), (a_raw, cfg.algorithm, "algorithm")):
-            if spec is None:
-                continue
-            both = sorted(set(spec.options) & set(cfg.method_options))
-            if both:
-                errors.append(("", f"{which}.options and method_options both set {both}; set each option once"))
-            raw.update(spec.options)
-        sel_opts = _options("selector.options" if cfg.selector else "method_options", sel_cls.Options, s_raw, errors)
-        alg_opts = _options("algorithm.options" if cfg.algorithm else "method_options", alg_cls.Options, a_raw, errors)
-    return {
-        "doc": doc,
-        "preset": preset,
-        "selector": (sel_cls, sel_name, sel_opts),
-        "algorithm": (alg_cls, alg_name, alg_opts),
-        "engine": _lookup(ENGINES, cfg.engine, "engine", errors),
-    }
+            )
+            continue
+        if key in s_fields:
+            s_raw[key] = value
+        if key in a_fields:
+            a_raw[key] = value
+    for raw, spec, which in ((s_raw, cfg.selector, "selector"), (a_raw, cfg.algorithm, "algorithm")):
+        if spec is None:
+            continue
+        both = sorted(set(spec.options) & set(cfg.method_options))
+        if both:
+            errors.append(("", f"{which}.options and method_options both set {both}; set each option once"))
+        raw.update(spec.options)
+    sel_opts = validate_options("selector.options" if cfg.selector else "method_options", sel_cls.Options, s_raw, errors)
+    alg_opts = validate_options("algorithm.options" if cfg.algorithm else "method_options", alg_cls.Options, a_raw, errors)
+    return sel_opts, alg_opts
 
 
 def _compatibility(sel: type[Selector], sname: str, alg: type[Algorithm], aname: str, settings: RunSettings) -> list[str]:

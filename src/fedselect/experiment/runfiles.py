@@ -32,7 +32,7 @@ import torch
 
 from fedselect.algorithms.base import Finished, RunTotals, ServerState
 from fedselect.common.files import atomic_write, read_csv_rows, write_json_atomic
-from fedselect.config.schema import dump_config
+from fedselect.config.load import dump_config
 from fedselect.experiment.checkpoint import save_checkpoint
 from fedselect.experiment.metrics import LATER_CORE_COLUMNS, PER_ROUND_KEYS, TIMING_COLUMNS, CsvLog, _fmt, summarize
 from fedselect.experiment.resolve import Resolved

@@ -45,7 +45,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from fedselect.config.schema import TENSORBOARD_INSTALL
+from fedselect.config.sections import TENSORBOARD_INSTALL
 
 #: the run directory's sub-folder of event files
 TB_DIR = "tb"

@@ -23,7 +23,8 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-from fedselect.config.schema import ExperimentConfig, dump_config
+from fedselect.config.load import dump_config
+from fedselect.config.schema import ExperimentConfig
 from fedselect.engines import Engine, Session
 from fedselect.experiment.resolve import Resolved
 from fedselect.world.federation import Federation, federation_key

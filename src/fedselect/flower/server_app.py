@@ -49,7 +49,8 @@ from typing import Any, Callable
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedselect.config.schema import ConfigError, ExperimentConfig, apply_overrides
+from fedselect.config.overrides import apply_overrides
+from fedselect.config.schema import ConfigError, ExperimentConfig
 from fedselect.experiment.resolve import Resolved, resolve_doc
 from fedselect.flower.logs import quiet_flower_logs
 from fedselect.flower.nodes import ARRIVAL_MODES, LATENCY_MODES

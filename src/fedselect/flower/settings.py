@@ -13,7 +13,9 @@ from typing import Any
 
 import torch
 
-from fedselect.config.schema import ConfigError, ExperimentConfig, apply_overrides, config_kind, read_yaml_file
+from fedselect.config.load import config_kind, read_yaml_file
+from fedselect.config.overrides import apply_overrides
+from fedselect.config.schema import ConfigError, ExperimentConfig
 from fedselect.experiment.resolve import parse_experiment
 from fedselect.flower.shared import SharedFederations
 from fedselect.world.federation import Federation, build_federation, federation_key

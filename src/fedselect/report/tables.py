@@ -129,7 +129,7 @@ def run_selection_eval(run_dir: Path) -> str | None:
     """The set a saved run's decisions read model quality on: its ``summary.json``'s
     ``selection_eval`` where it says it, else :func:`selection_eval_of` its ``config.yaml``
     (None without either)."""
-    from fedselect.config.schema import read_yaml_file
+    from fedselect.config.load import read_yaml_file
 
     if (run_dir / "summary.json").is_file():
         saved = read_json(run_dir / "summary.json")
@@ -159,7 +159,7 @@ def load_run_summary(
     rows = read_metrics(run_dir / "metrics.csv") if (run_dir / "metrics.csv").exists() else []
     planned, note, mode = None, None, "sync"
     if (run_dir / "config.yaml").exists():
-        from fedselect.config.schema import read_yaml_file
+        from fedselect.config.load import read_yaml_file
 
         cfg = read_yaml_file(run_dir / "config.yaml", "run config") or {}
         if not isinstance(cfg, dict):
@@ -740,7 +740,7 @@ def collect(
             load_federations(directory),
         )
     if (directory / "metrics.csv").exists():
-        from fedselect.config.schema import read_yaml_file
+        from fedselect.config.load import read_yaml_file
 
         cfg = (read_yaml_file(directory / "config.yaml", "run config") or {}) if (directory / "config.yaml").exists() else {}
         if not isinstance(cfg, dict):

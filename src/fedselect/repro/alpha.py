@@ -55,7 +55,8 @@ def load_alpha_config(path: Path, overrides: dict[str, Any] | None = None) -> Al
     Raises:
         FileNotFoundError: no such file. ConfigError: an invalid config (names the key).
     """
-    from fedselect.config.schema import ConfigError, read_yaml_file, validate_model
+    from fedselect.config.load import read_yaml_file
+    from fedselect.config.schema import ConfigError, validate_model
 
     doc = read_yaml_file(path, "alpha table config") or {}
     cfg = validate_model(AlphaConfig, {**doc, **(overrides or {})}, str(path), "alpha table config")

@@ -21,7 +21,7 @@ GRID_KEYS = ("final_accuracy", "fat_selected_share", "candidates_evaluated", "co
 
 
 def _sweep_config(entry: Entry, job: Job):
-    from fedselect.config.schema import apply_overrides
+    from fedselect.config.overrides import apply_overrides
     from fedselect.study.sweep import load_sweep, parse_sweep
 
     quick, workers = job.quick, job.workers

@@ -93,7 +93,8 @@ def load_manifest(path: str | Path) -> tuple[Manifest, Path]:
     Raises:
         FileNotFoundError: no such file. ConfigError: an invalid manifest (names the key).
     """
-    from fedselect.config.schema import read_yaml_file, validate_model
+    from fedselect.config.load import read_yaml_file
+    from fedselect.config.schema import validate_model
 
     p = Path(path)
     doc = read_yaml_file(p, "reproduction manifest") or {}

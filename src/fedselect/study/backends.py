@@ -36,8 +36,9 @@ from typing import Any, Callable, Sequence
 
 from fedselect.common.files import read_json
 from fedselect.config.schema import ExperimentConfig
+from fedselect.experiment.output_dir import existing_run_files
 from fedselect.experiment.resolve import Resolved, resolve
-from fedselect.experiment.run import RoundEvent, existing_run_files, run_experiment
+from fedselect.experiment.run import RoundEvent, run_experiment
 from fedselect.world.federation import Federation, build_federation, federation_key
 
 __all__ = [

@@ -30,9 +30,11 @@ from fedselect.config.contenders import (
     problems_of,
     validate_contenders,
 )
-from fedselect.config.schema import ConfigError, ExperimentConfig, apply_overrides
+from fedselect.config.overrides import apply_overrides
+from fedselect.config.schema import ConfigError, ExperimentConfig
 from fedselect.experiment.resolve import Resolved, resolve_doc
-from fedselect.experiment.run import RoundEvent, check_saved_runs, with_pre_validation_values, with_validation_keys
+from fedselect.experiment.resume import check_saved_runs, with_pre_validation_values, with_validation_keys
+from fedselect.experiment.run import RoundEvent
 from fedselect.report.tables import federation_info
 from fedselect.world.federation import Federation
 
@@ -212,7 +214,7 @@ def load_compare(path: str | Path | None, overrides: dict[str, Any] | None = Non
     Raises:
         FileNotFoundError, ConfigError.
     """
-    from fedselect.config.schema import config_kind, read_yaml_file
+    from fedselect.config.load import config_kind, read_yaml_file
 
     p = Path(path) if path is not None else DEFAULT_COMPARE
     source = str(p) if path is not None else "the embedded default comparison (configs/compare-default.yaml)"

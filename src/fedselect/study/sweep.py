@@ -72,9 +72,11 @@ from fedselect.config.contenders import (
     problems_of,
     validate_contenders,
 )
-from fedselect.config.schema import ConfigError, ExperimentConfig, apply_overrides, config_kind, read_yaml_file
+from fedselect.config.load import config_kind, read_yaml_file
+from fedselect.config.overrides import apply_overrides
+from fedselect.config.schema import ConfigError, ExperimentConfig
 from fedselect.experiment.resolve import Resolved, resolve_doc
-from fedselect.experiment.run import check_saved_runs, with_pre_validation_values, with_validation_keys
+from fedselect.experiment.resume import check_saved_runs, with_pre_validation_values, with_validation_keys
 from fedselect.report.stats import mean_std, to_target
 from fedselect.report.tables import COLUMNS, OPTIONAL_COLUMNS
 from fedselect.report.tables import TO_TARGET as _TO_TARGET

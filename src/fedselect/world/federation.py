@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 from fedselect.common.seeding import np_rng, torch_rng
-from fedselect.config.schema import DataConfig, ExperimentConfig, ModelConfig, SystemConfig
+from fedselect.config.schema import ExperimentConfig
+from fedselect.config.sections import DataConfig, ModelConfig, SystemConfig
 from fedselect.world.data.catalog import load_dataset, make_partitioner
 from fedselect.world.data.datasets import ArrayDataset
 from fedselect.world.data.file_errors import dropped_rows_total
