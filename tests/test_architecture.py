@@ -121,8 +121,8 @@ def plugin_modules(reg) -> set[str]:
 
 #: kind of :data:`fedselect.registry.REGISTRIES` -> the modules that look its components up by name
 DRIVERS = {
-    "selectors": {"fedselect.experiment.resolve", "fedselect.experiment.simulation", "fedselect.report.tables"},
-    "algorithms": {"fedselect.experiment.resolve", "fedselect.experiment.simulation", "fedselect.report.tables"},
+    "selectors": {"fedselect.experiment.resolve", "fedselect.experiment.simulation", "fedselect.report.runs"},
+    "algorithms": {"fedselect.experiment.resolve", "fedselect.experiment.simulation", "fedselect.report.runs"},
     "models": {"fedselect.world.models", "fedselect.fl.local.pool"},
     "datasets": {"fedselect.world.data.catalog"},
     "partitioners": {"fedselect.world.data.partition"},

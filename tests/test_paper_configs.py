@@ -14,7 +14,9 @@ import yaml
 
 from fedselect.config.schema import ConfigError
 from fedselect.experiment.resolve import option_names
-from fedselect.report.build import COLUMNS, POINT_KEYS, RunSummary, aggregate_table, render_markdown
+from fedselect.report.aggregate import COLUMNS, POINT_KEYS, aggregate_table
+from fedselect.report.runs import RunSummary
+from fedselect.report.tables import render_markdown
 from fedselect.study.compare import CompareConfig, load_compare, parse_compare
 from fedselect.study.sweep import SweepConfig, _restrict, _slug, build_sweep_table, load_sweep, parse_sweep
 from fedselect.world.data import imu

@@ -9,8 +9,9 @@ import pytest
 
 from fedselect.config.schema import ConfigError, parse_config
 from fedselect.experiment.metrics import last_k_mean, summarize
-from fedselect.report.build import build_report, paired_cell
+from fedselect.report.build import build_report
 from fedselect.report.stats import format_interval, paired_differences, paired_interval
+from fedselect.report.tables import paired_cell
 from test_compare import _fabricated
 
 # -- paired intervals (hand-computed) -----------------------------------------------------

@@ -20,36 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from fedselect.common.files import atomic_write
-from fedselect.report.tables import (  # noqa: F401  (re-exported: the report's tables)
-    COLUMNS,
-    OPTIONAL_COLUMNS,
-    PAIRED,
-    POINT_KEYS,
-    RunSummary,
-    _cell,
-    _short,
-    _value,
-    aggregate_table,
-    collect,
-    columns_for,
-    last_k_column,
-    load_federations,
-    load_run_summary,
-    metric_of,
-    missing_note,
-    missing_runs,
-    paired_cell,
-    paired_intro,
-    paired_quantities,
-    paired_table,
-    relative_phrases,
-    render_csv,
-    render_markdown,
-    render_paired,
-    render_paired_csv,
-    summary_window,
-    window_caveat,
-)
+from fedselect.report.aggregate import aggregate_table, columns_for, metric_of, paired_quantities, paired_table, summary_window
+from fedselect.report.runs import collect, missing_runs
+from fedselect.report.tables import missing_note, render_csv, render_markdown, render_paired_csv, window_caveat
 
 log = logging.getLogger("fedselect.report")
 

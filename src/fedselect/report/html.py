@@ -351,19 +351,19 @@ def wall_html(results: list[Any], labels: list[str]) -> str:
 
 
 def results_html(rep: dict[str, Any]) -> str:
-    """The table of :func:`fedselect.report.build.aggregate_table` and the 'vs baseline' lines."""
+    """The table of :func:`fedselect.report.aggregate.aggregate_table` and the 'vs baseline' lines."""
     from fedselect.report.tables import (
-        _cell,
         censored_note,
         relative_phrases,
         round_scores_notes,
         rounds_note,
         selection_eval_note,
+        table_cell,
     )
 
     cols = rep["columns"]
     heads = ["method", "seeds"] + [h for _, h, _, _ in cols]
-    rows = [[e["label"], e["seeds"]] + [_cell(e, k, d) for k, _, d, _ in cols] for e in rep["table"]]
+    rows = [[e["label"], e["seeds"]] + [table_cell(e, k, d) for k, _, d, _ in cols] for e in rep["table"]]
     out = [table_html(heads, rows, num_from=1, cls="results")]
     seeds = max((e["seeds"] for e in rep["table"]), default=0)
     lastk = next((h for k, h, _, _ in cols if k.startswith("last_k_")), None)

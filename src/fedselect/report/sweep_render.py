@@ -41,7 +41,7 @@ def cell(row: dict[str, Any], column: str) -> str:
 
 def unit(column: str) -> str:
     """The unit of a paired difference of ``column``: accuracy points or percent."""
-    from fedselect.report.tables import POINT_KEYS
+    from fedselect.report.aggregate import POINT_KEYS
 
     return "pts" if column in POINT_KEYS or column.startswith(("last_k_", "best_")) else "%"
 

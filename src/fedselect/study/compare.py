@@ -33,7 +33,7 @@ from fedselect.config.contenders import (
 from fedselect.config.schema import ConfigError, ExperimentConfig, apply_overrides
 from fedselect.experiment.resolve import Resolved, resolve_doc
 from fedselect.experiment.run import RoundEvent, check_saved_runs, with_pre_validation_values, with_validation_keys
-from fedselect.report.tables import federation_info
+from fedselect.report.federations import federation_info
 from fedselect.world.federation import Federation
 
 #: keys a method entry may not change: they define the shared federation

@@ -75,12 +75,12 @@ from fedselect.config.contenders import (
 from fedselect.config.schema import ConfigError, ExperimentConfig, apply_overrides, config_kind, read_yaml_file
 from fedselect.experiment.resolve import Resolved, resolve_doc
 from fedselect.experiment.run import check_saved_runs, with_pre_validation_values, with_validation_keys
+from fedselect.report.aggregate import COLUMNS, OPTIONAL_COLUMNS
+from fedselect.report.aggregate import TO_TARGET as _TO_TARGET
 from fedselect.report.stats import mean_std, to_target
-from fedselect.report.tables import COLUMNS, OPTIONAL_COLUMNS
-from fedselect.report.tables import TO_TARGET as _TO_TARGET
 
 #: the columns a sweep without ``columns`` chooses from (those some run has): a comparison's
-#: table columns and its method-specific ones (fedselect.report.tables), wall time last
+#: table columns and its method-specific ones (fedselect.report.aggregate), wall time last
 AUTO_COLUMNS = [k for k, *_ in COLUMNS if k != "wall_s"] + [k for k, *_ in OPTIONAL_COLUMNS] + ["wall_s"]
 
 
@@ -368,7 +368,7 @@ def run_sweep(
     epochs = {group: members[0][3].config.train.local_epochs for group, members in groups.items()}
 
     def write_info(group: str, fed: Any) -> None:  # what the plots read of a federation
-        from fedselect.report.tables import federation_info
+        from fedselect.report.federations import federation_info
 
         write_json_atomic(_federation_file(out, group), federation_info(fed, epochs[group]))
 
@@ -488,7 +488,7 @@ def sweep_plots(out: str | Path, sc: SweepConfig) -> list[str]:
     with the federation file the selection and partition plots) into ``plots/<point>/``
     (``plots/`` for a sweep without a grid); returns the files written, relative to ``plots/``."""
     from fedselect.report.plots import make_plots
-    from fedselect.report.tables import load_run_summary
+    from fedselect.report.runs import load_run_summary
 
     out = Path(out)
     points = sc.points()
@@ -515,8 +515,8 @@ def sweep_plots(out: str | Path, sc: SweepConfig) -> list[str]:
 
 def labels_deciding_on_test(out: str | Path, sc: SweepConfig) -> list[str]:
     """The methods of the sweep in ``out`` some of whose runs decided on the test set
-    (``selection_eval: test``; :func:`fedselect.report.tables.run_selection_eval`), in method order."""
-    from fedselect.report.tables import run_selection_eval
+    (``selection_eval: test``; :func:`fedselect.report.runs.run_selection_eval`), in method order."""
+    from fedselect.report.runs import run_selection_eval
 
     return [
         m.label
@@ -553,8 +553,8 @@ def sweep_paired(
     model or system settings (the baseline ignores a grid key that changes them), so that the
     pair does not share a federation.
     """
+    from fedselect.report.aggregate import is_exact
     from fedselect.report.stats import paired_differences, paired_interval
-    from fedselect.report.tables import is_exact
 
     if sc.baseline is None:
         return []
