@@ -90,7 +90,7 @@ def build_report(directory: str | Path, plots: bool = True, window: int | None =
         "missing": missing,
         "missing_note": note,
     }
-    from fedselect.report.html import write_compare_html
+    from fedselect.report.compare_html import write_compare_html
 
     rep["html"] = write_compare_html(directory, rep)
     return rep

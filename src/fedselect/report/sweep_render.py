@@ -143,10 +143,11 @@ def write_html(
     run_dirs: dict[str, Path],
     walls: dict[str, list[float]],
 ) -> Path:
-    """``report.html`` (:func:`fedselect.report.html.write_sweep_html`): ``run_dirs`` gives each
+    """``report.html`` (:func:`fedselect.report.sweep_html.write_sweep_html`): ``run_dirs`` gives each
     method's run whose config is shown (at the first grid point), ``walls`` the wall times of
     each method's finished runs."""
-    from fedselect.report.html import read_configs, write_sweep_html
+    from fedselect.report.html import read_configs
+    from fedselect.report.sweep_html import write_sweep_html
 
     note = f"Mean ± sample std over seeds {sc.seeds}; '-' for a grid key the method does not depend on."
     ptab = None

@@ -2,7 +2,7 @@
 different numbers of rounds, censored times to target, blank per-round figures, decisions on the
 test set, a wide last-k window), its paired-differences section (:func:`render_markdown`),
 ``table.csv`` and ``paired.csv`` (:func:`render_csv`, :func:`render_paired_csv`), and the cells
-and phrases the console and :mod:`fedselect.report.html` reuse. The figures come from
+and phrases the console and :mod:`fedselect.report.compare_html` reuse. The figures come from
 :mod:`fedselect.report.aggregate` (used by :mod:`fedselect.report.build`)."""
 
 from __future__ import annotations
