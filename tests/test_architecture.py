@@ -67,7 +67,7 @@ LAYERS = {
     # studies of several runs: comparisons, sweeps, the backends running their runs
     "fedselect.study": 12,
     # the report of a directory (comparison or sweep): it renders a sweep's table with the study's
-    # build_sweep_table (study.sweep), and a comparison writes its report with it (study.compare)
+    # build_sweep_table (study.sweep_table), and a comparison writes its report with it (study.compare)
     "fedselect.report.build": 12,
     # fedselect reproduce: runs comparisons and sweeps and judges them against the papers
     "fedselect.repro": 13,

@@ -209,7 +209,7 @@ def print_table(rep: dict) -> None:
 
 
 def print_sweep(rep: dict) -> None:
-    """A sweep's table (:func:`fedselect.study.sweep.build_sweep_table`'s result), the paper's
+    """A sweep's table (:func:`fedselect.study.sweep_table.build_sweep_table`'s result), the paper's
     figures beside ours and the paired differences, as tables fitted to the terminal."""
     table = Table(title=f"{rep['title']}: mean ± sample std over seeds {rep['seeds']}")
     heads = rep["heads"]

@@ -2,7 +2,7 @@
 
 ``build_report(DIR)`` works on a comparison directory (``compare.json``), a single run
 directory (``metrics.csv``) or a sweep directory (``sweep.json``, handed to
-:func:`fedselect.study.sweep.build_sweep_table`). Everything is computed from ``metrics.csv`` /
+:func:`fedselect.study.sweep_table.build_sweep_table`). Everything is computed from ``metrics.csv`` /
 ``timing.csv`` (and ``summary.json`` where a method's ``finish`` produced final figures), so
 re-running it gives byte-identical tables. A run without ``summary.json`` is reported as
 incomplete, with the rounds it has.
@@ -30,7 +30,7 @@ log = logging.getLogger("fedselect.report")
 def build_report(directory: str | Path, plots: bool = True, window: int | None = None) -> dict[str, Any]:
     """Write ``table.md``, ``table.csv``, ``plots/*.png`` and ``report.html`` into
     ``directory``; return the table. A sweep directory (``sweep.json``) gets its sweep table,
-    page and plots per grid point (:func:`fedselect.study.sweep.build_sweep_table`; ``"kind": "sweep"``
+    page and plots per grid point (:func:`fedselect.study.sweep_table.build_sweep_table`; ``"kind": "sweep"``
     in the result).
 
     ``plots=False`` keeps the plots already in ``plots/`` (report.html embeds those).
@@ -41,7 +41,7 @@ def build_report(directory: str | Path, plots: bool = True, window: int | None =
     """
     directory = Path(directory)
     if (directory / "sweep.json").is_file() and not (directory / "compare.json").exists():
-        from fedselect.study.sweep import build_sweep_table
+        from fedselect.study.sweep_table import build_sweep_table
 
         if window is not None:
             raise ValueError(

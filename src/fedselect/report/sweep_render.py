@@ -1,5 +1,5 @@
 """How a sweep's table reads: the cells, ``table.md``, the paired-differences table and
-``report.html``, from the rows :func:`fedselect.study.sweep.build_sweep_table` computes (this module
+``report.html``, from the rows :func:`fedselect.study.sweep_table.build_sweep_table` computes (this module
 reads no run directory)."""
 
 from __future__ import annotations

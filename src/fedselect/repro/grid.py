@@ -58,7 +58,7 @@ def sweep_grid_summary(directory: str | Path, sc: Any, baseline: str | None = No
     """
     import numpy as np
 
-    from fedselect.study.sweep import _restrict, _summaries
+    from fedselect.study.sweep import restrict, run_summaries
 
     d = Path(directory)
     baseline = baseline if baseline is not None else sc.baseline
@@ -69,8 +69,8 @@ def sweep_grid_summary(directory: str | Path, sc: Any, baseline: str | None = No
     for m in sc.methods:
         rows = []
         for p in points:
-            rp = _restrict(p, m)
-            summ = _summaries(d, m.label, rp, sc.seeds)
+            rp = restrict(p, m)
+            summ = run_summaries(d, m.label, rp, sc.seeds)
             ident = (m.label, repr(sorted(rp.items())))
             if ident not in seen_runs:
                 seen_runs.add(ident)
@@ -190,7 +190,7 @@ def sweep_plots(grid: dict[str, Any], plot_dir: str | Path) -> list[Path]:
 
 def run_sweep_entry(entry: Entry, job: Job) -> EntryResult:
     """Run (or finish, or keep) one sweep entry in ``out/<id>`` with ``fedselect sweep``
-    (:func:`fedselect.study.sweep.run_sweep`: finished runs are kept) and summarise its grid
+    (:func:`fedselect.study.sweep_run.run_sweep`: finished runs are kept) and summarise its grid
     (:func:`sweep_grid_summary`, :func:`sweep_plots` into ``out/<id>/plots``). With
     ``run=False`` a sweep already there is summarised as it is, a missing one returned with
     ``ran=False``.
@@ -198,7 +198,9 @@ def run_sweep_entry(entry: Entry, job: Job) -> EntryResult:
     Raises:
         FileNotFoundError: the entry's config is missing. ConfigError: it is invalid.
     """
-    from fedselect.study.sweep import _restrict, build_sweep_table, check_sweep_runs, labels_deciding_on_test, run_sweep
+    from fedselect.study.sweep import check_sweep_runs, restrict
+    from fedselect.study.sweep_run import run_sweep
+    from fedselect.study.sweep_table import build_sweep_table, labels_deciding_on_test
 
     out, quick, run = job.out, job.quick, job.run
     sc = _sweep_config(entry, job)
@@ -229,7 +231,7 @@ def run_sweep_entry(entry: Entry, job: Job) -> EntryResult:
     res.machines = _machines(d)
     res.test_decisions = labels_deciding_on_test(d, sc)
     expected = len(
-        {(m.label, repr(sorted(_restrict(p, m).items())), s) for p in sc.points() for m in sc.methods for s in sc.seeds}
+        {(m.label, repr(sorted(restrict(p, m).items())), s) for p in sc.points() for m in sc.methods for s in sc.seeds}
     )
     if res.grid["runs"] < expected:
         res.incomplete = [f"{expected - res.grid['runs']} of {expected} runs not finished"]
