@@ -55,7 +55,8 @@ def main(quick: bool = False) -> dict:
     import torch
 
     from fedselect.study.backends import RayBackend
-    from fedselect.study.sweep import parse_sweep, run_sweep
+    from fedselect.study.sweep import parse_sweep
+    from fedselect.study.sweep_run import run_sweep
 
     torch.set_num_threads(1)
     cpus = min(2, os.cpu_count() or 1)

@@ -69,7 +69,7 @@ LAYERS = {
     # studies of several runs: comparisons, sweeps, the backends running their runs
     "fedselect.study": 12,
     # the report of a directory (comparison or sweep): it renders a sweep's table with the study's
-    # build_sweep_table (study.sweep), and a comparison writes its report with it (study.compare)
+    # build_sweep_table (study.sweep_table), and a comparison writes its report with it (study.compare)
     "fedselect.report.build": 12,
     # fedselect reproduce: runs comparisons and sweeps and judges them against the papers
     "fedselect.repro": 13,
@@ -123,8 +123,8 @@ def plugin_modules(reg) -> set[str]:
 
 #: kind of :data:`fedselect.registry.REGISTRIES` -> the modules that look its components up by name
 DRIVERS = {
-    "selectors": {"fedselect.experiment.resolve", "fedselect.experiment.simulation", "fedselect.report.tables"},
-    "algorithms": {"fedselect.experiment.resolve", "fedselect.experiment.simulation", "fedselect.report.tables"},
+    "selectors": {"fedselect.experiment.resolve", "fedselect.experiment.simulation", "fedselect.report.runs"},
+    "algorithms": {"fedselect.experiment.resolve", "fedselect.experiment.simulation", "fedselect.report.runs"},
     "models": {"fedselect.world.models", "fedselect.fl.local.pool"},
     "datasets": {"fedselect.world.data.catalog"},
     "partitioners": {"fedselect.world.data.partition"},

@@ -150,7 +150,8 @@ def test_ray_sweep_gives_the_local_table_and_files(tmp_path, ray_instance):
     budgeted-online sweep (configs/budgeted-sweep-small.yaml, smaller grid) writes the same table.csv
     (but for the wall-clock columns) and byte-identical run files as the local backend, keeps
     finished runs and continues an interrupted one from its checkpoint."""
-    from fedselect.study.sweep import parse_sweep, run_dir_for, run_sweep
+    from fedselect.study.sweep import parse_sweep, run_dir_for
+    from fedselect.study.sweep_run import run_sweep
 
     cfg_file = tmp_path / "sweep.yaml"
     cfg_file.write_text(yaml.safe_dump(SWEEP, sort_keys=False))

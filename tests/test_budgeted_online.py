@@ -140,7 +140,9 @@ def test_bad_options_are_reported_before_any_data_is_loaded():
 
 
 def test_sweep_grid_table_and_continuation(tmp_path):
-    from fedselect.study.sweep import build_sweep_table, parse_sweep, run_sweep
+    from fedselect.study.sweep import parse_sweep
+    from fedselect.study.sweep_run import run_sweep
+    from fedselect.study.sweep_table import build_sweep_table
 
     base = doc(rounds=1)
     for k in ("name", "method", "seed"):

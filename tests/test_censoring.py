@@ -179,7 +179,7 @@ def test_a_sweep_gives_censored_rounds_to_target_as_a_median(tmp_path):
     import json
 
     from fedselect.report.build import build_report
-    from fedselect.study.sweep import _restrict, parse_sweep, run_dir_for
+    from fedselect.study.sweep import parse_sweep, restrict, run_dir_for
 
     base = {"rounds": 10, "data": {"dataset": "mnist-embedded", "num_clients": 8}, "model": {"name": "mlp"}}
     sc = parse_sweep(
@@ -196,7 +196,7 @@ def test_a_sweep_gives_censored_rounds_to_target_as_a_median(tmp_path):
     reached = {"smart": [4, 8, None], "random": [5, 6, 7]}
     for m in sc.methods:
         for s in sc.seeds:
-            d = run_dir_for(tmp_path, m.label, _restrict(sc.points()[0], m), s)
+            d = run_dir_for(tmp_path, m.label, restrict(sc.points()[0], m), s)
             d.mkdir(parents=True, exist_ok=True)
             summary = {"final_accuracy": 0.9, "rounds_to_target": reached[m.label][s], "rounds": 10, "target": 0.9}
             (d / "summary.json").write_text(json.dumps(summary))

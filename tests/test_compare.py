@@ -9,7 +9,7 @@ import pytest
 from fedselect.config.schema import ConfigError, parse_config
 from fedselect.experiment.metrics import CORE_COLUMNS
 from fedselect.report.build import build_report
-from fedselect.report.tables import load_run_summary
+from fedselect.report.runs import load_run_summary
 from fedselect.study import backends as backends_mod
 from fedselect.study.compare import load_compare, parse_compare, run_comparison
 from fedselect.world.federation import build_federation

@@ -16,7 +16,8 @@ from fedselect.experiment.resolve import parse_experiment
 from fedselect.experiment.run import run_experiment
 from fedselect.report.build import build_report
 from fedselect.study.compare import parse_compare, run_comparison
-from fedselect.study.sweep import parse_sweep, run_sweep
+from fedselect.study.sweep import parse_sweep
+from fedselect.study.sweep_run import run_sweep
 from fedselect.world.data.provenance import note_read, recording_reads
 from fedselect.world.federation import build_federation
 from test_datafiles import mnist_rows, write_mnist

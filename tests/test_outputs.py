@@ -16,7 +16,8 @@ from fedselect.common.files import atomic_write, current_umask, dumps_json, json
 from fedselect.experiment.resolve import resolve_doc
 from fedselect.experiment.run import run_experiment
 from fedselect.study.compare import parse_compare, run_comparison
-from fedselect.study.sweep import parse_sweep, run_sweep
+from fedselect.study.sweep import parse_sweep
+from fedselect.study.sweep_run import run_sweep
 
 
 def _refuse(token: str):
@@ -265,7 +266,7 @@ def test_a_sweep_tables_the_figures_of_its_methods_and_draws_the_comparison_plot
     from rich.console import Console
 
     from fedselect.cli import console as ui
-    from fedselect.study.sweep import build_sweep_table
+    from fedselect.study.sweep_table import build_sweep_table
 
     spec = {
         "name": "s",

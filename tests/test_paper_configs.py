@@ -14,9 +14,12 @@ import yaml
 
 from fedselect.config.schema import ConfigError
 from fedselect.experiment.options import option_names
-from fedselect.report.build import COLUMNS, POINT_KEYS, RunSummary, aggregate_table, render_markdown
+from fedselect.report.aggregate import COLUMNS, POINT_KEYS, aggregate_table
+from fedselect.report.runs import RunSummary
+from fedselect.report.tables import render_markdown
 from fedselect.study.compare import CompareConfig, load_compare, parse_compare
-from fedselect.study.sweep import SweepConfig, _restrict, _slug, build_sweep_table, load_sweep, parse_sweep
+from fedselect.study.sweep import SweepConfig, load_sweep, parse_sweep, point_slug, restrict
+from fedselect.study.sweep_table import build_sweep_table
 from fedselect.world.data import imu
 from fedselect.world.data.catalog import DATASETS
 
@@ -47,7 +50,7 @@ def _load(path: Path) -> CompareConfig | SweepConfig:
 
 def _experiments(cfg):
     if isinstance(cfg, SweepConfig):
-        return [cfg.experiment(m, _restrict(p, m), cfg.seeds[0]) for m in cfg.methods for p in cfg.points()]
+        return [cfg.experiment(m, restrict(p, m), cfg.seeds[0]) for m in cfg.methods for p in cfg.points()]
     return [cfg.experiment(m, cfg.seeds[0]) for m in cfg.methods]
 
 
@@ -187,7 +190,7 @@ def test_report_prints_ours_beside_the_papers_changes():
 def test_sweep_table_prints_ours_beside_the_paper(tmp_path):
     sc = load_sweep(PAPER_DIR / "budgeted-table2-alpha-iot-synthetic-substitute.yaml")
     sec = sc.methods[0]
-    run = tmp_path / "runs" / f"secretary-{_slug(_restrict(sc.points()[0], sec))}-s0"
+    run = tmp_path / "runs" / f"secretary-{point_slug(restrict(sc.points()[0], sec))}-s0"
     run.mkdir(parents=True)
     (run / "summary.json").write_text(json.dumps({"alpha": 367, "final_accuracy": 0.9, "candidates_evaluated": 500}))
     md = build_sweep_table(tmp_path, sc)["markdown"]

@@ -23,7 +23,7 @@ def test_the_band_is_the_95_percent_interval_of_the_mean_with_three_seeds():
 
 def _result(label, seed, mode="sync", rounds=3):
     """A RunSummary of ``rounds`` rows: clients 0 and 1 selected every round."""
-    from fedselect.report.tables import RunSummary
+    from fedselect.report.runs import RunSummary
 
     rows = [
         {"round": str(t), "accuracy": str(0.5 + 0.1 * t), "e2e_latency_s": str(2.0 * t), "selected": "0;1" if t else ""}

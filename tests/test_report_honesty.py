@@ -194,7 +194,7 @@ def test_non_ascii_labels_reach_the_plot_legends(tmp_path):
     import matplotlib.pyplot as plt
 
     from fedselect.report.plots import make_plots
-    from fedselect.report.tables import collect
+    from fedselect.report.runs import collect
 
     c = _coinciding(tmp_path)
     spec = json.loads((c / "compare.json").read_text())

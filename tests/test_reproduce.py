@@ -131,7 +131,7 @@ def test_cefl_communication_by_hand_is_under_two_percent():
 
 
 def test_claims_against_another_label_and_quick_method_options(tmp_path):
-    from fedselect.report.tables import RunSummary
+    from fedselect.report.runs import RunSummary
     from fedselect.repro.reproduce import Claim, Entry, judge_entry, with_method_options
 
     def run(label, seed, acc, mb):
@@ -140,7 +140,7 @@ def test_claims_against_another_label_and_quick_method_options(tmp_path):
     results = [run("A", s, 0.80 + 0.01 * s, 10.0) for s in (0, 1, 2)]
     results += [run("B", s, 0.70 + 0.02 * s, 100.0) for s in (0, 1, 2)]
     results += [run("C", s, 0.60, 0.0) for s in (0, 1, 2)]
-    from fedselect.report.tables import paired_table
+    from fedselect.report.aggregate import paired_table
 
     rep = {"results": results, "baseline": "C", "labels": ["A", "B", "C"], "quantities": None}
     rep["paired"] = paired_table(results, rep["labels"], "C")  # what build_report gives

@@ -9,8 +9,9 @@ import pytest
 
 from fedselect.config.schema import ConfigError, parse_config
 from fedselect.experiment.metrics import last_k_mean, summarize
-from fedselect.report.build import build_report, paired_cell
+from fedselect.report.build import build_report
 from fedselect.report.stats import format_interval, paired_differences, paired_interval
+from fedselect.report.tables import paired_cell
 from test_compare import _fabricated
 
 # -- paired intervals (hand-computed) -----------------------------------------------------
@@ -204,7 +205,7 @@ def test_selection_profile_counts_and_order():
 
 
 def test_sweep_paired_differences_per_grid_point(tmp_path):
-    from fedselect.study.sweep import _restrict, parse_sweep, run_dir_for
+    from fedselect.study.sweep import parse_sweep, restrict, run_dir_for
 
     base = {"rounds": 1, "data": {"dataset": "mnist-embedded", "num_clients": 8}, "model": {"name": "mlp"}}
     sc = parse_sweep(
@@ -224,7 +225,7 @@ def test_sweep_paired_differences_per_grid_point(tmp_path):
         for m in sc.methods:
             key = (m.label, None if m.label == "random" else p["clients_per_round"])
             for s in sc.seeds:
-                d = run_dir_for(tmp_path, m.label, _restrict(p, m), s)
+                d = run_dir_for(tmp_path, m.label, restrict(p, m), s)
                 d.mkdir(parents=True, exist_ok=True)
                 (d / "summary.json").write_text(
                     json.dumps({"final_accuracy": acc[key][s], "e2e_latency_s": lat[key][s], "wall_s": 1.0})
@@ -270,7 +271,8 @@ def test_window_override_and_caveat(tmp_path):
 
 
 def test_sweep_pair_across_federations_is_flagged(tmp_path):
-    from fedselect.study.sweep import parse_sweep, sweep_paired
+    from fedselect.study.sweep import parse_sweep
+    from fedselect.study.sweep_table import sweep_paired
 
     base = {
         "rounds": 1,

@@ -349,9 +349,45 @@ def compare(
 
     from fedselect.cli import console as ui
     from fedselect.study.backends import make_backend
-    from fedselect.study.compare import load_compare, parse_compare, run_comparison, run_dir_name, saved_compare
+    from fedselect.study.compare import run_comparison, run_dir_name
 
-    over = _dotted(sets, overrides)
+    cc = _comparison_config(config, out, seeds, rounds, resume, _dotted(sets, overrides))
+    if not isinstance(backend, str) and workers is not None:
+        raise ValueError("workers: a backend object has its own; give workers to make_backend(...) instead")
+    runner = make_backend(backend, workers=workers) if isinstance(backend, str) else backend
+    out_dir = output_dir("comparison", cc.name, out, resume)
+    if progress:
+        ui.console.print(f"[bold]{cc.name}[/bold]: {', '.join(m.label for m in cc.methods)}; seeds {cc.seeds}; output {out_dir}")
+        with ui.progress() as prog:
+            run_comparison(cc, out_dir, resume=resume is not None, backend=runner, **ui.compare_callbacks(prog, False))
+    else:
+        run_comparison(cc, out_dir, resume=resume is not None, backend=runner)
+    paired = out_dir / "paired.csv"
+    return ComparisonResult(
+        out_dir,
+        pd.read_csv(out_dir / "table.csv", index_col="method"),
+        pd.read_csv(paired) if paired.is_file() and paired.stat().st_size else pd.DataFrame(),
+        {(e.label, s): out_dir / run_dir_name(e.label, s) for s in cc.seeds for e in cc.methods},
+    )
+
+
+def _comparison_config(
+    config: "CompareConfig | dict | str | Path | None",
+    out: str | Path | None,
+    seeds: Sequence[int] | None,
+    rounds: int | None,
+    resume: str | Path | None,
+    over: dict[str, Any],
+) -> "CompareConfig":
+    """The comparison :func:`compare` runs: the one saved in ``resume`` (nothing else given),
+    else ``config`` (a YAML path, None for the default, a mapping or a
+    :class:`fedselect.study.compare.CompareConfig`) with the dotted keys ``over`` set in its
+    base, then ``rounds`` and ``seeds``.
+
+    Raises:
+        ValueError: ``resume`` with anything that changes the config. ConfigError: it is invalid."""
+    from fedselect.study.compare import load_compare, parse_compare, saved_compare
+
     if resume is not None:
         given = [k for k, v in (("config", config), ("out", out), ("seeds", seeds), ("rounds", rounds)) if v is not None]
         if given or over:
@@ -370,20 +406,4 @@ def compare(
         cc = cc.with_rounds(rounds)
     if resume is None and seeds is not None:
         cc = parse_compare({**cc.model_dump(mode="json"), "seeds": list(seeds)}, f"{cc.name} (seeds={list(seeds)!r})")
-    if not isinstance(backend, str) and workers is not None:
-        raise ValueError("workers: a backend object has its own; give workers to make_backend(...) instead")
-    runner = make_backend(backend, workers=workers) if isinstance(backend, str) else backend
-    out_dir = output_dir("comparison", cc.name, out, resume)
-    if progress:
-        ui.console.print(f"[bold]{cc.name}[/bold]: {', '.join(m.label for m in cc.methods)}; seeds {cc.seeds}; output {out_dir}")
-        with ui.progress() as prog:
-            run_comparison(cc, out_dir, resume=resume is not None, backend=runner, **ui.compare_callbacks(prog, False))
-    else:
-        run_comparison(cc, out_dir, resume=resume is not None, backend=runner)
-    paired = out_dir / "paired.csv"
-    return ComparisonResult(
-        out_dir,
-        pd.read_csv(out_dir / "table.csv", index_col="method"),
-        pd.read_csv(paired) if paired.is_file() and paired.stat().st_size else pd.DataFrame(),
-        {(e.label, s): out_dir / run_dir_name(e.label, s) for s in cc.seeds for e in cc.methods},
-    )
+    return cc

@@ -165,14 +165,14 @@ def print_summary(summary: dict, run_dir: Path) -> None:
 def print_table(rep: dict) -> None:
     """A comparison's table, its "relative to" lines and its paired differences
     (:func:`fedselect.report.build.build_report`'s result)."""
-    from fedselect.report.tables import _cell, paired_cell, paired_intro, relative_phrases
+    from fedselect.report.tables import paired_cell, paired_intro, relative_phrases, table_cell
 
     table = Table(title=rep["title"])
     table.add_column("method")
     for _, head, _, _ in rep["columns"]:
         table.add_column(head, justify="right")
     for e in rep["table"]:
-        table.add_row(e["label"], *[_cell(e, k, d) for k, _, d, _ in rep["columns"]])
+        table.add_row(e["label"], *[table_cell(e, k, d) for k, _, d, _ in rep["columns"]])
     show(table)
     name = rep.get("baseline")
     if name and len(rep["table"]) > 1:
@@ -209,7 +209,7 @@ def print_table(rep: dict) -> None:
 
 
 def print_sweep(rep: dict) -> None:
-    """A sweep's table (:func:`fedselect.study.sweep.build_sweep_table`'s result), the paper's
+    """A sweep's table (:func:`fedselect.study.sweep_table.build_sweep_table`'s result), the paper's
     figures beside ours and the paired differences, as tables fitted to the terminal."""
     table = Table(title=f"{rep['title']}: mean ± sample std over seeds {rep['seeds']}")
     heads = rep["heads"]

@@ -144,7 +144,9 @@ def sweep(
     results, byte for byte, as the local backend).
     """
     from fedselect import api
-    from fedselect.study.sweep import build_sweep_table, load_sweep, run_sweep
+    from fedselect.study.sweep import load_sweep
+    from fedselect.study.sweep_run import run_sweep
+    from fedselect.study.sweep_table import build_sweep_table
 
     out_dir = None
     try:

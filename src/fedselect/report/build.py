@@ -2,7 +2,7 @@
 
 ``build_report(DIR)`` works on a comparison directory (``compare.json``), a single run
 directory (``metrics.csv``) or a sweep directory (``sweep.json``, handed to
-:func:`fedselect.study.sweep.build_sweep_table`). Everything is computed from ``metrics.csv`` /
+:func:`fedselect.study.sweep_table.build_sweep_table`). Everything is computed from ``metrics.csv`` /
 ``timing.csv`` (and ``summary.json`` where a method's ``finish`` produced final figures), so
 re-running it gives byte-identical tables. A run without ``summary.json`` is reported as
 incomplete, with the rounds it has.
@@ -20,36 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from fedselect.common.files import atomic_write
-from fedselect.report.tables import (  # noqa: F401  (re-exported: the report's tables)
-    COLUMNS,
-    OPTIONAL_COLUMNS,
-    PAIRED,
-    POINT_KEYS,
-    RunSummary,
-    _cell,
-    _short,
-    _value,
-    aggregate_table,
-    collect,
-    columns_for,
-    last_k_column,
-    load_federations,
-    load_run_summary,
-    metric_of,
-    missing_note,
-    missing_runs,
-    paired_cell,
-    paired_intro,
-    paired_quantities,
-    paired_table,
-    relative_phrases,
-    render_csv,
-    render_markdown,
-    render_paired,
-    render_paired_csv,
-    summary_window,
-    window_caveat,
-)
+from fedselect.report.aggregate import aggregate_table, columns_for, metric_of, paired_quantities, paired_table, summary_window
+from fedselect.report.runs import collect, missing_runs
+from fedselect.report.tables import missing_note, render_csv, render_markdown, render_paired_csv, window_caveat
 
 log = logging.getLogger("fedselect.report")
 
@@ -57,7 +30,7 @@ log = logging.getLogger("fedselect.report")
 def build_report(directory: str | Path, plots: bool = True, window: int | None = None) -> dict[str, Any]:
     """Write ``table.md``, ``table.csv``, ``plots/*.png`` and ``report.html`` into
     ``directory``; return the table. A sweep directory (``sweep.json``) gets its sweep table,
-    page and plots per grid point (:func:`fedselect.study.sweep.build_sweep_table`; ``"kind": "sweep"``
+    page and plots per grid point (:func:`fedselect.study.sweep_table.build_sweep_table`; ``"kind": "sweep"``
     in the result).
 
     ``plots=False`` keeps the plots already in ``plots/`` (report.html embeds those).
@@ -68,7 +41,7 @@ def build_report(directory: str | Path, plots: bool = True, window: int | None =
     """
     directory = Path(directory)
     if (directory / "sweep.json").is_file() and not (directory / "compare.json").exists():
-        from fedselect.study.sweep import build_sweep_table
+        from fedselect.study.sweep_table import build_sweep_table
 
         if window is not None:
             raise ValueError(
@@ -117,7 +90,7 @@ def build_report(directory: str | Path, plots: bool = True, window: int | None =
         "missing": missing,
         "missing_note": note,
     }
-    from fedselect.report.html import write_compare_html
+    from fedselect.report.compare_html import write_compare_html
 
     rep["html"] = write_compare_html(directory, rep)
     return rep

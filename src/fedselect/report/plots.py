@@ -107,14 +107,7 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
     by_label = defaultdict(list)
     for r in results:
         by_label[r.label].append(r)
-    metric, metric_name = _metric_key(results)
-    nseeds = max((len(v) for v in by_label.values()), default=1)
-    # with >= 3 seeds of every method the band is the 95% interval of the mean; else min..max
-    ci = min((len(v) for v in by_label.values()), default=1) >= 3
-    band_note = f" (mean of {nseeds} seeds, band = {'95% interval' if ci else 'min..max'})" if nseeds > 1 else ""
     written = []
-    names = legend_names(results, labels)
-    xlabel, per = round_axis(results)
 
     def save(fig, name):
         fig.tight_layout()
@@ -122,8 +115,34 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
         plt.close(fig)
         written.append(name)
 
-    # 1. metric vs round (whole run + a zoom on the second half, where methods differ),
-    # 2. e2e latency vs round
+    per_round_plots(plt, save, results, labels, by_label, colors)
+    time_to_accuracy_plot(plt, save, results, labels, by_label, colors)
+    if feds:
+        selection_vs_latency_plot(plt, save, results, labels, by_label, feds[0], colors)
+        participation_by_speed(plt, save, results, labels, feds, colors)
+
+        # device / network class of the selected clients per round (mean over seeds)
+        for kind in ("device", "network"):
+            name = selection_profiles_plot(plt, out, results, labels, feds, kind)
+            if name:
+                written.append(name)
+        label_distribution_plot(plt, save, feds[0])
+    cefl_similarity_plot(plt, save, results)
+    return written
+
+
+def per_round_plots(plt, save, results, labels: list[str], by_label, colors) -> None:
+    """``metric_vs_round.png`` (the whole run and a zoom on its second half, where methods
+    differ) and ``latency_vs_round.png`` (end-to-end latency): per method the mean over its seeds
+    with a band, min..max or, with at least 3 seeds of every method, the 95% interval of the mean;
+    the final figure after a method's finish as a star (e.g. CEFL's transfer)."""
+    metric, metric_name = _metric_key(results)
+    nseeds = max((len(v) for v in by_label.values()), default=1)
+    # with >= 3 seeds of every method the band is the 95% interval of the mean; else min..max
+    ci = min((len(v) for v in by_label.values()), default=1) >= 3
+    band_note = f" (mean of {nseeds} seeds, band = {'95% interval' if ci else 'min..max'})" if nseeds > 1 else ""
+    names = legend_names(results, labels)
+    xlabel, per = round_axis(results)
     for key, ylabel, name in (
         (metric, metric_name, "metric_vs_round.png"),
         ("e2e_latency_s", "end-to-end latency (s)", "latency_vs_round.png"),
@@ -154,7 +173,10 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
             axes[0][1].set_title("second half of the run (zoom)")
         save(fig, name)
 
-    # 3. metric vs end-to-end latency (time-to-accuracy), one line per run
+
+def time_to_accuracy_plot(plt, save, results, labels: list[str], by_label, colors) -> None:
+    """``metric_vs_latency.png``: the metric against the end-to-end latency (s), one line per run."""
+    metric, metric_name = _metric_key(results)
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for lab in labels:
         for i, r in enumerate(by_label[lab]):
@@ -168,56 +190,56 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
     ax.legend()
     save(fig, "metric_vs_latency.png")
 
-    if feds:
-        fed = feds[0]
-        lat = np.asarray(fed["expected_latency_s"])
-        # 4. selection counts vs client latency (first seed's federation)
-        seed0 = min(r.seed for r in results) if results else 0
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        for j, lab in enumerate(labels):
-            runs = [r for r in by_label[lab] if r.seed == seed0]
-            if not runs:
-                continue
-            counts = selection_counts(runs[0].rows, len(lat))
-            jitter = (j - (len(labels) - 1) / 2) * 0.04
-            ax.scatter(lat * (1 + jitter), counts, s=22, color=colors[lab], alpha=0.75, label=lab)
-        ax.set_xscale("log")
-        ax.set_xlabel("client's expected latency per round (s, log scale; mean frequency and bandwidth)")
-        ax.set_ylabel("times selected")
-        ax.yaxis.set_major_locator(plt.MaxNLocator(integer=True))
-        ax.set_title(f"selection vs client latency (seed {seed0}): stragglers are on the right")
-        ax.legend()
-        save(fig, "selection_vs_latency.png")
-        participation_by_speed(plt, save, results, labels, feds, colors)
 
-        # 4b. device / network class of the selected clients per round (mean over seeds)
-        for kind in ("device", "network"):
-            name = selection_profiles_plot(plt, out, results, labels, feds, kind)
-            if name:
-                written.append(name)
+def selection_vs_latency_plot(plt, save, results, labels: list[str], by_label, fed: dict[str, Any], colors) -> None:
+    """``selection_vs_latency.png``: the times each client was selected in the first seed's run
+    against its expected latency per round (s, log scale) in ``fed``, that seed's federation."""
+    lat = np.asarray(fed["expected_latency_s"])
+    seed0 = min(r.seed for r in results) if results else 0
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for j, lab in enumerate(labels):
+        runs = [r for r in by_label[lab] if r.seed == seed0]
+        if not runs:
+            continue
+        counts = selection_counts(runs[0].rows, len(lat))
+        jitter = (j - (len(labels) - 1) / 2) * 0.04
+        ax.scatter(lat * (1 + jitter), counts, s=22, color=colors[lab], alpha=0.75, label=lab)
+    ax.set_xscale("log")
+    ax.set_xlabel("client's expected latency per round (s, log scale; mean frequency and bandwidth)")
+    ax.set_ylabel("times selected")
+    ax.yaxis.set_major_locator(plt.MaxNLocator(integer=True))
+    ax.set_title(f"selection vs client latency (seed {seed0}): stragglers are on the right")
+    ax.legend()
+    save(fig, "selection_vs_latency.png")
 
-        # 5. label distribution of the partition
-        counts = np.asarray(fed["label_counts"], dtype=float)
-        n, c = counts.shape
-        fig, ax = plt.subplots(figsize=(max(7, 0.18 * n + 2), 4.2))
-        bottom = np.zeros(n)
-        names = fed.get("class_names") or [str(i) for i in range(c)]
-        cmap = plt.cm.tab20 if c > 10 else plt.cm.tab10
-        for j in range(c):
-            ax.bar(np.arange(n), counts[:, j], bottom=bottom, color=cmap(j % cmap.N), width=0.85, label=str(names[j]))
-            bottom += counts[:, j]
-        ax.set_xlabel("client id")
-        ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
-        ax.set_ylabel("training samples")
-        part = fed.get("partition", {})
-        ax.set_title(
-            f"label distribution: {fed.get('dataset')}, {part.get('scheme')} "
-            + ", ".join(f"{k}={v}" for k, v in part.items() if k != "scheme")
-        )
-        ax.legend(title="label", ncol=2 if c > 5 else 1, fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")
-        save(fig, "label_distribution.png")
 
-    # 6. CEFL: similarity matrix with clusters and leaders (from the run's summary: prepare info)
+def label_distribution_plot(plt, save, fed: dict[str, Any]) -> None:
+    """``label_distribution.png``: the training samples of each client of ``fed``, stacked by label."""
+    counts = np.asarray(fed["label_counts"], dtype=float)
+    n, c = counts.shape
+    fig, ax = plt.subplots(figsize=(max(7, 0.18 * n + 2), 4.2))
+    bottom = np.zeros(n)
+    names = fed.get("class_names") or [str(i) for i in range(c)]
+    cmap = plt.cm.tab20 if c > 10 else plt.cm.tab10
+    for j in range(c):
+        ax.bar(np.arange(n), counts[:, j], bottom=bottom, color=cmap(j % cmap.N), width=0.85, label=str(names[j]))
+        bottom += counts[:, j]
+    ax.set_xlabel("client id")
+    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
+    ax.set_ylabel("training samples")
+    part = fed.get("partition", {})
+    ax.set_title(
+        f"label distribution: {fed.get('dataset')}, {part.get('scheme')} "
+        + ", ".join(f"{k}={v}" for k, v in part.items() if k != "scheme")
+    )
+    ax.legend(title="label", ncol=2 if c > 5 else 1, fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")
+    save(fig, "label_distribution.png")
+
+
+def cefl_similarity_plot(plt, save, results) -> None:
+    """``cefl_similarity_<label>_s<seed>.png`` for the first run whose summary holds CEFL's
+    preparation (similarity matrix, clusters, leaders): the similarity S_ij (CE-eq 4) ordered by
+    cluster, clusters as red squares, leaders starred."""
     for r in results:
         info = r.extra.get("prepare") or {}
         if not all(k in info for k in ("edge_weights_s", "clusters", "leaders")):
@@ -246,7 +268,6 @@ def make_plots(out: Path, results, labels: list[str], feds: list[dict[str, Any]]
 
         save(fig, f"cefl_similarity_{file_name(r.label)}_s{r.seed}.png")
         break
-    return written
 
 
 #: at most this many points per line in participation_by_speed.png (larger fleets: groups of clients)

@@ -2,7 +2,7 @@
 difference and a Student-t confidence interval).
 
 :func:`mean_std` is the one mean and sample standard deviation over seeds of the tables
-(:mod:`fedselect.report.tables` for comparisons, :mod:`fedselect.study.sweep` for sweeps); its rule for
+(:mod:`fedselect.report.aggregate` for comparisons, :mod:`fedselect.study.sweep_table` for sweeps); its rule for
 missing values is in its docstring.
 
 The methods of a comparison share one federation per seed (:mod:`fedselect.world.federation`), so for a method and the

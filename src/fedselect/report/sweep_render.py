@@ -1,5 +1,5 @@
 """How a sweep's table reads: the cells, ``table.md``, the paired-differences table and
-``report.html``, from the rows :func:`fedselect.study.sweep.build_sweep_table` computes (this module
+``report.html``, from the rows :func:`fedselect.study.sweep_table.build_sweep_table` computes (this module
 reads no run directory)."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def cell(row: dict[str, Any], column: str) -> str:
 
 def unit(column: str) -> str:
     """The unit of a paired difference of ``column``: accuracy points or percent."""
-    from fedselect.report.tables import POINT_KEYS
+    from fedselect.report.aggregate import POINT_KEYS
 
     return "pts" if column in POINT_KEYS or column.startswith(("last_k_", "best_")) else "%"
 
@@ -143,10 +143,11 @@ def write_html(
     run_dirs: dict[str, Path],
     walls: dict[str, list[float]],
 ) -> Path:
-    """``report.html`` (:func:`fedselect.report.html.write_sweep_html`): ``run_dirs`` gives each
+    """``report.html`` (:func:`fedselect.report.sweep_html.write_sweep_html`): ``run_dirs`` gives each
     method's run whose config is shown (at the first grid point), ``walls`` the wall times of
     each method's finished runs."""
-    from fedselect.report.html import read_configs, write_sweep_html
+    from fedselect.report.html import read_configs
+    from fedselect.report.sweep_html import write_sweep_html
 
     note = f"Mean ± sample std over seeds {sc.seeds}; '-' for a grid key the method does not depend on."
     ptab = None

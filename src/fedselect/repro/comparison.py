@@ -22,8 +22,8 @@ def _claims(entry: Entry, rep: dict[str, Any]) -> list[Claim]:
 
 def judge_entry(entry: Entry, rep: dict[str, Any]) -> list[Judged]:
     """Each claim of ``entry`` against the comparison report ``rep`` (:func:`build_report`)."""
+    from fedselect.report.aggregate import paired_table, run_value
     from fedselect.report.stats import paired_interval
-    from fedselect.report.tables import _value, paired_table
 
     results, baseline = rep["results"], rep["baseline"]
     pairs = {baseline: {p["label"]: p for p in rep.get("paired") or []}}
@@ -46,7 +46,7 @@ def judge_entry(entry: Entry, rep: dict[str, Any]) -> list[Judged]:
                 iv = cell["interval"]
                 mean, low, high, n = iv.mean, iv.low, iv.high, iv.n
         else:
-            vals = [_value(r, key) for r in results if r.label == c.method]
+            vals = [run_value(r, key) for r in results if r.label == c.method]
             xs = [float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
             if xs:
                 iv = paired_interval(xs)

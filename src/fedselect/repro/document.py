@@ -102,43 +102,53 @@ def render(title: str, results: list[EntryResult], quick: bool, image_dir: str |
             if e.kind == "alpha":
                 lines += render_alpha(r, quick)
                 continue
-            if r.incomplete:
-                lines += ["Caution, incomplete runs (their existing rounds are used): " + ", ".join(r.incomplete), ""]
-            lines += decisions_caution(r)
-            lines += ["| method | figure | paper | ours (95% interval) | seeds | verdict |", "|---|---|---|---|---|---|"]
-            for j in r.judged:
-                ours = _fmt(j.mean, j.claim.figure)
-                if j.low is not None and j.high is not None and j.mean is not None:
-                    ours += f" [{_fmt(j.low, j.claim.figure)}, {_fmt(j.high, j.claim.figure)}]"
-                pv = j.claim.value if isinstance(j.claim.value, str) else _fmt(float(j.claim.value), j.claim.figure)
-                fig = f"`{j.claim.figure}`" + (f" vs {j.claim.vs}" if j.claim.vs else "")
-                lines.append(f"| {j.claim.method} | {fig} | {pv} | {ours} | {j.n} | **{j.verdict}**: {j.why} |")
-            lines.append("")
-            counts = {v: sum(1 for j in r.judged if j.verdict == v) for v in dict.fromkeys(j.verdict for j in r.judged)}
-            lines.append(
-                "Verdict: "
-                + (", ".join(f"{n} {v}" for v, n in counts.items()) or "no figures to judge")
-                + "."
-                + (" Substitute data: the paper's absolute figures are another data set's." if e.substitute else "")
-            )
-            if e.finding:
-                lines += ["", e.finding.strip()]
-            if r.markdown:
-                lines += [""] + _whole_table(r.markdown)
-            lines += [
-                "",
-                f"Config `{e.config}`, seeds {', '.join(map(str, r.seeds))}; {where(r)}. Directory `{r.directory}`.",
-                "",
-                "```",
-                r.command,
-                f"fedselect report {r.directory}",
-                "```",
-                "",
-            ]
-            for p in r.plots:
-                src = f"{image_dir}/{e.id}-{p.name}" if image_dir else str(p)
-                lines += [f"![{e.id} {p.stem.replace('_', ' ')}]({src})", ""]
+            lines += _render_compare(r, image_dir)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _render_compare(r: EntryResult, image_dir: str | None) -> list[str]:
+    """The part of a comparison entry that ran: its claims judged (paper, ours with the 95%
+    interval, verdict), the count of verdicts, the finding, the comparison's whole table, where
+    its runs were made, the commands that make it again and its plots."""
+    e = r.entry
+    lines: list[str] = []
+    if r.incomplete:
+        lines += ["Caution, incomplete runs (their existing rounds are used): " + ", ".join(r.incomplete), ""]
+    lines += decisions_caution(r)
+    lines += ["| method | figure | paper | ours (95% interval) | seeds | verdict |", "|---|---|---|---|---|---|"]
+    for j in r.judged:
+        ours = _fmt(j.mean, j.claim.figure)
+        if j.low is not None and j.high is not None and j.mean is not None:
+            ours += f" [{_fmt(j.low, j.claim.figure)}, {_fmt(j.high, j.claim.figure)}]"
+        pv = j.claim.value if isinstance(j.claim.value, str) else _fmt(float(j.claim.value), j.claim.figure)
+        fig = f"`{j.claim.figure}`" + (f" vs {j.claim.vs}" if j.claim.vs else "")
+        lines.append(f"| {j.claim.method} | {fig} | {pv} | {ours} | {j.n} | **{j.verdict}**: {j.why} |")
+    lines.append("")
+    counts = {v: sum(1 for j in r.judged if j.verdict == v) for v in dict.fromkeys(j.verdict for j in r.judged)}
+    lines.append(
+        "Verdict: "
+        + (", ".join(f"{n} {v}" for v, n in counts.items()) or "no figures to judge")
+        + "."
+        + (" Substitute data: the paper's absolute figures are another data set's." if e.substitute else "")
+    )
+    if e.finding:
+        lines += ["", e.finding.strip()]
+    if r.markdown:
+        lines += [""] + _whole_table(r.markdown)
+    lines += [
+        "",
+        f"Config `{e.config}`, seeds {', '.join(map(str, r.seeds))}; {where(r)}. Directory `{r.directory}`.",
+        "",
+        "```",
+        r.command,
+        f"fedselect report {r.directory}",
+        "```",
+        "",
+    ]
+    for p in r.plots:
+        src = f"{image_dir}/{e.id}-{p.name}" if image_dir else str(p)
+        lines += [f"![{e.id} {p.stem.replace('_', ' ')}]({src})", ""]
+    return lines
 
 
 def reproduce(

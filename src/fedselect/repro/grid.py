@@ -56,21 +56,47 @@ def sweep_grid_summary(directory: str | Path, sc: Any, baseline: str | None = No
     share per method at each value, averaged over the other keys (the paper's accuracy vs N,
     R, r2). ``cells``: the number of full grid points; ``runs``: finished runs found.
     """
+    baseline = baseline if baseline is not None else sc.baseline
+    values, runs = _cell_means(Path(directory), sc)
+    methods = {label: _method_summary(rows) for label, rows in values.items()}
+    differences = _differences(values, baseline) if baseline is not None and baseline in values else {}
+    axes = {}
+    for key, grid_values in sc.grid.items():
+        if len(grid_values) < 2:
+            continue
+        per = {}
+        for label, rows in values.items():
+            per[label] = {
+                what: [_mean_of([r for r in rows if r[0][key] == v], what) for v in grid_values]
+                for what in ("final_accuracy", "fat_selected_share")
+            }
+        axes[key] = {"values": list(grid_values), "methods": per}
+    return {
+        "methods": methods,
+        "differences": differences,
+        "baseline": baseline,
+        "axes": axes,
+        "cells": len(sc.points()),
+        "runs": runs,
+    }
+
+
+def _cell_means(d: Path, sc: Any) -> tuple[dict[str, list[tuple[dict, dict, dict]]], int]:
+    """label -> [(full grid point, the point restricted to the method's keys, {key of
+    :data:`GRID_KEYS`: mean over the seeds' finished runs, None without one})] in grid order, and
+    the number of finished runs found (each restricted point's once)."""
     import numpy as np
 
-    from fedselect.study.sweep import _restrict, _summaries
+    from fedselect.study.sweep import restrict, run_summaries
 
-    d = Path(directory)
-    baseline = baseline if baseline is not None else sc.baseline
-    points = sc.points()
     values: dict[str, list[tuple[dict, dict, dict]]] = {}  # label -> [(full point, restricted, {key: mean})]
     runs = 0
     seen_runs: set[tuple[str, str]] = set()
     for m in sc.methods:
         rows = []
-        for p in points:
-            rp = _restrict(p, m)
-            summ = _summaries(d, m.label, rp, sc.seeds)
+        for p in sc.points():
+            rp = restrict(p, m)
+            summ = run_summaries(d, m.label, rp, sc.seeds)
             ident = (m.label, repr(sorted(rp.items())))
             if ident not in seen_runs:
                 seen_runs.add(ident)
@@ -85,62 +111,57 @@ def sweep_grid_summary(directory: str | Path, sc: Any, baseline: str | None = No
                 cell[key] = float(np.mean(xs)) if xs else None
             rows.append((p, rp, cell))
         values[m.label] = rows
+    return values, runs
 
-    def mean_of(rows, key):
-        xs = [c[key] for _, _, c in rows if c[key] is not None]
-        return float(np.mean(xs)) if xs else None
 
-    methods = {}
-    for label, rows in values.items():
-        found = [(rp, c) for _, rp, c in rows if c["final_accuracy"] is not None]
-        best = max(found, key=lambda x: x[1]["final_accuracy"], default=None)
-        methods[label] = {
-            "mean": {key: mean_of(rows, key) for key in GRID_KEYS},
-            "best": {"point": best[0], **best[1]} if best else None,
-            "cells": len({repr(sorted(rp.items())) for _, rp, c in rows if c["final_accuracy"] is not None}),
-        }
-    differences = {}
-    if baseline is not None and baseline in values:
-        for label, rows in values.items():
-            if label == baseline:
-                continue
-            diffs, seen = [], set()
-            for (p, rp, c), (_, brp, b) in zip(rows, values[baseline]):
-                cell = {k: v for k, v in p.items() if k in rp or k in brp}  # the keys either side depends on
-                if repr(sorted(cell.items())) in seen:
-                    continue
-                seen.add(repr(sorted(cell.items())))
-                if c["final_accuracy"] is not None and b["final_accuracy"] is not None:
-                    diffs.append((cell, 100.0 * (c["final_accuracy"] - b["final_accuracy"])))
-            if diffs:
-                xs = [x for _, x in diffs]
-                hi, lo = max(diffs, key=lambda t: t[1]), min(diffs, key=lambda t: t[1])
-                differences[label] = {
-                    "mean": float(np.mean(xs)),
-                    "best": {"point": hi[0], "points": hi[1]},
-                    "worst": {"point": lo[0], "points": lo[1]},
-                    "above": sum(1 for x in xs if x > 0),
-                    "cells": len(xs),
-                }
-    axes = {}
-    for key, grid_values in sc.grid.items():
-        if len(grid_values) < 2:
-            continue
-        per = {}
-        for label, rows in values.items():
-            per[label] = {
-                what: [mean_of([r for r in rows if r[0][key] == v], what) for v in grid_values]
-                for what in ("final_accuracy", "fat_selected_share")
-            }
-        axes[key] = {"values": list(grid_values), "methods": per}
+def _mean_of(rows, key):
+    """The mean of ``key`` over the cells of ``rows`` that have it (None when none has)."""
+    import numpy as np
+
+    xs = [c[key] for _, _, c in rows if c[key] is not None]
+    return float(np.mean(xs)) if xs else None
+
+
+def _method_summary(rows) -> dict[str, Any]:
+    """A method's ``mean`` of each key over the grid, its ``best`` cell (highest final accuracy)
+    and the number of its cells with a final accuracy."""
+    found = [(rp, c) for _, rp, c in rows if c["final_accuracy"] is not None]
+    best = max(found, key=lambda x: x[1]["final_accuracy"], default=None)
     return {
-        "methods": methods,
-        "differences": differences,
-        "baseline": baseline,
-        "axes": axes,
-        "cells": len(points),
-        "runs": runs,
+        "mean": {key: _mean_of(rows, key) for key in GRID_KEYS},
+        "best": {"point": best[0], **best[1]} if best else None,
+        "cells": len({repr(sorted(rp.items())) for _, rp, c in rows if c["final_accuracy"] is not None}),
     }
+
+
+def _differences(values: dict[str, list[tuple[dict, dict, dict]]], baseline: str) -> dict[str, dict[str, Any]]:
+    """Per method but ``baseline``: its final-accuracy differences (points) to the baseline per
+    cell of the keys either side depends on, their mean, best and worst cell and how many are above 0."""
+    import numpy as np
+
+    differences = {}
+    for label, rows in values.items():
+        if label == baseline:
+            continue
+        diffs, seen = [], set()
+        for (p, rp, c), (_, brp, b) in zip(rows, values[baseline]):
+            cell = {k: v for k, v in p.items() if k in rp or k in brp}  # the keys either side depends on
+            if repr(sorted(cell.items())) in seen:
+                continue
+            seen.add(repr(sorted(cell.items())))
+            if c["final_accuracy"] is not None and b["final_accuracy"] is not None:
+                diffs.append((cell, 100.0 * (c["final_accuracy"] - b["final_accuracy"])))
+        if diffs:
+            xs = [x for _, x in diffs]
+            hi, lo = max(diffs, key=lambda t: t[1]), min(diffs, key=lambda t: t[1])
+            differences[label] = {
+                "mean": float(np.mean(xs)),
+                "best": {"point": hi[0], "points": hi[1]},
+                "worst": {"point": lo[0], "points": lo[1]},
+                "above": sum(1 for x in xs if x > 0),
+                "cells": len(xs),
+            }
+    return differences
 
 
 def sweep_plots(grid: dict[str, Any], plot_dir: str | Path) -> list[Path]:
@@ -190,7 +211,7 @@ def sweep_plots(grid: dict[str, Any], plot_dir: str | Path) -> list[Path]:
 
 def run_sweep_entry(entry: Entry, job: Job) -> EntryResult:
     """Run (or finish, or keep) one sweep entry in ``out/<id>`` with ``fedselect sweep``
-    (:func:`fedselect.study.sweep.run_sweep`: finished runs are kept) and summarise its grid
+    (:func:`fedselect.study.sweep_run.run_sweep`: finished runs are kept) and summarise its grid
     (:func:`sweep_grid_summary`, :func:`sweep_plots` into ``out/<id>/plots``). With
     ``run=False`` a sweep already there is summarised as it is, a missing one returned with
     ``ran=False``.
@@ -198,7 +219,9 @@ def run_sweep_entry(entry: Entry, job: Job) -> EntryResult:
     Raises:
         FileNotFoundError: the entry's config is missing. ConfigError: it is invalid.
     """
-    from fedselect.study.sweep import _restrict, build_sweep_table, check_sweep_runs, labels_deciding_on_test, run_sweep
+    from fedselect.study.sweep import check_sweep_runs, restrict
+    from fedselect.study.sweep_run import run_sweep
+    from fedselect.study.sweep_table import build_sweep_table, labels_deciding_on_test
 
     out, quick, run = job.out, job.quick, job.run
     sc = _sweep_config(entry, job)
@@ -229,7 +252,7 @@ def run_sweep_entry(entry: Entry, job: Job) -> EntryResult:
     res.machines = _machines(d)
     res.test_decisions = labels_deciding_on_test(d, sc)
     expected = len(
-        {(m.label, repr(sorted(_restrict(p, m).items())), s) for p in sc.points() for m in sc.methods for s in sc.seeds}
+        {(m.label, repr(sorted(restrict(p, m).items())), s) for p in sc.points() for m in sc.methods for s in sc.seeds}
     )
     if res.grid["runs"] < expected:
         res.incomplete = [f"{expected - res.grid['runs']} of {expected} runs not finished"]

@@ -29,7 +29,7 @@ absolute values are another data set's), **not judged** (fewer than 2 seeds, no 
 text claim).
 
 A ``kind: sweep`` entry (the budgeted-online paper's Table VI grid) runs ``fedselect sweep``
-(:func:`fedselect.study.sweep.run_sweep`) into ``OUT/<id>`` instead (``quick_grid``: the tiny grid of
+(:func:`fedselect.study.sweep_run.run_sweep`) into ``OUT/<id>`` instead (``quick_grid``: the tiny grid of
 ``--quick``) and is summarised, not judged: per method the mean over the grid's cells and the
 best cell (final accuracy, share of fat clients selected, candidates evaluated, competitive
 ratio), the final-accuracy difference of every method to the sweep's baseline per cell (mean,

@@ -1,2 +1,3 @@
-"""Studies of several runs: comparisons (:mod:`fedselect.study.compare`), sweeps
-(:mod:`fedselect.study.sweep`) and the backends that run their runs (:mod:`fedselect.study.backends`)."""
+"""Studies of several runs: comparisons (:mod:`fedselect.study.compare`), sweeps (their config and
+run directories :mod:`fedselect.study.sweep`, running them :mod:`fedselect.study.sweep_run`, their
+table :mod:`fedselect.study.sweep_table`) and the backends that run their runs (:mod:`fedselect.study.backends`)."""

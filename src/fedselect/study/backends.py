@@ -331,47 +331,12 @@ class RayBackend:
             t0 = time.perf_counter()
             if not ray.is_initialized():
                 started_here = True
-                with warnings.catch_warnings():  # Ray 2.55's FutureWarning about GPU visibility (no GPUs used here)
-                    warnings.filterwarnings("ignore", message=".*accelerator visible devices", category=FutureWarning)
-                    if self.address is None:
-                        # "local": always a new instance, never one found through RAY_ADDRESS or `ray start`
-                        ray.init(
-                            address="local",
-                            num_cpus=self.num_cpus or os.cpu_count(),
-                            include_dashboard=False,
-                            log_to_driver=False,
-                            configure_logging=False,
-                        )
-                    else:
-                        ray.init(address=self.address, log_to_driver=False, configure_logging=False)
+                self._init_ray(ray)
             self.startup_s = time.perf_counter() - t0
             # after ray.init, which installs a SIGTERM handler of its own that aborts the process
             with _sigterm_as_interrupt():
-                task = ray.remote(_ray_run).options(num_cpus=self.cpus_per_run, max_retries=0)
-                for i, s in todo:
-                    ref = task.remote(s.plan, str(s.run_dir.resolve()), resume, workers, str(out.resolve()), marker)
-                    pending[ref] = (i, s)
-                    if cb.on_start:
-                        cb.on_start(s, i, total)
-                if cb.on_federation:
-                    seen: set[str] = set()
-                    for _, s in todo:
-                        if s.group not in seen:
-                            seen.add(s.group)
-                            cb.on_federation(s.group, build_federation(s.cfg))
-                while pending:
-                    ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
-                    for ref in ready:
-                        i, s = pending.pop(ref)
-                        try:
-                            res = ray.get(ref)
-                        except Exception as e:  # noqa: BLE001 - reported with the run it belongs to
-                            errors.append(f"{s.run_dir}: {_task_error(e)}")
-                            continue
-                        done[s.run_dir] = res["summary"]
-                        self.task_info[s.run_dir] = {k: res[k] for k in ("host", "pid", "task_s")}
-                        if cb.on_done:
-                            cb.on_done(s, res["summary"])
+                self._submit(ray, todo, pending, cb, total, resume, workers, out, marker)
+                self._wait(ray, pending, cb, done, errors)
         except BaseException:
             for ref in pending:
                 try:
@@ -387,6 +352,76 @@ class RayBackend:
                 f"{len(errors)} of {len(todo)} runs failed on Ray (the others finished):\n  " + "\n  ".join(errors)
             )
         return done
+
+    def _init_ray(self, ray) -> None:
+        """Start a new local Ray instance (``address`` None; never one found through
+        ``RAY_ADDRESS`` or ``ray start``) or connect to the cluster at ``address``."""
+        with warnings.catch_warnings():  # Ray 2.55's FutureWarning about GPU visibility (no GPUs used here)
+            warnings.filterwarnings("ignore", message=".*accelerator visible devices", category=FutureWarning)
+            if self.address is None:
+                # "local": always a new instance, never one found through RAY_ADDRESS or `ray start`
+                ray.init(
+                    address="local",
+                    num_cpus=self.num_cpus or os.cpu_count(),
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    configure_logging=False,
+                )
+            else:
+                ray.init(address=self.address, log_to_driver=False, configure_logging=False)
+
+    def _submit(
+        self,
+        ray,
+        todo: list[tuple[int, RunSpec]],
+        pending: dict[Any, tuple[int, RunSpec]],
+        cb: RunCallbacks,
+        total: int,
+        resume: bool,
+        workers: int,
+        out: Path,
+        marker: str | None,
+    ) -> None:
+        """Submit a Ray task per run of ``todo`` into ``pending`` (task reference -> (index,
+        spec)), calling ``on_start`` for each; then ``on_federation`` once per federation group
+        (built here: the tasks build their own)."""
+        task = ray.remote(_ray_run).options(num_cpus=self.cpus_per_run, max_retries=0)
+        for i, s in todo:
+            ref = task.remote(s.plan, str(s.run_dir.resolve()), resume, workers, str(out.resolve()), marker)
+            pending[ref] = (i, s)
+            if cb.on_start:
+                cb.on_start(s, i, total)
+        if cb.on_federation:
+            seen: set[str] = set()
+            for _, s in todo:
+                if s.group not in seen:
+                    seen.add(s.group)
+                    cb.on_federation(s.group, build_federation(s.cfg))
+
+    def _wait(
+        self,
+        ray,
+        pending: dict[Any, tuple[int, RunSpec]],
+        cb: RunCallbacks,
+        done: dict[Path, dict[str, Any]],
+        errors: list[str],
+    ) -> None:
+        """Until ``pending`` is empty (each task removed from it as it ends): a finished run's
+        summary into ``done`` (host, pid and seconds into :attr:`task_info`) and ``on_done``
+        called; a failed run's error into ``errors``, the other runs going on."""
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            for ref in ready:
+                i, s = pending.pop(ref)
+                try:
+                    res = ray.get(ref)
+                except Exception as e:  # noqa: BLE001 - reported with the run it belongs to
+                    errors.append(f"{s.run_dir}: {_task_error(e)}")
+                    continue
+                done[s.run_dir] = res["summary"]
+                self.task_info[s.run_dir] = {k: res[k] for k in ("host", "pid", "task_s")}
+                if cb.on_done:
+                    cb.on_done(s, res["summary"])
 
 
 def _valid_address(address: str) -> bool:

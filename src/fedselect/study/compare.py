@@ -35,7 +35,7 @@ from fedselect.config.schema import ConfigError, ExperimentConfig
 from fedselect.experiment.resolve import Resolved, resolve_doc
 from fedselect.experiment.resume import check_saved_runs, with_pre_validation_values, with_validation_keys
 from fedselect.experiment.run import RoundEvent
-from fedselect.report.tables import federation_info
+from fedselect.report.federations import federation_info
 from fedselect.world.federation import Federation
 
 #: keys a method entry may not change: they define the shared federation
