@@ -120,7 +120,7 @@ def _three_seeds(tmp_path):
     (15 s) and never within its 3 rounds (15 s) in seed 2."""
     import json
 
-    from test_compare import _fake_run
+    from support.fake_runs import fake_run
 
     c = tmp_path / "cmp"
     a = [(0.5, 0.8, 0.85), (0.6, 0.82, 0.9), (0.6, 0.7, 0.81)]
@@ -128,7 +128,7 @@ def _three_seeds(tmp_path):
     for lab, accs, step in (("A", a, 10), ("B", b, 5)):
         for s, acc in enumerate(accs):
             rows = [(0, 0.1, 0, 0)] + [(r, acc[r - 1], step * r, r) for r in (1, 2, 3)]
-            _fake_run(c / f"runs/{lab}-s{s}", rows, 3)
+            fake_run(c / f"runs/{lab}-s{s}", rows, 3)
     runs = [{"label": lab, "method": lab.lower(), "seed": s, "dir": f"runs/{lab}-s{s}"} for lab in "AB" for s in range(3)]
     (c / "compare.json").write_text(
         json.dumps({"name": "cut", "baseline": "A", "methods": [{"label": "A"}, {"label": "B"}], "runs": runs})
@@ -164,9 +164,9 @@ def test_a_method_that_missed_the_target_is_not_averaged_over_its_lucky_seeds(tm
 
 def test_one_run_that_never_reached_the_target_reads_beyond_its_rounds(tmp_path):
     from fedselect.report.build import build_report
-    from test_compare import _fake_run
+    from support.fake_runs import fake_run
 
-    _fake_run(tmp_path / "r", [(0, 0.1, 0, 0), (1, 0.5, 5, 1), (2, 0.6, 10, 2)], 2)
+    fake_run(tmp_path / "r", [(0, 0.1, 0, 0), (1, 0.5, 5, 1), (2, 0.6, 10, 2)], 2)
     (tmp_path / "r" / "config.yaml").write_text("rounds: 2\nmethod: fedavg\nmetrics: {target: 0.8, metric: accuracy}\n")
     md = build_report(tmp_path / "r", plots=False)["markdown"]
     assert "> 2.0 (0/1 reached)" in md and "> 10.0 (0/1 reached)" in md

@@ -13,6 +13,7 @@ from fedselect.report.tables import load_run_summary
 from fedselect.study import backends as backends_mod
 from fedselect.study.compare import load_compare, parse_compare, run_comparison
 from fedselect.world.federation import build_federation
+from support.fake_runs import fabricated_comparison, fake_run
 
 
 def _doc(tiny_cfg_doc, seeds=(0,)):
@@ -67,62 +68,8 @@ def test_every_method_gets_the_same_federation(tmp_path, tiny_cfg_doc, monkeypat
     assert all((tmp_path / "c" / "plots" / p).stat().st_size > 5000 for p in rep["plots"])
 
 
-def _fake_run(d, rows, rounds, complete=True, columns=CORE_COLUMNS):
-    """A hand-made run: metrics.csv rows (round, accuracy, e2e latency, cumulative MB) in
-    ``columns`` (default today's); latency_sum_s is 10 x the round (a run of rounds 0..2: 30 s)."""
-    d.mkdir(parents=True)
-    (d / "config.yaml").write_text(f"rounds: {rounds}\nmetrics: {{target: 0.8, metric: accuracy}}\n")
-    lines = [",".join(columns)]
-    for r, acc, lat, mb in rows:
-        vals = {
-            "round": r,
-            "selected": "0;1",
-            "accuracy": acc,
-            "f1_macro": acc,
-            "test_loss": 1,
-            "train_loss": 1,
-            "round_latency_s": 0,
-            "latency_sum_s": 10 * r,
-            "e2e_latency_s": lat,
-            "upload_bytes": 0,
-            "download_bytes": 0,
-            "cum_upload_bytes": int(mb * 1e6),
-            "cum_download_bytes": 0,
-            "failed": "",
-            "clock_s": lat,
-            "available": 2,
-            "waited_s": 0.0,
-        }
-        lines.append(",".join(str(vals[c]) for c in columns))
-    (d / "metrics.csv").write_text("\n".join(lines) + "\n")
-    (d / "timing.csv").write_text("round,wall_s,cum_wall_s\n1,1.0,10.0\n")
-    if complete:
-        (d / "summary.json").write_text("{}")
-
-
-def _fabricated(tmp_path, interrupted=False):
-    c = tmp_path / "cmp"
-    runs = []
-    # baseline A: final acc 0.80 / 0.90 (mean 0.85), latency 100 / 300 (mean 200), 10 MB
-    _fake_run(c / "runs/A-s0", [(0, 0.1, 0, 0), (1, 0.5, 50, 5), (2, 0.80, 100, 10)], 2)
-    _fake_run(c / "runs/A-s1", [(0, 0.1, 0, 0), (1, 0.7, 150, 5), (2, 0.90, 300, 10)], 2)
-    # B: final acc 0.86 / 0.88 (mean 0.87), latency 150 / 150 (mean 150 = -25%), 5 MB (-50%)
-    _fake_run(c / "runs/B-s0", [(0, 0.1, 0, 0), (1, 0.82, 75, 2.5), (2, 0.86, 150, 5)], 2)
-    if interrupted:
-        _fake_run(c / "runs/B-s1", [(0, 0.1, 0, 0), (1, 0.81, 70, 2.5)], 2, complete=False)
-    else:
-        _fake_run(c / "runs/B-s1", [(0, 0.1, 0, 0), (1, 0.7, 75, 2.5), (2, 0.88, 150, 5)], 2)
-    for lab in "AB":
-        for s in (0, 1):
-            runs.append({"label": lab, "method": lab.lower(), "seed": s, "dir": f"runs/{lab}-s{s}"})
-    (c / "compare.json").write_text(
-        json.dumps({"name": "fab", "baseline": "A", "methods": [{"label": "A"}, {"label": "B"}], "runs": runs})
-    )
-    return c
-
-
 def test_relative_changes_match_hand_computed(tmp_path):
-    rep = build_report(_fabricated(tmp_path), plots=False)
+    rep = build_report(fabricated_comparison(tmp_path), plots=False)
     a, b = rep["table"]
     assert a["final_accuracy"] == pytest.approx(0.85) and b["final_accuracy"] == pytest.approx(0.87)
     assert b["final_accuracy_vs"] == pytest.approx(2.0)  # +2.0 points
@@ -137,14 +84,14 @@ def test_relative_changes_match_hand_computed(tmp_path):
 def test_latency_sum_total_and_runs_saved_before_the_column(tmp_path):
     """The table's latency sum is the total of a run's latency_sum_s (rows 0..T); runs whose
     metrics.csv predates the column (no latency_sum_s) are still reported, without that figure."""
-    c = _fabricated(tmp_path)
+    c = fabricated_comparison(tmp_path)
     old = [col for col in CORE_COLUMNS if col != "latency_sum_s"]
     for s, rows in (
         (0, [(0, 0.1, 0, 0), (1, 0.82, 75, 2.5), (2, 0.86, 150, 5)]),
         (1, [(0, 0.1, 0, 0), (1, 0.7, 75, 2.5), (2, 0.88, 150, 5)]),
     ):
         shutil.rmtree(c / f"runs/B-s{s}")
-        _fake_run(c / f"runs/B-s{s}", rows, 2, columns=old)
+        fake_run(c / f"runs/B-s{s}", rows, 2, columns=old)
     rep = build_report(c, plots=False)
     a, b = rep["table"]
     assert a["latency_sum_s"] == pytest.approx(30.0) and a["latency_sum_s_std"] == pytest.approx(0.0)
@@ -154,7 +101,7 @@ def test_latency_sum_total_and_runs_saved_before_the_column(tmp_path):
     assert load_run_summary(c / "runs/B-s0", "B", 0).summary["latency_sum_s"] is None
     # one of B's seeds with the column: its mean is marked, and no change vs A is given
     shutil.rmtree(c / "runs/B-s1")
-    _fake_run(c / "runs/B-s1", [(0, 0.1, 0, 0), (1, 0.7, 75, 2.5), (2, 0.88, 150, 5)], 2)
+    fake_run(c / "runs/B-s1", [(0, 0.1, 0, 0), (1, 0.7, 75, 2.5), (2, 0.88, 150, 5)], 2)
     rep = build_report(c, plots=False)
     b = rep["table"][1]
     assert b["latency_sum_s"] == pytest.approx(30.0) and b["latency_sum_s_n"] == 1 and b["latency_sum_s_vs"] is None
@@ -162,7 +109,7 @@ def test_latency_sum_total_and_runs_saved_before_the_column(tmp_path):
 
 
 def test_report_on_interrupted_run_uses_existing_rounds(tmp_path):
-    rep = build_report(_fabricated(tmp_path, interrupted=True), plots=True)
+    rep = build_report(fabricated_comparison(tmp_path, interrupted=True), plots=True)
     b = rep["table"][1]
     assert b["incomplete"] == ["B-s1 (1 of 2 rounds)"]
     assert b["final_accuracy"] == pytest.approx((0.86 + 0.81) / 2)
@@ -199,7 +146,7 @@ def test_compare_checks_method_options_before_running(tiny_cfg_doc):
 
 
 def test_optional_columns_appear_only_when_reported(tmp_path):
-    c = _fabricated(tmp_path)
+    c = fabricated_comparison(tmp_path)
     assert "competitive ratio" not in build_report(c, plots=False)["markdown"]
     for lab, ratio in (("A", 1.0), ("B", 0.5)):
         for s in (0, 1):

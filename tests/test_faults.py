@@ -22,7 +22,7 @@ from fedselect.fl.faults import ClientFailure, FaultModel, Injection, corrupt_st
 from fedselect.selectors import register_selector
 from fedselect.selectors.base import Selection, Selector
 from fedselect.world.federation import Client, build_federation
-from test_resume import METHOD_OPTIONS
+from support.tiny import METHOD_OPTIONS
 
 SIZES = {0: 40, 1: 60, 2: 50}
 

@@ -19,7 +19,7 @@ from fedselect.study.compare import parse_compare, run_comparison
 from fedselect.study.sweep import parse_sweep, run_sweep
 from fedselect.world.data.files import note_read, recording_reads
 from fedselect.world.federation import build_federation
-from test_datafiles import mnist_rows, write_mnist
+from support.mnist_files import mnist_rows, write_mnist
 
 
 def _data(tmp_path):

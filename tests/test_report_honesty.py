@@ -18,7 +18,7 @@ from fedselect.config.schema import ConfigError
 from fedselect.report.build import build_report
 from fedselect.report.stats import format_interval, paired_interval
 from fedselect.study.compare import parse_compare, run_comparison
-from test_compare import _fake_run
+from support.fake_runs import fake_run
 
 # ------------------------------------------------------------------ 2. a report with a run missing
 
@@ -80,9 +80,9 @@ def test_report_names_a_missing_run_and_compares_only_the_seeds_both_have(tmp_pa
 
 
 def test_nothing_missing_nothing_said(tmp_path):
-    from test_compare import _fabricated
+    from support.fake_runs import fabricated_comparison
 
-    rep = build_report(_fabricated(tmp_path), plots=False)
+    rep = build_report(fabricated_comparison(tmp_path), plots=False)
     assert rep["missing"] == [] and "missing" not in rep["markdown"]
     assert all(not e["vs_partial"] for e in rep["table"])
 
@@ -112,10 +112,10 @@ def _coinciding(tmp_path):
     against A's round 3 (-33.3%) in both seeds; each side moves the same bytes in both seeds."""
     c = tmp_path / "cmp"
     # (round, accuracy, e2e latency, cumulative MB)
-    _fake_run(c / "runs/A-s0", [(0, 0.1, 0, 0), (1, 0.5, 10, 2), (2, 0.6, 20, 4), (3, 0.80, 30, 6)], 3)
-    _fake_run(c / "runs/A-s1", [(0, 0.1, 0, 0), (1, 0.55, 12, 2), (2, 0.65, 25, 4), (3, 0.85, 40, 6)], 3)
-    _fake_run(c / "runs/B-s0", [(0, 0.1, 0, 0), (1, 0.6, 8, 1), (2, 0.8, 15, 2), (3, 0.85, 22, 3)], 3)
-    _fake_run(c / "runs/B-s1", [(0, 0.1, 0, 0), (1, 0.65, 9, 1), (2, 0.85, 17, 2), (3, 0.90, 30, 3)], 3)
+    fake_run(c / "runs/A-s0", [(0, 0.1, 0, 0), (1, 0.5, 10, 2), (2, 0.6, 20, 4), (3, 0.80, 30, 6)], 3)
+    fake_run(c / "runs/A-s1", [(0, 0.1, 0, 0), (1, 0.55, 12, 2), (2, 0.65, 25, 4), (3, 0.85, 40, 6)], 3)
+    fake_run(c / "runs/B-s0", [(0, 0.1, 0, 0), (1, 0.6, 8, 1), (2, 0.8, 15, 2), (3, 0.85, 22, 3)], 3)
+    fake_run(c / "runs/B-s1", [(0, 0.1, 0, 0), (1, 0.65, 9, 1), (2, 0.85, 17, 2), (3, 0.90, 30, 3)], 3)
     runs = [{"label": lab, "method": lab.lower(), "seed": s, "dir": f"runs/{lab}-s{s}"} for lab in "AB" for s in (0, 1)]
     (c / "compare.json").write_text(
         json.dumps({"name": "few", "baseline": "A", "methods": [{"label": "A"}, {"label": "B"}], "runs": runs})

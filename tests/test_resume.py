@@ -37,18 +37,9 @@ from fedselect.experiment.run import make_simulation, run_experiment
 from fedselect.experiment.simulation import find_generators
 from fedselect.selectors import SELECTORS
 from fedselect.world.federation import build_federation
+from support.tiny import METHOD_OPTIONS
 
 parse_config = parse_experiment
-
-#: options that make each method run (and exercise its state) on the tiny config
-METHOD_OPTIONS = {
-    "flashrl": {"warmup_epochs": 1, "rl_batch_size": 2, "memory_capacity": 50, "hidden": 16, "pca_components": 3},
-    "favor": {"warmup_epochs": 1, "rl_batch_size": 2, "memory_capacity": 50, "hidden": 16, "pca_components": 3, "target": 0.5},
-    "cefl": {"clusters": 2, "base_layers": 1, "warmup_epochs": 1},
-    "fedper": {"base_layers": 1},
-    "budgeted_online": {"rerun_every": 2},
-    "online_random": {"rerun_every": 2},
-}
 
 
 def tiny_doc(method: str = "fedavg", **over) -> dict:

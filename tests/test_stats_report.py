@@ -11,7 +11,7 @@ from fedselect.config.schema import ConfigError, parse_config
 from fedselect.experiment.metrics import last_k_mean, summarize
 from fedselect.report.build import build_report, paired_cell
 from fedselect.report.stats import format_interval, paired_differences, paired_interval
-from test_compare import _fabricated
+from support.fake_runs import fabricated_comparison
 
 # -- paired intervals (hand-computed) -----------------------------------------------------
 
@@ -100,7 +100,7 @@ def test_summary_window_is_validated():
 
 
 def test_paired_section_of_fabricated_comparison(tmp_path):
-    c = _fabricated(tmp_path)
+    c = fabricated_comparison(tmp_path)
     rep = build_report(c, plots=False)
     (p,) = rep["paired"]
     assert p["label"] == "B" and p["seeds"] == [0, 1]
@@ -139,7 +139,7 @@ def test_paired_section_of_fabricated_comparison(tmp_path):
 
 
 def test_one_seed_says_no_interval_is_possible(tmp_path):
-    c = _fabricated(tmp_path)
+    c = fabricated_comparison(tmp_path)
     spec = json.loads((c / "compare.json").read_text())
     spec["runs"] = [r for r in spec["runs"] if r["seed"] == 0]
     (c / "compare.json").write_text(json.dumps(spec))
@@ -150,7 +150,7 @@ def test_one_seed_says_no_interval_is_possible(tmp_path):
 
 
 def test_report_html_of_fabricated_comparison_is_self_contained_and_escaped(tmp_path):
-    c = _fabricated(tmp_path)
+    c = fabricated_comparison(tmp_path)
     spec = json.loads((c / "compare.json").read_text())
     spec["name"] = "fab <script>alert(1)</script> & co"
     (c / "compare.json").write_text(json.dumps(spec))
@@ -257,7 +257,7 @@ def test_sweep_baseline_must_be_a_label():
 
 
 def test_window_override_and_caveat(tmp_path):
-    c = _fabricated(tmp_path)
+    c = fabricated_comparison(tmp_path)
     md = build_report(c, plots=False)["markdown"]
     assert "Caution: in 4 of 4 runs the window covers more than half of the evaluated rounds (up to 2 of 2)" in md
     rep = build_report(c, plots=False, window=1)  # the last round only: the final accuracy
@@ -327,12 +327,12 @@ def test_mean_std_without_nan_is_numpys_mean_and_sample_std_bit_for_bit():
 
 def test_comparison_and_sweep_tables_leave_a_missing_seed_out_alike(tmp_path):
     from fedselect.study.sweep import parse_sweep, run_dir_for
-    from test_compare import _fake_run
+    from support.fake_runs import fake_run
 
     # comparison: B's seed-1 run stopped after a round that was not evaluated (accuracy nan)
-    c = _fabricated(tmp_path / "c")
+    c = fabricated_comparison(tmp_path / "c")
     shutil.rmtree(c / "runs/B-s1")
-    _fake_run(c / "runs/B-s1", [(0, 0.1, 0, 0), (1, 0.81, 70, 2.5), (2, math.nan, 140, 5)], 2, complete=False)
+    fake_run(c / "runs/B-s1", [(0, 0.1, 0, 0), (1, 0.81, 70, 2.5), (2, math.nan, 140, 5)], 2, complete=False)
     rep = build_report(c, plots=False)
     b = rep["table"][1]
     assert (b["final_accuracy"], b["final_accuracy_std"], b["final_accuracy_n"]) == (pytest.approx(0.86), 0.0, 1)
