@@ -42,7 +42,7 @@ $(FLOWER): $(STAMP) requirements-flower.txt
 
 install-flower: $(FLOWER)
 
-# The optional extra fedselect[tensorboard] (log.tensorboard), needed by tests/test_tensorboard.py.
+# The optional extra fedselect[tensorboard] (log.tensorboard), needed by tests/experiment/test_tensorboard.py.
 $(TB): $(STAMP) requirements-tensorboard.txt
 	$(BIN)/pip install -q torch==2.13.0 -r requirements.txt -r requirements-tensorboard.txt
 	touch $(TB)

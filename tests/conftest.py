@@ -9,7 +9,7 @@ import torch
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # tests train in this process unless a test asks for worker processes (results are identical
-# for any number of workers: tests/test_pool.py); starting pools in every test would only cost time
+# for any number of workers: tests/fl/test_pool.py); starting pools in every test would only cost time
 os.environ.setdefault("FEDSELECT_WORKERS", "0")
 # Flower (the optional extra; its tests and their subprocesses): no telemetry, no update check,
 # and its id file in a temporary FLWR_HOME instead of $HOME
