@@ -18,6 +18,7 @@ from fedselect.cli import app
 from fedselect.config.schema import ConfigError
 from fedselect.experiment.resolve import resolve_doc
 from fedselect.experiment.run import run_experiment
+from fedselect.world.data.datasets import DatasetNotFoundError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own-engine"
 QUEUE = "queue_engine:QueueEngine"
@@ -165,6 +166,6 @@ def test_the_federation_is_built_before_the_engine_starts(tmp_path):
     its processes, which also keeps them out of the loading's memory peak)."""
     before = __import__("queue_engine").QueueEngine.started
     doc = {**DOC, "engine": QUEUE, "data": {**DOC["data"], "dataset": "mnist", "options": {"path": str(tmp_path / "none")}}}
-    with pytest.raises(Exception, match="mnist: no data found"):
+    with pytest.raises(DatasetNotFoundError, match="mnist: no data found"):
         run_experiment(resolve_doc(doc), tmp_path / "run")
     assert __import__("queue_engine").QueueEngine.started == before

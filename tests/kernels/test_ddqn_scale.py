@@ -8,6 +8,7 @@ import csv
 import numpy as np
 import pytest
 import torch
+from pydantic import ValidationError
 
 from fedselect.common.seeding import np_rng, torch_rng
 from fedselect.config.schema import ConfigError
@@ -226,7 +227,7 @@ def test_pca_fit_size_bounds_the_fitted_matrix():
     assert pca_fit_size(10, 10**9, o) == 1  # at least one model
     with pytest.raises(ValueError, match="num_clients and num_weights must be >= 1"):
         pca_fit_size(0, cnn, o)
-    with pytest.raises(Exception, match="pca_fit_max_mb"):
+    with pytest.raises(ValidationError, match="pca_fit_max_mb"):
         DDQNOptions(pca_fit_max_mb=0)
 
 
