@@ -25,6 +25,7 @@ from fedselect.experiment.run import run_experiment
 from fedselect.fl.local.clients import TrainJob
 from fedselect.fl.local.train import TrainConfig, train_steps
 from fedselect.fl.types import ClientOutcome, ServerState
+from support.tiny import tiny_doc
 
 NEW = ("fedprox", "fedadam", "fedyogi", "fedadagrad", "scaffold")
 
@@ -34,22 +35,16 @@ def outcome(k: int, state: dict, n: int, epochs: int = 1) -> ClientOutcome:
 
 
 def doc(algorithm: str, options: dict | None = None, rounds: int = 5, **over) -> dict:
-    d = {
-        "name": "alg",
-        "seed": 1,
-        "rounds": rounds,
-        "clients_per_round": 3,
-        "checkpoint_every": 0,
-        "selector": {"name": "random"},
-        "algorithm": {"name": algorithm, "options": options or {}},
-        "data": {
-            "dataset": "mnist-embedded",
-            "num_clients": 8,
-            "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10},
-        },
-        "model": {"name": "mlp", "options": {"hidden": [32]}},
-        "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05, "workers": 0},
-    }
+    d = tiny_doc(
+        name="alg",
+        seed=1,
+        rounds=rounds,
+        clients_per_round=3,
+        checkpoint_every=0,
+        selector={"name": "random"},
+        algorithm={"name": algorithm, "options": options or {}},
+        train={"local_epochs": 1, "batch_size": 32, "lr": 0.05, "workers": 0},
+    )
     d.update(over)
     return d
 

@@ -27,6 +27,7 @@ from fedselect.experiment.run import run_experiment
 from fedselect.fl.local.clients import TrainJob
 from fedselect.fl.local.objective import LocalObjective, objective_bytes, objective_class, objective_fields, stack_key
 from fedselect.fl.local.train import TrainConfig, train_steps
+from support.tiny import tiny_doc, tiny_node_settings
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "local-objective"
 FEDDYN = "myobjectives.feddyn:FedDyn"
@@ -44,22 +45,17 @@ def feddyn(monkeypatch):
 
 
 def doc(algorithm: str = FEDDYN, rounds: int = 4, **over) -> dict:
-    d = {
-        "name": "objective",
-        "seed": 2,
-        "rounds": rounds,
-        "clients_per_round": 3,
-        "checkpoint_every": 1,
-        "data": {
-            "dataset": "mnist-embedded",
-            "num_clients": 6,
-            "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10},
-        },
-        "model": {"name": "mlp", "options": {"hidden": [16]}},
-        "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
-        "selector": {"name": "random"},
-        "algorithm": {"name": algorithm, "options": {"alpha": 0.1} if algorithm == FEDDYN else {}},
-    }
+    d = tiny_doc(
+        name="objective",
+        seed=2,
+        rounds=rounds,
+        clients_per_round=3,
+        checkpoint_every=1,
+        num_clients=6,
+        hidden=16,
+        selector={"name": "random"},
+        algorithm={"name": algorithm, "options": {"alpha": 0.1} if algorithm == FEDDYN else {}},
+    )
     d.update(over)
     return d
 
@@ -181,15 +177,7 @@ def test_feddyn_through_the_flower_wire_gives_the_simulators_run(feddyn, tmp_pat
     from fedselect.world.federation import build_federation
     from support.flower_grid import LocalGrid
 
-    node = {
-        "seed": 2,
-        "data.dataset": "mnist-embedded",
-        "data.partition.scheme": "dirichlet",
-        "data.partition.alpha": 0.5,
-        "data.partition.min_size": 10,
-        "model.name": "mlp",
-        "model.options.hidden": "[16]",
-    }
+    node = tiny_node_settings(seed=2, hidden=16)
     import fedselect.flower.client_app as client_app
 
     decoded = []

@@ -157,9 +157,9 @@ def test_measure_costs_leaves_no_trace():
 
 
 def _federation(**over):
-    from conftest import tiny_experiment
     from fedselect.experiment.resolve import resolve
     from fedselect.world.federation import build_federation
+    from support.tiny import tiny_experiment
 
     r = resolve(tiny_experiment("fedavg", **over))
     return r, build_federation(r.config)

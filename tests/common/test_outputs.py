@@ -11,12 +11,12 @@ import stat
 import numpy as np
 import pytest
 
-from conftest import with_keys
 from fedselect.common.files import atomic_write, current_umask, dumps_json, json_safe, write_json_atomic
 from fedselect.experiment.resolve import resolve_doc
 from fedselect.experiment.run import run_experiment
 from fedselect.study.compare import parse_compare, run_comparison
 from fedselect.study.sweep import parse_sweep, run_sweep
+from support.tiny import with_keys
 
 
 def _refuse(token: str):

@@ -10,21 +10,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from conftest import with_keys
 from fedselect.cli import app
 from fedselect.config.schema import ConfigError, load_config
 from fedselect.experiment.resolve import parse_experiment, resolve_doc
 from fedselect.experiment.run import run_experiment
+from support.tiny import tiny_doc, with_keys
 
-BASE = {
-    "name": "tiny",
-    "seed": 5,
-    "rounds": 2,
-    "clients_per_round": 2,
-    "data": {"dataset": "mnist-embedded", "num_clients": 6, "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10}},
-    "model": {"name": "mlp", "options": {"hidden": [8]}},
-    "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
-}
+BASE = tiny_doc(seed=5, num_clients=6, hidden=8)
 
 
 def with_(**kv) -> dict:

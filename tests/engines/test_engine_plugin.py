@@ -19,20 +19,12 @@ from fedselect.config.schema import ConfigError
 from fedselect.experiment.resolve import resolve_doc
 from fedselect.experiment.run import run_experiment
 from fedselect.world.data.datasets import DatasetNotFoundError
+from support.tiny import tiny_doc
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own-engine"
 QUEUE = "queue_engine:QueueEngine"
 CEFL = {"clusters": 2, "warmup_epochs": 1, "base_layers": 1, "transfer_epochs": 2}
-DOC = {
-    "name": "queue",
-    "seed": 5,
-    "rounds": 3,
-    "clients_per_round": 2,
-    "data": {"dataset": "mnist-embedded", "num_clients": 6, "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10}},
-    "model": {"name": "mlp", "options": {"hidden": [16]}},
-    "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
-    "faults": {"dropout": 0.2},
-}
+DOC = tiny_doc(name="queue", seed=5, rounds=3, num_clients=6, hidden=16, faults={"dropout": 0.2})
 
 
 @pytest.fixture(autouse=True)

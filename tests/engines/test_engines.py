@@ -19,26 +19,11 @@ pytestmark = pytest.mark.skipif(
 from fedselect.experiment.resolve import parse_experiment  # noqa: E402
 from fedselect.world.federation import build_federation  # noqa: E402
 from support.registry_cases import cases  # noqa: E402
+from support.tiny import tiny_doc, tiny_node_settings  # noqa: E402
 
 #: every node's settings (flat dotted keys, as in a Flower run config)
-NODE = {
-    "seed": 7,
-    "data.dataset": "mnist-embedded",
-    "data.partition.scheme": "dirichlet",
-    "data.partition.alpha": 0.5,
-    "data.partition.min_size": 10,
-    "model.name": "mlp",
-    "model.options.hidden": "[16]",
-}
-BASE = {
-    "name": "contract",
-    "seed": 7,
-    "rounds": 3,
-    "clients_per_round": 2,
-    "data": {"dataset": "mnist-embedded", "num_clients": 6, "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10}},
-    "model": {"name": "mlp", "options": {"hidden": [16]}},
-    "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
-}
+NODE = tiny_node_settings(seed=7, hidden=16)
+BASE = tiny_doc(name="contract", seed=7, rounds=3, num_clients=6, hidden=16)
 CASES = cases(BASE)
 
 

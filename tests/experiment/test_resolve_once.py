@@ -12,16 +12,9 @@ import sys
 import pytest
 
 import fedselect.experiment.resolve as resolve_module
+from support.tiny import tiny_doc, tiny_node_settings
 
-DOC = {
-    "name": "once",
-    "seed": 2,
-    "rounds": 2,
-    "clients_per_round": 2,
-    "data": {"dataset": "mnist-embedded", "num_clients": 6, "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10}},
-    "model": {"name": "mlp", "options": {"hidden": [8]}},
-    "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
-}
+DOC = tiny_doc(name="once", seed=2, num_clients=6, hidden=8)
 
 
 @pytest.fixture
@@ -103,15 +96,7 @@ def test_a_run_on_flower_resolves_once_on_the_server(resolves, tmp_path):
     from fedselect.flower.nodes import FlowerOptions
     from support.flower_grid import LocalGrid
 
-    node = {
-        "seed": 2,
-        "data.dataset": "mnist-embedded",
-        "data.partition.scheme": "dirichlet",
-        "data.partition.alpha": 0.5,
-        "data.partition.min_size": 10,
-        "model.name": "mlp",
-        "model.options.hidden": "[8]",
-    }
+    node = tiny_node_settings(seed=2, hidden=8)
     r = resolve_doc(DOC)
     resolves.clear()
     run_on_grid(LocalGrid(make_client_app(node), 6, {}), r, tmp_path / "f", FlowerOptions(poll_s=0.01))

@@ -12,7 +12,6 @@ torch generators, so equality also shows that no RNG of the loop is a global one
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import math
 import os
@@ -37,35 +36,14 @@ from fedselect.experiment.run import make_simulation, run_experiment
 from fedselect.experiment.simulation import find_generators
 from fedselect.selectors import SELECTORS
 from fedselect.world.federation import build_federation
-from support.tiny import METHOD_OPTIONS
+from support.tiny import method_doc
 
 parse_config = parse_experiment
 
 
-def tiny_doc(method: str = "fedavg", **over) -> dict:
-    doc = {
-        "name": "tiny",
-        "seed": 5,
-        "method": method,
-        "rounds": 5,
-        "clients_per_round": 2,
-        "checkpoint_every": 1,
-        "data": {
-            "dataset": "mnist-embedded",
-            "num_clients": 6,
-            "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10},
-        },
-        "model": {"name": "mlp", "options": {"hidden": [16]}},
-        "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
-        "method_options": copy.deepcopy(METHOD_OPTIONS.get(method, {})),
-    }
-    doc.update(over)
-    return doc
-
-
 @pytest.fixture(scope="module")
 def fed():
-    return build_federation(parse_config(tiny_doc()))
+    return build_federation(parse_config(method_doc()))
 
 
 # ---------------------------------------------------------------- helpers
@@ -247,7 +225,7 @@ KILL_POINTS = {
 
 @pytest.mark.parametrize("point", sorted(KILL_POINTS))
 def test_fedavg_sigkill_then_cli_resume_is_identical(tmp_path, fed, point):
-    doc = tiny_doc("fedavg")
+    doc = method_doc("fedavg")
     run_experiment(parse_config(doc), tmp_path / "ref", federation=fed)
     cfg = write_cfg(tmp_path, doc)
     killed_cli_run(cfg, tmp_path / "run", KILL_POINTS[point])
@@ -262,7 +240,7 @@ def test_resume_with_faults_and_sparse_checkpoints_is_identical(tmp_path, fed):
     """checkpoint_every 2, killed after round 4's row but before its checkpoint: rounds 3 and 4
     are dropped and redone from round 2's checkpoint; the fault draws (dropout, NaN injection,
     deadline) are the same after the resume."""
-    doc = tiny_doc(
+    doc = method_doc(
         "fedavg",
         checkpoint_every=2,
         clients_per_round=3,
@@ -312,7 +290,7 @@ def _registry_cases() -> dict[str, dict]:
 
     from support.registry_cases import cases
 
-    base = {k: v for k, v in tiny_doc().items() if k not in ("method", "method_options")}
+    base = {k: v for k, v in method_doc().items() if k not in ("method", "method_options")}
     return cases(base)
 
 
@@ -340,8 +318,8 @@ def test_every_method_sigkill_after_round_2_of_5_then_resume(tmp_path, fed, case
 
 def test_resume_extends_the_round_budget(tmp_path, fed):
     """`--resume DIR --rounds 5` after a complete 3-round run == a 5-round run."""
-    run_experiment(parse_config(tiny_doc()), tmp_path / "ref", federation=fed)
-    run_experiment(parse_config(tiny_doc(rounds=3)), tmp_path / "run", federation=fed)
+    run_experiment(parse_config(method_doc()), tmp_path / "ref", federation=fed)
+    run_experiment(parse_config(method_doc(rounds=3)), tmp_path / "run", federation=fed)
     cli("run", "--resume", str(tmp_path / "run"), "--rounds", "5", "-q")
     # round 3 was the last round of the short run (evaluated then, as in the long run since eval_every=1)
     assert_same_run(tmp_path / "ref", tmp_path / "run")
@@ -349,7 +327,7 @@ def test_resume_extends_the_round_budget(tmp_path, fed):
 
 
 def test_truncated_checkpoint_is_detected_and_previous_used(tmp_path, fed, caplog):
-    doc = tiny_doc()
+    doc = method_doc()
     run_experiment(parse_config(doc), tmp_path / "ref", federation=fed)
     d = tmp_path / "run"
     run_experiment(parse_config(doc), d, federation=fed, stop_after=3)
@@ -368,7 +346,7 @@ def test_truncated_checkpoint_is_detected_and_previous_used(tmp_path, fed, caplo
 
 def test_every_checkpoint_damaged_gives_a_clear_error_and_changes_nothing(tmp_path, fed):
     d = tmp_path / "run"
-    run_experiment(parse_config(tiny_doc()), d, federation=fed, stop_after=2)
+    run_experiment(parse_config(method_doc()), d, federation=fed, stop_after=2)
     (d / "checkpoint.pt").write_bytes(b"")
     (d / "checkpoint.prev.pt").write_bytes(b"PK\x03\x04garbage")
     before = {p.name: p.read_bytes() for p in d.iterdir()}
@@ -404,7 +382,7 @@ def test_newest_readable_checkpoint_wins(tmp_path):
 
 def test_no_checkpoint_yet_restarts_from_round_0(tmp_path, fed):
     """Killed before the first checkpoint: --resume starts again and gives the same run."""
-    doc = tiny_doc()
+    doc = method_doc()
     run_experiment(parse_config(doc), tmp_path / "ref", federation=fed)
     d = tmp_path / "run"
     run_experiment(parse_config(doc), d, federation=fed, stop_after=1)
@@ -416,7 +394,7 @@ def test_no_checkpoint_yet_restarts_from_round_0(tmp_path, fed):
 
 def test_every_generator_of_a_run_is_found(fed):
     """The checkpoint's generic RNG sweep sees the selector RNG and nested agent generators."""
-    sim = make_simulation(parse_config(tiny_doc("flashrl")), fed)
+    sim = make_simulation(parse_config(method_doc("flashrl")), fed)
     gens = find_generators({"selector": sim.selector, "algorithm": sim.algorithm})
     assert "selector.rng" in gens and "selector.agent.rng" in gens and "selector.agent.torch_generator" in gens
     assert all(isinstance(g, (np.random.Generator, torch.Generator)) for g in gens.values())
@@ -430,7 +408,7 @@ def test_real_process_killed_at_an_arbitrary_moment_then_resumed_in_a_fresh_proc
     import subprocess
     import sys
 
-    doc = tiny_doc("fedavg", clients_per_round=4, train={"local_epochs": 3, "batch_size": 32, "lr": 0.05})
+    doc = method_doc("fedavg", clients_per_round=4, train={"local_epochs": 3, "batch_size": 32, "lr": 0.05})
     run_experiment(parse_config(doc), tmp_path / "ref", federation=fed)
     cfg, d = write_cfg(tmp_path, doc), tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads()), "MKL_NUM_THREADS": str(torch.get_num_threads())}

@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from conftest import tiny_experiment
 from fedselect.common.files import read_csv_rows
 from fedselect.config.schema import ConfigError
 from fedselect.experiment.run import run_experiment
+from support.tiny import tiny_experiment
 
 pytest.importorskip("tensorboard", reason="the tensorboard extra (requirements-tensorboard.txt) is not installed")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402

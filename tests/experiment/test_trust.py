@@ -172,15 +172,14 @@ def test_config_checks_come_before_any_data_is_loaded(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------- 8. every phase's cost is counted
-from test_resume import tiny_doc  # noqa: E402
-
 from fedselect.config.presets import PRESETS  # noqa: E402
+from support.tiny import method_doc  # noqa: E402
 
 
 @pytest.mark.parametrize("method", sorted(PRESETS))
 def test_summary_sums_its_phases(tmp_path, method):
     """prepare + rounds + finish = the summary's end-to-end latency and traffic; best >= final."""
-    s = run_experiment(parse_experiment(tiny_doc(method, rounds=2)), tmp_path / "r")
+    s = run_experiment(parse_experiment(method_doc(method, rounds=2)), tmp_path / "r")
     rows = read_csv_rows(tmp_path / "r" / "metrics.csv")
     ph = s["phases"]
     assert ph["prepare"]["latency_s"] == pytest.approx(float(rows[0]["round_latency_s"]))

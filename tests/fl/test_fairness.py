@@ -10,7 +10,6 @@ import math
 import numpy as np
 import pytest
 
-from conftest import tiny_experiment
 from fedselect.experiment.run import run_experiment
 from fedselect.fl.fairness import (
     client_accuracy_figures,
@@ -21,6 +20,7 @@ from fedselect.fl.fairness import (
     selection_counts,
     worst_share_mean,
 )
+from support.tiny import tiny_experiment
 
 
 def _rows(run_dir):

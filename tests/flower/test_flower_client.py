@@ -13,21 +13,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 from fedselect.config.schema import ConfigError  # noqa: E402
+from support.tiny import tiny_doc, tiny_node_settings  # noqa: E402
 
 #: the experiment of every node (flat dotted keys, as in a Flower run config)
-SETTINGS = {
-    "seed": 3,
-    "data.dataset": "mnist-embedded",
-    "data.partition.scheme": "dirichlet",
-    "data.partition.alpha": 0.5,
-    "data.partition.min_size": 10,
-    "model.name": "mlp",
-    "model.options.hidden": "[32]",
-    "train.local_epochs": 1,
-    "train.batch_size": 32,
-    "train.lr": 0.05,
-    "torch-threads": 1,
-}
+SETTINGS = {**tiny_node_settings(seed=3, hidden=32, train=True), "torch-threads": 1}
 
 
 # ---------------------------------------------------------------------------- settings
@@ -187,20 +176,7 @@ def test_hostile_train_replies_never_crash_the_server(kind, tmp_path):
             reply = Message(content, reply_to=msg)
         return reply
 
-    doc = {
-        "name": "hostile",
-        "seed": 3,
-        "rounds": 3,
-        "method": "full",
-        "clients_per_round": 4,
-        "data": {
-            "dataset": "mnist-embedded",
-            "num_clients": 4,
-            "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10},
-        },
-        "model": {"name": "mlp", "options": {"hidden": [32]}},
-        "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
-    }
+    doc = tiny_doc(name="hostile", seed=3, rounds=3, method="full", clients_per_round=4, num_clients=4)
     run_on_grid(LocalGrid(hostile, 4, {}), parse_experiment(doc), tmp_path / "flower", FlowerOptions(poll_s=0.01))
     fault = "nan" if kind == "nan" else "raise"
     inject = [{"kind": fault, "rounds": [t], "clients": ks} for t, ks in bad.items()]

@@ -17,37 +17,14 @@ pytestmark = [
     pytest.mark.slow,
 ]
 
+from support.tiny import tiny_doc, tiny_node_settings  # noqa: E402
+
 #: what every node builds (the run config of a Flower app; num-partitions comes from the engine)
-NODE = {
-    "seed": 3,
-    "data.dataset": "mnist-embedded",
-    "data.partition.scheme": "dirichlet",
-    "data.partition.alpha": 0.5,
-    "data.partition.min_size": 10,
-    "model.name": "mlp",
-    "model.options.hidden": "[32]",
-    "train.local_epochs": 1,
-    "train.batch_size": 32,
-    "train.lr": 0.05,
-    "torch-threads": 1,
-}
+NODE = {**tiny_node_settings(seed=3, hidden=32, train=True), "torch-threads": 1}
 
 
 def experiment(n: int, u: int, rounds: int, **extra) -> dict:
-    return {
-        "name": "flower-run",
-        "seed": 3,
-        "rounds": rounds,
-        "clients_per_round": u,
-        "data": {
-            "dataset": "mnist-embedded",
-            "num_clients": n,
-            "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10},
-        },
-        "model": {"name": "mlp", "options": {"hidden": [32]}},
-        "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
-        **extra,
-    }
+    return tiny_doc(name="flower-run", seed=3, rounds=rounds, clients_per_round=u, num_clients=n, **extra)
 
 
 def simulate(doc: dict, out: Path) -> list[dict[str, str]]:

@@ -19,16 +19,9 @@ from fedselect.flower.nodes import FlowerOptions  # noqa: E402
 from fedselect.flower.settings import federation_for, node_experiment  # noqa: E402
 from fedselect.flower.shared import SharedFederations, share_federation  # noqa: E402
 from fedselect.world.federation import build_federation, federation_key  # noqa: E402
+from support.tiny import tiny_node_settings  # noqa: E402
 
-RUN = {
-    "seed": 3,
-    "data.dataset": "mnist-embedded",
-    "data.partition.scheme": "dirichlet",
-    "data.partition.alpha": 0.5,
-    "data.partition.min_size": 10,
-    "model.name": "mlp",
-    "model.options.hidden": "[16]",
-}
+RUN = tiny_node_settings(seed=3, hidden=16)
 
 
 def node_cfg(k: int, n: int = 6):

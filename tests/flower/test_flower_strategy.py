@@ -20,36 +20,14 @@ pytestmark = pytest.mark.skipif(
 )
 
 from fedselect.config.schema import ConfigError  # noqa: E402
+from support.tiny import tiny_doc, tiny_node_settings  # noqa: E402
 
 #: what every node builds (flat dotted keys, as in a Flower run config)
-NODE = {
-    "seed": 3,
-    "data.dataset": "mnist-embedded",
-    "data.partition.scheme": "dirichlet",
-    "data.partition.alpha": 0.5,
-    "data.partition.min_size": 10,
-    "model.name": "mlp",
-    "model.options.hidden": "[32]",
-    "train.local_epochs": 1,
-    "train.batch_size": 32,
-    "train.lr": 0.05,
-}
+NODE = tiny_node_settings(seed=3, hidden=32, train=True)
 
 
 def experiment(n: int = 6, u: int = 2, rounds: int = 3, **extra) -> dict:
-    doc = {
-        "name": "flower-test",
-        "seed": 3,
-        "rounds": rounds,
-        "clients_per_round": u,
-        "data": {
-            "dataset": "mnist-embedded",
-            "num_clients": n,
-            "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10},
-        },
-        "model": {"name": "mlp", "options": {"hidden": [32]}},
-        "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
-    }
+    doc = tiny_doc(name="flower-test", seed=3, rounds=rounds, clients_per_round=u, num_clients=n)
     for key, value in extra.items():
         doc[key] = value
     return doc

@@ -22,6 +22,7 @@ import fedselect
 from fedselect.cli import app
 from fedselect.experiment.resolve import parse_experiment
 from fedselect.experiment.run import run_experiment
+from support.tiny import tiny_doc
 
 USER_MODULE = textwrap.dedent('''
     """A user's selectors and algorithms (lives outside fedselect)."""
@@ -144,20 +145,7 @@ def user_module(tmp_path, monkeypatch):
 
 
 def doc(**over) -> dict:
-    d = {
-        "name": "plugin",
-        "seed": 3,
-        "rounds": 4,
-        "clients_per_round": 3,
-        "checkpoint_every": 1,
-        "data": {
-            "dataset": "mnist-embedded",
-            "num_clients": 6,
-            "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10},
-        },
-        "model": {"name": "mlp", "options": {"hidden": [16]}},
-        "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
-    }
+    d = tiny_doc(name="plugin", seed=3, rounds=4, clients_per_round=3, checkpoint_every=1, num_clients=6, hidden=16)
     d.update(over)
     return d
 

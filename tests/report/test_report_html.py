@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from fedselect.study.compare import parse_compare, run_comparison
+from support.tiny import tiny_doc
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser") if shutil.which(n)), None)
 
@@ -70,18 +71,7 @@ def small_comparison(tmp_path_factory):
         "name": "small <html> check",
         "seeds": [0, 1],
         "baseline": "FedAvg",
-        "base": {
-            "rounds": 3,
-            "clients_per_round": 2,
-            "data": {
-                "dataset": "mnist-embedded",
-                "num_clients": 8,
-                "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10},
-            },
-            "model": {"name": "mlp", "options": {"hidden": [32]}},
-            "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
-            "metrics": {"target": 0.5, "summary_window": 2},
-        },
+        "base": tiny_doc(name=None, seed=None, rounds=3, metrics={"target": 0.5, "summary_window": 2}),
         "methods": [
             {"label": "FedAvg", "method": "fedavg"},
             {"label": "FLASH-RL", "method": "flashrl", "method_options": {"eps_end": 0.3}},

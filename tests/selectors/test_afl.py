@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from conftest import tiny_experiment
 from fedselect.fl.types import ClientOutcome, RunSettings
 from fedselect.selectors.afl import AFL, AFLOptions, afl_probabilities
 from fedselect.selectors.base import RoundView
+from support.tiny import tiny_experiment
 
 
 def test_probabilities_by_hand():

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import tiny_experiment
 from fedselect.config.schema import ConfigError
 from fedselect.fl.aggregate import fedavg
 from fedselect.fl.types import RunSettings
 from fedselect.kernels.clustered import aggregation_weights, cluster_distributions, cut_clusters, size_distributions
 from fedselect.selectors.base import RoundView
 from fedselect.selectors.clustered_sampling import ClusteredSampling, ClusteredSamplingOptions
+from support.tiny import tiny_experiment
 
 
 def test_algorithm_1_worked_example():

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import tiny_experiment
 from fedselect.kernels.facility import facility_cost, greedy, stochastic_subset_size
 from fedselect.kernels.representatives import Representatives, dissimilarities
+from support.tiny import tiny_experiment
 
 
 def test_dissimilarities_by_hand():

@@ -14,7 +14,6 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import tiny_experiment
 from fedselect.common.files import read_csv_rows
 from fedselect.common.seeding import torch_rng
 from fedselect.config.schema import ConfigError
@@ -38,6 +37,7 @@ from fedselect.selectors.base import RoundView
 from fedselect.selectors.oort import Oort, OortOptions
 from fedselect.world.data.datasets import ArrayDataset
 from fedselect.world.federation import build_federation
+from support.tiny import tiny_experiment
 
 
 # ---------------------------------------------------------------- kernels, by hand

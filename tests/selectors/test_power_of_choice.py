@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import tiny_experiment
 from fedselect.common.files import read_csv_rows
 from fedselect.config.schema import ConfigError
 from fedselect.experiment.resolve import parse_experiment, resolve
@@ -22,6 +21,7 @@ from fedselect.fl.types import ClientCost, ClientOutcome, RunSettings
 from fedselect.selectors.base import RoundView
 from fedselect.selectors.power_of_choice import PowerOfChoice, PowerOfChoiceOptions
 from fedselect.world.federation import build_federation
+from support.tiny import tiny_doc, tiny_experiment
 
 N_SAMPLES = np.arange(1, 11) * 10  # clients 0..9 hold 10, 20, ..., 100 samples: p_k = (k + 1) / 55
 DOWN_BYTES = 1000
@@ -234,22 +234,16 @@ def test_unreachable_candidates_are_neither_charged_nor_chosen(tmp_path):
     from fedselect.experiment.resolve import parse_experiment
     from fedselect.experiment.run import make_simulation, run_experiment
 
-    doc = {
-        "name": "pow-dropout",
-        "seed": 4,
-        "rounds": 4,
-        "clients_per_round": 2,
-        "selector": {"name": "power_of_choice", "options": {"d": 6}},
-        "algorithm": {"name": "fedavg"},
-        "faults": {"dropout": 0.5},
-        "data": {
-            "dataset": "mnist-embedded",
-            "num_clients": 6,
-            "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_size": 10},
-        },
-        "model": {"name": "mlp", "options": {"hidden": [16]}},
-        "train": {"local_epochs": 1, "batch_size": 32, "lr": 0.05},
-    }
+    doc = tiny_doc(
+        name="pow-dropout",
+        seed=4,
+        rounds=4,
+        num_clients=6,
+        hidden=16,
+        selector={"name": "power_of_choice", "options": {"d": 6}},
+        algorithm={"name": "fedavg"},
+        faults={"dropout": 0.5},
+    )
     run_experiment(parse_experiment(doc), tmp_path / "run")
     sim = make_simulation(parse_experiment(doc))
     faults, down_one = sim.faults, sim.algorithm.payload_bytes()[1]
