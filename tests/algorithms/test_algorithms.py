@@ -277,6 +277,7 @@ def _jobs(fed_params: dict) -> list[TrainJob]:
 START: dict = {}
 
 
+@pytest.mark.slow
 def test_fedprox_and_scaffold_objectives_reach_worker_processes_and_the_stacked_path():
     from fedselect.fl.local.pool import ClientTrainer
     from fedselect.world.federation import build_federation

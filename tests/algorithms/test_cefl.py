@@ -411,6 +411,7 @@ def test_louvain_fallback_is_reported_once_in_the_cli_output_and_the_run_log(tmp
     assert (tmp_path / "run" / "run.log").read_text().count("merge/split fallback produced 2") == 1
 
 
+@pytest.mark.slow
 def test_cefl_table_leaves_per_round_figures_blank_and_says_why(tmp_path):
     """CEFL 2 rounds beside Individual 3 on the two-population data: CEFL's best / last-k / to-target
     are blank (members were scored with their leader's model during the rounds), its final is

@@ -61,6 +61,7 @@ def test_help_imports_no_heavy_library(args, tmp_path):
     assert _imported(args, tmp_path) == []
 
 
+@pytest.mark.slow
 def test_list_imports_no_data_frame_plot_or_learning_library(tmp_path):
     """``fedselect list`` reads the components' options (classes that import torch), nothing else."""
     assert set(_imported(["list"], tmp_path)) <= {"torch"}

@@ -80,6 +80,7 @@ def test_write_json_atomic_is_strict(tmp_path):
     assert strict_load(tmp_path / "x.json") == {"ok": 0.5, "pca_explained_variance": None}
 
 
+@pytest.mark.slow
 def test_every_json_output_is_strict(tmp_path):
     """Small real runs of every kind of output (a run of FedAvg, FLASH-RL with 1 and 2
     clients, CEFL; a comparison; a sweep) parse with non-finite constants refused."""
@@ -256,6 +257,7 @@ def test_cefl_bars_show_the_summary_figures(tmp_path):
     assert ui._round_status(fed) == f"round 1  acc {fed.row['accuracy']:.4f}  e2e {fed.row['e2e_latency_s']:.1f} s"
 
 
+@pytest.mark.slow
 def test_a_sweep_tables_the_figures_of_its_methods_and_draws_the_comparison_plots(tmp_path, monkeypatch):
     """A sweep without `columns` of FedAvg and Oort: latency, communication and the other
     figures those runs have, none of budgeted online's (they would be all '-'); per grid point

@@ -43,6 +43,7 @@ def base(**over):
     return d
 
 
+@pytest.mark.slow
 def test_flashrl_with_fedper_trains_the_agent_on_shared_layers_only(tmp_path):
     cfg = parse_experiment(
         base(
@@ -67,6 +68,7 @@ def test_flashrl_with_fedper_trains_the_agent_on_shared_layers_only(tmp_path):
     assert s["selector"] == "flashrl" and s["algorithm"] == "fedper" and s["method"] == "flashrl+fedper"
 
 
+@pytest.mark.slow
 def test_oort_with_fedavg_end_to_end_and_resume(tmp_path):
     cfg = parse_experiment(base(method="oort"))
     assert (cfg.selector.name, cfg.algorithm.name) == ("oort", "fedavg")
@@ -125,6 +127,7 @@ def test_method_options_go_to_their_owner_and_resolution_is_idempotent():
         )
 
 
+@pytest.mark.slow
 def test_comparison_mixes_selectors_and_algorithms_on_one_federation(tmp_path):
     cc = load_compare(CONFIGS / "selectors-small.yaml", {"rounds": 2, "data.num_clients": 8, "clients_per_round": 3})
     labels = [m.label for m in cc.methods]

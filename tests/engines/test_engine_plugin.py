@@ -90,6 +90,7 @@ def test_resumed_on_the_queue_engine_and_from_the_command_line(tmp_path):
     assert "queue" in json.loads((tmp_path / "cut" / "summary.json").read_text())
 
 
+@pytest.mark.slow
 def test_a_comparison_on_the_queue_engine_starts_it_once(tmp_path):
     """The runs of one federation share one engine session (fedselect.study.backends): two methods,
     one worker thread started, each run the simulator's."""

@@ -72,6 +72,7 @@ def test_the_cases_cover_the_registry():
     assert "flashrl+fedper" in CASES and "oort+fedper" in CASES and "power_of_choice+fedper" in CASES
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dropout", [0.0, 0.2], ids=["no-faults", "dropout-0.2"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_simulator_and_flower_give_the_same_run(case, dropout, fed, tmp_path):

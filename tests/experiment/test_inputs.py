@@ -88,6 +88,7 @@ def test_resume_on_unchanged_data_goes_on(tmp_path):
     assert saved_inputs_changed(tmp_path / "run") == []
 
 
+@pytest.mark.slow
 def test_compare_resume_on_changed_data_is_refused(tmp_path):
     d = _data(tmp_path)
     doc = {
@@ -110,6 +111,7 @@ def test_compare_resume_on_changed_data_is_refused(tmp_path):
     assert build_report(out, plots=False)["table"][0]["seeds"] == 1
 
 
+@pytest.mark.slow
 def test_sweep_rerun_on_changed_data_is_refused(tmp_path):
     d = _data(tmp_path)
     sc = parse_sweep(

@@ -304,6 +304,7 @@ def test_resume_cases_cover_every_component():
     assert set(PRESETS) <= set(RESUME_CASES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(RESUME_CASES))
 def test_every_method_sigkill_after_round_2_of_5_then_resume(tmp_path, fed, case):
     doc = RESUME_CASES[case]

@@ -176,6 +176,7 @@ from fedselect.config.presets import PRESETS  # noqa: E402
 from support.tiny import method_doc  # noqa: E402
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", sorted(PRESETS))
 def test_summary_sums_its_phases(tmp_path, method):
     """prepare + rounds + finish = the summary's end-to-end latency and traffic; best >= final."""
@@ -197,6 +198,7 @@ def test_summary_sums_its_phases(tmp_path, method):
     json.loads((tmp_path / "r" / "summary.json").read_text())
 
 
+@pytest.mark.slow
 def test_cefl_transfer_is_charged_and_only_its_final_figures_are_reported(tmp_path):
     """The example: CEFL on imu-watch bitmaps, 8 volunteer clients, K 2, warm-up 2 epochs, 5 rounds,
     transfer up to 30 epochs with patience 3, seed 0."""

@@ -260,6 +260,7 @@ def _count_selectors():
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", _count_selectors())
 def test_every_counting_selector_runs_async(tmp_path, name):
     from support.registry_cases import part

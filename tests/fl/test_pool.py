@@ -411,6 +411,7 @@ def _run_with_trainer(tmp_path, doc, name, make_trainer):
     return summary, (out / "metrics.csv").read_bytes()
 
 
+@pytest.mark.slow
 def test_run_metrics_byte_identical_for_0_1_2_workers(tmp_path, tiny_cfg_doc, watchdog, monkeypatch):
     """The real loop (`run_experiment`) with 0, 1 and 2 worker processes, with this process at
     2 torch threads, and with the number of workers left to the pool rule: byte-identical

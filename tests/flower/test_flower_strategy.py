@@ -104,6 +104,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_same_run_as_the_simulator(case, tmp_path):
     """Same config: the strategy on Flower nodes (simulated latency) writes the simulator's

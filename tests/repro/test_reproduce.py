@@ -182,6 +182,7 @@ def test_a_bad_manifest_names_the_key(tmp_path):
         reproduce(MANIFEST, tmp_path / "out", papers=["oort"])
 
 
+@pytest.mark.slow
 def test_quick_reproduction_end_to_end(tmp_path):
     doc = tmp_path / "docs" / "reproduction.md"
     target, results = reproduce(MANIFEST, tmp_path / "runs", quick=True, doc=doc, workers=0)

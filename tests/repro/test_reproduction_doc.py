@@ -17,6 +17,7 @@ SAVED = ROOT / "docs" / "reproduction" / "runs"
 DOC = ROOT / "docs" / "reproduction.md"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SAVED.is_dir(), reason="no saved reproduction runs in this checkout")
 def test_the_document_is_rebuilt_from_the_saved_runs(tmp_path):
     runs = tmp_path / "runs"

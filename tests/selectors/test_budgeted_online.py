@@ -139,6 +139,7 @@ def test_bad_options_are_reported_before_any_data_is_loaded():
         parse_experiment(doc(method_options={"r1": 3, "r2": 2}))
 
 
+@pytest.mark.slow
 def test_sweep_grid_table_and_continuation(tmp_path):
     from fedselect.study.sweep import build_sweep_table, parse_sweep, run_sweep
 
