@@ -1,6 +1,7 @@
 # fedselect: two commands matter.
 #   make demo   install (once) and run the default experiment on the embedded real data
 #   make test   install (once, with the Flower/Ray extra) and run the test suite
+# and while working on the code, `make test-fast`: the suite without the tests marked slow.
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
@@ -9,7 +10,7 @@ FLOWER  := $(VENV)/.installed-flower
 TB      := $(VENV)/.installed-tensorboard
 ARGS    ?=
 
-.PHONY: demo test install install-flower data bench clean chromium lint format
+.PHONY: demo test test-fast install install-flower data bench clean chromium lint format
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -42,7 +43,7 @@ $(FLOWER): $(STAMP) requirements-flower.txt
 
 install-flower: $(FLOWER)
 
-# The optional extra fedselect[tensorboard] (log.tensorboard), needed by tests/test_tensorboard.py.
+# The optional extra fedselect[tensorboard] (log.tensorboard), needed by tests/experiment/test_tensorboard.py.
 $(TB): $(STAMP) requirements-tensorboard.txt
 	$(BIN)/pip install -q torch==2.13.0 -r requirements.txt -r requirements-tensorboard.txt
 	touch $(TB)
@@ -50,8 +51,13 @@ $(TB): $(STAMP) requirements-tensorboard.txt
 demo: $(STAMP)
 	$(BIN)/fedselect compare $(ARGS)
 
+# the whole suite (tests/<layer>/..., README "Tests"); the CI's command (.ci/run)
 test: $(STAMP) $(FLOWER) $(TB) chromium lint
 	$(BIN)/python -m pytest $(ARGS)
+
+# the suite without the end-to-end tests marked `slow` (they still run in `make test`)
+test-fast: $(STAMP) $(FLOWER) $(TB) lint
+	$(BIN)/python -m pytest -m "not slow" $(ARGS)
 
 # ruff: lint and formatting (the rules are in pyproject.toml); `make format` rewrites the files
 lint: $(STAMP)

@@ -23,7 +23,7 @@ Workloads (MNIST CNN, SGD lr 0.01 momentum 0.9, evaluation of the whole test set
 ``--quick``: the embedded MNIST (1,000 test images), a) N = 20 clients of 60 images, U = 4,
 E = 1, B = 10; b) the same, U = 20; c) N = 100 clients of 20 images, U = 10, E = 1,
 B = 10; 2 rounds measured. It runs on CPU in well under a minute and is part of the test suite
-(tests/test_gpu_bench.py).
+(tests/benchmarks/test_gpu_bench.py).
 
 Per variant and workload: the median wall-clock seconds per round after one warm-up round
 (training + FedAvg + evaluation; the device is synchronised around every round), the peak GPU
@@ -66,7 +66,7 @@ from bench_speed import BareLoop, FedselectLoop, fed_and_cfg, loadavg, parse_wor
 
 VARIANTS = ("bare", "stacked", "sequential", "pool")
 WORKLOADS = ("a", "b", "c")
-#: the tolerances of the CPU tests of the stacked path (tests/test_pool.py, SGD): weights after one round
+#: the tolerances of the CPU tests of the stacked path (tests/fl/test_pool.py, SGD): weights after one round
 RTOL, ATOL = 1e-4, 2e-5
 
 

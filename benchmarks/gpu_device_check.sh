@@ -70,7 +70,7 @@ fi
 
 status=0
 # the GPU tests: stacked vs sequential, a whole run on CUDA vs CPU, every training method on CUDA
-timeout 330 "$PY" -m pytest -m gpu tests/test_gpu.py -p no:cacheprovider -q -rs --durations=15 2>&1 | tee "$OUT/pytest-gpu.log"
+timeout 330 "$PY" -m pytest -m gpu tests/fl/test_gpu.py -p no:cacheprovider -q -rs --durations=15 2>&1 | tee "$OUT/pytest-gpu.log"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 
 # the benchmark: workloads a, b, c; bare loop, stacked, sequential on the GPU, the CPU pool

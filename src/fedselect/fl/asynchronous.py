@@ -29,7 +29,7 @@ moment are handled together: their updates enter the buffer in that order (the s
 aggregating whenever it holds K), then the freed slots are refilled with one selection for
 that many clients. So with K = concurrency = U, equally fast clients of equal sizes, no
 availability limits and a constant staleness weight, every aggregation is exactly a
-synchronous FedAvg round (``tests/test_async.py``).
+synchronous FedAvg round (``tests/fl/test_async.py``).
 
 A job is handed to the run's transport when its client starts (:meth:`Transport.submit
 <fedselect.fl.work.Transport.submit>`) and its result is collected when its report is due on

@@ -11,7 +11,7 @@ serves them.
   of the worst 10 % of clients (``ceil(0.1 N)`` lowest accuracies) and the population standard
   deviation.
 
-Worked example (``tests/test_fairness.py``): counts [3, 1, 0, 0] give J = 16 / (4 x 10) = 0.4,
+Worked example (``tests/fl/test_fairness.py``): counts [3, 1, 0, 0] give J = 16 / (4 x 10) = 0.4,
 G = 20 / (2 x 4^2 x 1) = 0.625 (the ordered pairs differ by 20 in all) and a
 never-selected share 0.5.
 """

@@ -24,7 +24,7 @@ distribution ``M = sum n`` units, ``r_{k,i} = units_{k,i} / M``.
 * :func:`draw` and :func:`aggregation_weights` — one client from each distribution with the
   caller's generator; the distinct clients with their weights ``count / m``.
 
-Worked example (``tests/test_clustered_sampling.py``): sizes [50, 30, 20], m = 2 (M = 100): the
+Worked example (``tests/selectors/test_clustered_sampling.py``): sizes [50, 30, 20], m = 2 (M = 100): the
 units are [100, 60, 40]; ``W_1 = {0: 1}``, ``W_2 = {1: 0.6, 2: 0.4}``; client 0 is drawn every
 round with weight 1/2 = p_0.
 """

@@ -14,7 +14,7 @@ epsilon))`` of the remaining candidates, within ``1 - 1/e - epsilon`` in expecta
 ``V`` is every client (the set to be represented), the candidates those that may be chosen
 (online ones). Ties: the lowest id.
 
-Worked example (``tests/test_divfl.py``): five clients with updates (x, 0) at x = 0, 2, 3, 7, 12,
+Worked example (``tests/selectors/test_divfl.py``): five clients with updates (x, 0) at x = 0, 2, 3, 7, 12,
 k = 3: the greedy order 2, 4, 3 with L = 17, 8, 4.
 """
 

@@ -15,7 +15,7 @@ Dissimilarities (``metric``):
   is at angle pi/2 from every non-zero one and at 0 from another zero vector.
 
 Computed in float64 from the float32 vectors, in blocks of clients (memory ``block x P``).
-Worked example (``tests/test_divfl.py``): g_0 = (3, 4), g_1 = 0: L2 5, L1 7, arccos pi/2.
+Worked example (``tests/selectors/test_divfl.py``): g_0 = (3, 4), g_1 = 0: L2 5, L1 7, arccos pi/2.
 """
 
 from __future__ import annotations

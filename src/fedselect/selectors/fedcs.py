@@ -31,7 +31,7 @@ plans for the deadline the system enforces; without either the config is refused
 set of its own size, so over-selection leaves it alone and ``mode: async`` (no round deadline)
 refuses it.
 
-Worked example (``tests/test_fedcs.py``): candidates with (t_UD, t_UL) = (1, 1), (2, 1), (4, 2) s
+Worked example (``tests/selectors/test_fedcs.py``): candidates with (t_UD, t_UL) = (1, 1), (2, 1), (4, 2) s
 and T_round = 5 s, sequential: client 0 (the round ends at 2 s), client 1 (3 s: its update ends
 at 2 s, its upload follows 0's), client 2 would end at 6 s > 5 s and is left out.
 """
