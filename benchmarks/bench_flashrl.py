@@ -97,7 +97,9 @@ class LatencyOnlyTrainer:
             return {k: v.clone() for k, v in j.start_state.items()}
         g = np_rng(self.seed, f"bench/synthetic-warmup/{j.client_id}")
         return {
-            k: v + torch.from_numpy(g.normal(0.0, self.noise_std, tuple(v.shape))).to(v.dtype) if v.is_floating_point() else v.clone()
+            k: v + torch.from_numpy(g.normal(0.0, self.noise_std, tuple(v.shape))).to(v.dtype)
+            if v.is_floating_point()
+            else v.clone()
             for k, v in j.start_state.items()
         }
 
