@@ -4,20 +4,27 @@ on one federation (full MNIST, hetero Dirichlet 0.5, N = 100, U = 10), several s
 Two modes, one command each:
 
 * ``--mode train`` (the real benchmark): every method runs the real round loop
-  (``fedselect.runner.run_experiment``) from its config in ``configs/``; rounds and seeds are
-  options. The issue's full size is ``--rounds 100 --seeds 0 1 2`` (about 20 s per round on one
-  CPU core, i.e. hours); ``--rounds`` smaller than a config's rounds shortens its epsilon decay
-  and RL batch proportionally (``--no-scale`` keeps them).
-* ``--mode sim`` (latency only, minutes): the same federations, fleets, draws, latency model and
-  the real DDQN/FR-eq 10 code, but no local training, no aggregation and no evaluation: each
-  participant "returns" the global model (so d = 0, the global metric never improves and
-  zeta = 0 in FR-eq 8, leaving the reward 0.6 * (-lnorm) + 0.4 * Psi of FR-eq 10), and the
-  warm-up models are *synthetic* (initial weights + seeded Gaussian noise, for the PCA). It
-  measures how much of the exploration bound (``flashrl_exploration_bound.py``) the agent
-  captures. Accuracy columns are meaningless there and are not printed.
+  (``fedselect.experiment.run.run_experiment``) from its config in ``configs/``; rounds and seeds
+  are options. The issue's full size is ``--rounds 100 --seeds 0 1 2`` (hours on CPU;
+  ``fedselect compare configs/flashrl-benchmark-mnist.yaml`` runs the same with the worker pool);
+  ``--rounds`` smaller than a config's rounds shortens its epsilon decay and RL batch
+  proportionally (``--no-scale`` keeps them).
+* ``--mode sim`` (latency only, minutes): the same federations, fleets, draws, latency model,
+  round loop and the real FLASH-RL selector (DDQN, state, FR-eq 10), but no local training and
+  no evaluation: the run's transport carries every job to a trainer that trains nothing
+  (:class:`LatencyOnlyTrainer`): each participant "returns" the global model (so the FedAvg
+  aggregate is the global model again, d = 0 up to float rounding, the global metric never
+  improves and zeta = 0 in FR-eq 8, leaving the reward 0.6 * (-lnorm) + 0.4 * Psi of FR-eq 10),
+  every evaluation scores 0, and the warm-up models are *synthetic* (initial weights + seeded
+  Gaussian noise, for the PCA). It measures how much of the exploration bound
+  (``flashrl_exploration_bound.py``; here computed with the run's own cost model and the agent's
+  own epsilon schedule) the agent captures. Accuracy columns are meaningless there and are not
+  printed. FAVOR is skipped: its reward has no latency term.
 
 Results: a table (mean and spread over seeds per method: final accuracy, end-to-end latency of
-rounds 1..T, the warm-up latency, rounds to the target, wall time) on stdout and a JSON file.
+rounds 1..T, the warm-up latency, rounds to the target, wall time) on stdout and a JSON file
+(default ``OUT/MODE-results.json``). ``--set KEY=VALUE`` changes every method's config alike
+(e.g. a smaller federation for a smoke test).
 
     .venv/bin/python benchmarks/bench_flashrl.py --mode sim --rounds 100 --seeds 0 1 2
     .venv/bin/python benchmarks/bench_flashrl.py --mode train --rounds 20 --seeds 0 \\
@@ -31,6 +38,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -39,14 +47,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
+from fedselect.cli.options import parse_sets  # noqa: E402
 from fedselect.common.files import dumps_json, read_csv_rows  # noqa: E402
 from fedselect.common.seeding import np_rng  # noqa: E402
 from fedselect.config.load import load_config  # noqa: E402
 from fedselect.experiment.run import run_experiment  # noqa: E402
-from fedselect.methods import import_methods, register_method  # noqa: E402
-from fedselect.methods.ddqn import linear_epsilon  # noqa: E402
-from fedselect.methods.fedavg import FedAvg  # noqa: E402
-from fedselect.methods.flashrl import FlashRL  # noqa: E402
+from fedselect.fl.work import LocalTransport, TrainJob, TrainResult  # noqa: E402
 from fedselect.world.federation import build_federation  # noqa: E402
 from flashrl_exploration_bound import oracle_round  # noqa: E402
 
@@ -56,109 +62,117 @@ CONFIGS = {
     "flashrl-tuned": "configs/flashrl-tuned-mnist-dir05.yaml",
     "favor": "configs/favor-mnist-dir05.yaml",
 }
+#: methods of ``--mode sim``: those whose reward has a latency term (FAVOR's has none)
+SIM_METHODS = ("fedavg", "flashrl", "flashrl-tuned")
+#: standard deviation of the synthetic warm-up models' noise around the initial weights
+WARMUP_NOISE_STD = 0.01
 
 
 # ------------------------------------------------------------------ latency-only simulation
-class _NoTraining:
-    """Participants return the global model untouched; nothing is aggregated or evaluated."""
+class LatencyOnlyTrainer:
+    """The trainer of ``--mode sim`` under the real :class:`~fedselect.fl.work.LocalTransport`:
+    it trains and evaluates nothing.
 
-    def local_update(self, t, k, draws):
-        return self.make_update(t, k, self.global_model.state_dict(), math.nan, self.local_epochs(t, k), draws)
+    * A round's job returns its start state unchanged (loss NaN): the cost model still charges
+      the client's full latency (FR-eq 3-5) and bytes, as for a real update.
+    * A warm-up job (stream ``warmup/0/<k>``) returns the start state plus N(0, ``noise_std``^2)
+      noise on every floating entry, drawn from ``np_rng(seed, "bench/synthetic-warmup/<k>")``:
+      distinct models for the PCA, without training.
+    * Every evaluation scores accuracy = macro-F1 = loss = 0.
 
-    def aggregate(self, t, updates):
-        return None
+    Args:
+        seed: the run's seed. noise_std: the warm-up noise (weights' units).
+    """
 
-    def evaluate(self, t):
+    workers = 0
+
+    def __init__(self, seed: int, noise_std: float = WARMUP_NOISE_STD):
+        self.seed, self.noise_std = int(seed), float(noise_std)
+
+    def train(self, jobs: Sequence[TrainJob]) -> list[TrainResult]:
+        return [TrainResult(j.client_id, self._state(j), math.nan) for j in jobs]
+
+    def _state(self, j: TrainJob) -> dict[str, torch.Tensor]:
+        if not j.stream.startswith("warmup/"):
+            return {k: v.clone() for k, v in j.start_state.items()}
+        g = np_rng(self.seed, f"bench/synthetic-warmup/{j.client_id}")
+        return {
+            k: v + torch.from_numpy(g.normal(0.0, self.noise_std, tuple(v.shape))).to(v.dtype)
+            if v.is_floating_point()
+            else v.clone()
+            for k, v in j.start_state.items()
+        }
+
+    def evaluate(self, state, name: str = "test") -> dict[str, float]:
         return {"accuracy": 0.0, "f1_macro": 0.0, "loss": 0.0}
 
-
-@register_method
-class FedAvgLatencySim(_NoTraining, FedAvg):
-    name = "fedavg-latency-sim"
+    def close(self) -> None:
+        pass
 
 
-@register_method
-class FlashRLLatencySim(_NoTraining, FlashRL):
-    name = "flashrl-latency-sim"
+class LatencyOnlySession:
+    """An engine session (:class:`fedselect.engines.Session`) whose runs carry their jobs to a
+    :class:`LatencyOnlyTrainer`: how ``--mode sim`` plugs into the real round loop."""
 
-    def _warmup(self):
-        """Synthetic warm-up models: initial weights + N(0, 0.01^2) noise (seeded), no training."""
-        from fedselect.methods.base import flat_parameters
-
-        init = self.global_model.state_dict()
-        w0 = flat_parameters(init).numpy()
-        g = np_rng(self.cfg.seed, "bench/synthetic-warmup")
-        draws = self.fed.fleet.draw(0)
-        rows, updates = [], []
-        for k in range(self.fed.num_clients):
-            rows.append((w0 + g.normal(0, 0.01, w0.size)).astype(np.float32))
-            u = self.make_update(0, k, init, math.nan, self.options.warmup_epochs, draws)
-            u.state = None
-            updates.append(u)
-        return updates, np.stack(rows)
+    def connect(self, plan, fed, workers=None):
+        return LocalTransport(fed, LatencyOnlyTrainer(plan.config.seed), plan.train_cfg)
 
 
 # ------------------------------------------------------------------ helpers
-def scaled_overrides(cfg_path: str, rounds: int, seed: int, scale: bool) -> dict:
-    """Overrides for a shortened run: rounds, seed, no checkpoints, and (``scale``) epsilon decay
-    and RL batch size shrunk in proportion to rounds / config rounds."""
-    base = load_config(ROOT / cfg_path)
-    ov = {"rounds": rounds, "seed": seed, "checkpoint_every": 0}
+def scaled_overrides(cfg_path: str, rounds: int, seed: int, scale: bool, sets: dict | None = None) -> dict:
+    """Overrides for a shortened run: ``sets`` (dotted keys given to every method), rounds, seed,
+    no checkpoints, and (``scale``) epsilon decay and RL batch size of a DDQN method shrunk in
+    proportion to rounds / config rounds."""
+    sets = dict(sets or {})
+    base = load_config(ROOT / cfg_path, sets)
+    ov = {**sets, "rounds": rounds, "seed": seed, "checkpoint_every": 0}
     if scale and rounds < base.rounds and base.method in ("flashrl", "favor"):
         f = rounds / base.rounds
-        mo = dict(base.method_options)
+        mo = base.method_options
         dec = mo.get("eps_decay_rounds") or base.rounds
-        mo["eps_decay_rounds"] = max(1, round(dec * f))
+        ov["method_options.eps_decay_rounds"] = max(1, round(dec * f))
         batch = mo.get("rl_batch_size", 50)
-        mo["rl_batch_size"] = max(min(batch, 5), round(batch * f))
-        ov["method_options"] = mo
+        ov["method_options.rl_batch_size"] = max(min(batch, 5), round(batch * f))
     return ov
 
 
-def oracle_bound(fed, cfg, rounds: int, seed: int, repeats: int = 50) -> float | None:
-    """Largest relative saving of a perfect-knowledge epsilon-greedy agent under ``cfg``'s schedule."""
-    if cfg.method not in ("flashrl", "flashrl-latency-sim", "favor"):
+def oracle_bound(sim, rounds: int, seed: int, repeats: int = 50) -> float | None:
+    """Largest relative saving in end-to-end latency (rounds 1..``rounds``) of a perfect-knowledge
+    epsilon-greedy agent (:func:`flashrl_exploration_bound.oracle_round`) over FedAvg's uniform
+    choice of U, with the run's own cost model (FR-eq 3-5: ``sim.ctx.client_cost``) and its
+    agent's epsilon schedule (round 1 uniform when the agent's is); None for a selector
+    without a DDQN agent."""
+    agent = getattr(sim.selector, "agent", None)
+    if agent is None:
         return None
-    from fedselect.methods.base import Method  # noqa: F401  (documentation: same latency model)
-    from fedselect.world.system import compute_time, transmit_time
-
-    mo = cfg.method_options
-    e0, e1, dec = mo.get("eps_init", 0.9), mo.get("eps_end", 0.2), mo.get("eps_decay_rounds") or rounds
-    model_bits = 32.0 * sum(p.numel() for p in fed.new_model().parameters())
-    bits = np.array([fed.client_bits(k) for k in range(fed.num_clients)])
+    n, u, e = sim.settings.num_clients, sim.settings.clients_per_round, sim.settings.local_epochs
     lats = []
     for t in range(1, rounds + 1):
-        d = fed.fleet.draw(t)
-        lats.append(
-            compute_time(cfg.train.local_epochs, bits, cfg.system.cycles_per_bit, fed.fleet.cores, d.freq_mhz)
-            + transmit_time(model_bits, d.bandwidth_mbps)
-        )
+        d = sim.ctx.draw(t)
+        lats.append(np.array([sim.ctx.client_cost(k, e, d).latency_s for k in range(n)]))
+    eps = [1.0 if t == 1 and agent.config.uniform_first_round else agent.epsilon(t) for t in range(1, rounds + 1)]
     rng = np_rng(seed, "bench/oracle")
-    u = cfg.clients_per_round
-    fed_e2e = np.mean([sum(float(lat[rng.choice(len(lat), u, replace=False)].max()) for lat in lats) for _ in range(repeats)])
-    orc = np.mean(
-        [sum(oracle_round(lat, u, linear_epsilon(t, e0, e1, dec), rng) for t, lat in enumerate(lats, 1)) for _ in range(repeats)]
-    )
+    fed_e2e = np.mean([sum(float(lat[rng.choice(n, u, replace=False)].max()) for lat in lats) for _ in range(repeats)])
+    orc = np.mean([sum(oracle_round(lat, u, eps[t - 1], rng) for t, lat in enumerate(lats, 1)) for _ in range(repeats)])
     return float(1 - orc / fed_e2e)
 
 
-def run(mode: str, methods: list[str], rounds: int, seeds: list[int], out: Path, scale: bool) -> dict:
-    torch.set_num_threads(1)
-    import_methods()
+def run(mode: str, methods: list[str], rounds: int, seeds: list[int], out: Path, scale: bool, sets: dict | None = None) -> dict:
+    """Run ``methods`` (keys of :data:`CONFIGS`) for each seed on one federation per seed, into
+    ``out/<method>-s<seed>``; returns ``{"mode", "rounds", "seeds", "scaled", "results": {method:
+    [one record per seed]}}``.
+
+    Raises:
+        ValueError: the methods' data sections differ (the comparison needs one federation).
+    """
     results: dict[str, list[dict]] = {m: [] for m in methods}
     for seed in seeds:
         fed = None
         for m in methods:
-            ov = scaled_overrides(CONFIGS[m], rounds, seed, scale)
-            if mode == "sim":
-                ov["method"] = {
-                    "fedavg": "fedavg-latency-sim",
-                    "flashrl": "flashrl-latency-sim",
-                    "flashrl-tuned": "flashrl-latency-sim",
-                }.get(m)
-                if ov["method"] is None:
-                    print(f"[sim] skipping {m}: its reward has no latency term", flush=True)
-                    continue
+            if mode == "sim" and m not in SIM_METHODS:
+                print(f"[sim] skipping {m}: its reward has no latency term", flush=True)
+                continue
+            ov = scaled_overrides(CONFIGS[m], rounds, seed, scale, sets)
             cfg = load_config(ROOT / CONFIGS[m], ov)
             if fed is None:
                 fed = build_federation(cfg)
@@ -168,8 +182,16 @@ def run(mode: str, methods: list[str], rounds: int, seeds: list[int], out: Path,
                     f"{CONFIGS[m]}: data section differs from the first method's; the comparison needs one federation"
                 )
             run_dir = out / f"{m}-s{seed}"
+            sims = []
             t0 = time.perf_counter()
-            summary = run_experiment(cfg, run_dir, federation=fed, overwrite=True)
+            summary = run_experiment(
+                cfg,
+                run_dir,
+                federation=fed,
+                overwrite=True,
+                session=LatencyOnlySession() if mode == "sim" else None,
+                on_simulation=sims.append,
+            )
             wall = time.perf_counter() - t0
             rows = read_csv_rows(run_dir / "metrics.csv")
             warm = float(rows[0]["e2e_latency_s"])
@@ -184,7 +206,7 @@ def run(mode: str, methods: list[str], rounds: int, seeds: list[int], out: Path,
                 "mean_round_latency_last10_s": float(np.mean([float(r["round_latency_s"]) for r in rows[-10:]])),
             }
             if mode == "sim":
-                rec["oracle_bound"] = oracle_bound(fed, cfg, rounds, seed)
+                rec["oracle_bound"] = oracle_bound(sims[0], rounds, seed)
             results[m].append(rec)
             print(
                 f"[{mode}] {m} seed {seed}: "
@@ -241,23 +263,50 @@ def main(quick: bool = True) -> dict:
     return {"train": full}
 
 
-if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mode", choices=["train", "sim"], default="sim")
-    ap.add_argument("--methods", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
-    ap.add_argument("--rounds", type=int, default=100)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-flashrl")
+def cli(argv: list[str] | None = None) -> dict:
+    """The command line (module docstring); returns the results also written to the JSON file."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mode", choices=["train", "sim"], default="sim", help="real training, or the latency-only simulation")
+    ap.add_argument(
+        "--methods",
+        nargs="+",
+        default=list(CONFIGS),
+        choices=list(CONFIGS),
+        help="which methods (configs: " + ", ".join(f"{m} {c}" for m, c in CONFIGS.items()) + ")",
+    )
+    ap.add_argument("--rounds", type=int, default=100, help="rounds T of every run")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="one federation and one run per method per seed")
+    ap.add_argument(
+        "--out", type=Path, default=ROOT / "runs" / "bench-flashrl", help="run directories go to OUT/MODE/<method>-s<seed>"
+    )
     ap.add_argument(
         "--no-scale", action="store_true", help="keep the configs' epsilon decay and RL batch when --rounds is smaller"
     )
+    ap.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a key of every method's config, e.g. --set data.num_clients=20 (repeatable; values are YAML)",
+    )
     ap.add_argument("--json", type=Path, help="write the results here (default OUT/MODE-results.json)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
+    if a.rounds < 1:
+        ap.error(f"--rounds must be >= 1, got {a.rounds}")
+    try:
+        sets = parse_sets(a.sets)
+    except ValueError as e:
+        ap.error(str(e))
     t0 = time.perf_counter()
-    res = run(a.mode, a.methods, a.rounds, a.seeds, a.out / a.mode, not a.no_scale)
+    res = run(a.mode, a.methods, a.rounds, a.seeds, a.out / a.mode, not a.no_scale, sets)
     res["total_wall_s"] = time.perf_counter() - t0
     print(table(res))
     print(f"total wall time {res['total_wall_s']:.0f} s")
     path = a.json or a.out / f"{a.mode}-results.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(dumps_json(res, indent=2, default=str))  # strict JSON: non-finite numbers as null
+    return res
+
+
+if __name__ == "__main__":
+    cli()
