@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 SCRIPTS = sorted(BENCH.glob("*.py"))
 #: ``from fedselect.x import a, b`` / ``from fedselect.x import (a, b)`` / ``import fedselect.x``, anywhere in the
