@@ -250,8 +250,8 @@ def table(res: dict) -> str:
 
 def main(quick: bool = True) -> dict:
     """Entry point of ``benchmarks/run_all.py``: quick = the latency simulation (seed 0, 100
-    rounds, ~4 min) plus a 5-round training run of FedAvg and tuned FLASH-RL (seed 0, ~5 min);
-    not quick = the issue's full benchmark (hours on CPU)."""
+    rounds; 5.6 min on 2 cores shared with other jobs) plus a 5-round training run of FedAvg and
+    tuned FLASH-RL (seed 0, ~5 min); not quick = the issue's full benchmark (hours on CPU)."""
     out = ROOT / "runs" / "bench-flashrl"
     if quick:
         sim = run("sim", ["fedavg", "flashrl", "flashrl-tuned"], 100, [0], out / "sim", True)
