@@ -1,0 +1,1 @@
+"""A user's own algorithm, outside fedselect (docs/architecture.md, "Adding an algorithm")."""
