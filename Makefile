@@ -57,7 +57,7 @@ test: $(STAMP) $(FLOWER) $(TB) chromium lint
 
 # the suite without the end-to-end tests marked `slow` (they still run in `make test`)
 test-fast: $(STAMP) $(FLOWER) $(TB) lint
-	$(BIN)/python -m pytest -m "not slow" $(ARGS)
+	$(BIN)/python -m pytest -m "not slow" -n auto --dist loadfile $(ARGS)
 
 # ruff: lint and formatting (the rules are in pyproject.toml); `make format` rewrites the files
 lint: $(STAMP)
