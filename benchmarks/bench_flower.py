@@ -3,8 +3,12 @@ FedAvg workload: embedded MNIST, N = 10 clients (10 simulated SuperNodes), U = 3
 (``random``), T = 5 rounds, E = 1, simulated latency.
 
 Each engine runs in a fresh Python process (so imports and start-up count), while this process
-samples the process tree every 50 ms (/proc: the child and all its descendants, Ray's
-gcs_server, raylet and workers included). Measured per engine:
+samples the process tree's memory (/proc: the child and all its descendants, Ray's gcs_server,
+raylet and workers included) every 50 ms until the run's round-0 row, then once a second: one
+sample of Ray's tree costs about 40 ms of CPU (``smaps_rollup`` walks every mapping), so
+sampling every 50 ms through the rounds took some 40 % of a core from the engine it measured,
+more from Flower's tree than from the simulator's (``sampler_cpu_s``: this process's CPU while
+it sampled). Measured per engine:
 
 * ``startup_s``: from launching the process to the start of round 1 (imports, building the
   federation; for Flower also starting Ray, the nodes' actors and the ``query`` exchange);
@@ -23,8 +27,11 @@ measures the MLP only; the full run the MLP and the MNIST CNN.
 ``python benchmarks/bench_flower.py --full [--repeat N]`` runs the speed benchmark's workload
 instead (full MNIST, 100 SuperNodes, 10 per round, E = 5, B = 50, 5 rounds) in three ways: the
 simulator with its worker pool on all cores (``simulator``), ``fedselect run --engine flower``
-(``flower_engine``: the engine plug-in, one Ray actor per core) and the ServerApp and ClientApp
-in Flower's ``run_simulation`` as ``flwr run`` runs them (``flower_app``); ``--repeat N`` runs
+(``flower_engine``: the engine plug-in, one Ray actor per core, a round's long jobs sent the
+costliest first, ``in_flight`` = actors + 1) and the ServerApp and ClientApp in Flower's
+``run_simulation`` as ``flwr run`` runs them (``flower_app``, with the run-config key
+``in-flight`` = actors + 1); ``flower_engine_at_once`` is the engine plug-in with every message
+of a round pushed at once (``FlowerOptions()``, as before the window); ``--repeat N`` runs
 the three N times one after another, so that they share the machine's load, and ``summary``
 gives each one's medians and their ratios to the simulator (``round_ratio``: mean seconds per
 round, rounds 1-5; ``pss_ratio`` / ``rss_ratio``: peak memory of the process tree).
@@ -70,7 +77,7 @@ CHILD = textwrap.dedent("""
     from fedselect.experiment.resolve import parse_experiment
     plain = {k: (json.loads(v) if isinstance(v, str) and v[:1] == "[" else v) for k, v in settings.items()
              if k.split(".")[0] in ExperimentConfig.model_fields}
-    if engine == "flower-engine":
+    if engine.startswith("flower-engine"):
         plain["engine"] = "flower"
     cfg = parse_experiment(apply_overrides({}, plain))
     first = runner.play_round
@@ -81,6 +88,10 @@ CHILD = textwrap.dedent("""
     if engine in ("simulator", "flower-engine"):  # `fedselect run` / `fedselect run --engine flower`
         from fedselect.experiment.run import run_experiment
         run_experiment(cfg, out)
+    elif engine == "flower-engine-at-once":  # the engine plug-in with every message of a round pushed at once
+        from fedselect.flower.grid_run import run_many
+        from fedselect.flower.nodes import FlowerOptions
+        run_many([(cfg, out)], FlowerOptions())
     else:  # the ServerApp and ClientApp in Flower's run_simulation, as `flwr run` runs them
         from flwr.simulation import run_simulation
         from fedselect.flower.client_app import make_client_app
@@ -127,6 +138,18 @@ def _memory(pids: list[int]) -> tuple[float, float]:
     return rss / 1024, pss / 1024
 
 
+#: seconds between two samples of the process tree's memory before round 1, and during the rounds
+SAMPLE_STARTUP_S, SAMPLE_ROUNDS_S = 0.05, 1.0
+
+
+def _rounds_started(timing: Path) -> bool:
+    """Whether the run has written its round-0 row (start-up over, round 1 next)."""
+    try:
+        return timing.stat().st_size > 0 and len(timing.read_text().splitlines()) >= 2
+    except OSError:
+        return False
+
+
 def measure(engine: str, settings: dict, out: Path) -> dict:
     """Run one engine in a fresh process and measure it (module docstring)."""
     env = {
@@ -146,13 +169,19 @@ def measure(engine: str, settings: dict, out: Path) -> dict:
     )
     peak_rss = peak_pss = 0.0
     procs = 0
+    cpu0 = time.process_time()
+    timing = out / "timing.csv"
     while proc.poll() is None:
         pids = _tree(proc.pid)
         rss, pss = _memory(pids)
         if rss > peak_rss:
             peak_rss, procs = rss, len(pids)
         peak_pss = max(peak_pss, pss)
-        time.sleep(0.05)
+        # reading smaps_rollup walks every mapping of a process (tens of ms of CPU for Ray's tree
+        # on 2 cores): fast during start-up, where the peaks are short, then once a second, so
+        # that the sampling does not slow the rounds it measures
+        time.sleep(SAMPLE_ROUNDS_S if _rounds_started(timing) else SAMPLE_STARTUP_S)
+    sampler_cpu = time.process_time() - cpu0
     output = proc.stdout.read()
     total = time.time() - t_launch
     marks = next((json.loads(line[6:]) for line in output.splitlines() if line.startswith("MARKS ")), None)
@@ -167,6 +196,7 @@ def measure(engine: str, settings: dict, out: Path) -> dict:
         "peak_rss_mb": peak_rss,
         "peak_pss_mb": peak_pss,
         "processes_at_peak": procs,
+        "sampler_cpu_s": sampler_cpu,
     }
 
 
@@ -188,7 +218,12 @@ FULL = {
 #: what ``--full`` compares: the simulator, ``fedselect run --engine flower`` (the engine plug-in,
 #: :class:`fedselect.flower.engine.FlowerEngine`) and the ServerApp and ClientApp in Flower's
 #: ``run_simulation`` (as ``flwr run`` runs them)
-FULL_ENGINES = {"simulator": "simulator", "flower_engine": "flower-engine", "flower_app": "flower"}
+FULL_ENGINES = {
+    "simulator": "simulator",
+    "flower_engine": "flower-engine",
+    "flower_engine_at_once": "flower-engine-at-once",
+    "flower_app": "flower",
+}
 
 
 def _median(xs: list[float]) -> float:
@@ -210,7 +245,10 @@ def main_full(repeat: int = 1) -> dict:
         for i in range(repeat):
             for name, engine in FULL_ENGINES.items():
                 load = os.getloadavg()[0]
-                m = measure(engine, {**FULL, "torch-threads": 1}, Path(tmp) / f"{name}-{i}")
+                settings = {**FULL, "torch-threads": 1}
+                if engine == "flower":  # the run-config key a user sets: the engine plug-in's default
+                    settings["in-flight"] = (os.cpu_count() or 1) + 1
+                m = measure(engine, settings, Path(tmp) / f"{name}-{i}")
                 m["load_avg_1min_before"] = load
                 runs[name].append(m)
                 same = (Path(tmp) / f"{name}-{i}" / "metrics.csv").read_text() == (
@@ -226,6 +264,7 @@ def main_full(repeat: int = 1) -> dict:
             "startup_s": _median([m["startup_s"] for m in ms]),
             "peak_pss_mb": _median([m["peak_pss_mb"] for m in ms]),
             "peak_rss_mb": _median([m["peak_rss_mb"] for m in ms]),
+            "sampler_cpu_s": _median([m["sampler_cpu_s"] for m in ms]),
         }
     sim = summary["simulator"]
     for name, row in summary.items():

@@ -53,6 +53,7 @@ __all__ = [
     "Transport",
     "LocalTransport",
     "Submissions",
+    "job_cost",
     "EVAL_SPLITS",
     "SERVER_SPLITS",
 ]
@@ -142,6 +143,18 @@ class FineTuneResult:
 
 Job = Union[TrainJob, EvalJob, FineTuneJob]
 Result = Union[TrainResult, EvalResult, FineTuneResult]
+
+
+def job_cost(job: Job, samples: int) -> int:
+    """A job's work relative to others for a client of ``samples`` training samples (sample
+    passes), to hand out the costliest first: :meth:`TrainJob.cost`; ``max_epochs x samples``
+    for a :class:`FineTuneJob` (its most); the rows scored for an :class:`EvalJob` (its
+    ``samples`` when given, else ``samples``; the held-out split is a share of them)."""
+    if isinstance(job, TrainJob):
+        return job.cost(samples)
+    if isinstance(job, FineTuneJob):
+        return int(job.max_epochs) * int(samples)
+    return len(job.samples) if job.samples is not None else int(samples)
 
 
 class Transport(Protocol):

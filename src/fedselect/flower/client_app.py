@@ -70,6 +70,7 @@ from fedselect.flower.settings import (  # noqa: F401 - the node settings, re-ex
     CONFIG_FILE_KEY,
     config_file,
     federation_for,
+    keep_freed_memory,
     node_experiment,
     set_threads,
     settings_document,
@@ -168,6 +169,7 @@ def make_client_app(settings: dict[str, Any] | None = None) -> ClientApp:
     def experiment(context: Context) -> tuple[int, ExperimentConfig, Federation]:
         run_config = {**base, **dict(context.run_config)}
         set_threads({**run_config, **dict(context.node_config)})
+        keep_freed_memory()  # a Ray actor's malloc would return every mini-batch's memory to the OS
         k, cfg = node_experiment(run_config, context.node_config)
         return k, cfg, federation_for(cfg, shared)
 

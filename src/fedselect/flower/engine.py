@@ -43,7 +43,7 @@ if importlib.util.find_spec("flwr") is None:
 
 log = logging.getLogger("fedselect.flower")
 
-__all__ = ["FlowerEngine", "GridSession", "connect", "node_settings"]
+__all__ = ["FlowerEngine", "GridSession", "connect", "node_settings", "simulation_actors"]
 
 T = TypeVar("T")
 
@@ -93,7 +93,7 @@ def _simulate(cfg: ExperimentConfig, main: Callable[[Grid, threading.Event], Any
                     server_app=server,
                     client_app=make_client_app(settings),
                     num_supernodes=cfg.data.num_clients,
-                    backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": os.cpu_count() or 1}},
+                    backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": simulation_actors()}},
                 )
         except KeyboardInterrupt:
             stop.set()
@@ -106,6 +106,12 @@ def _simulate(cfg: ExperimentConfig, main: Callable[[Grid, threading.Event], Any
     if "value" not in out:
         raise RuntimeError("Flower's simulation engine ended without running the experiment (see its log above)")
     return out["value"]
+
+
+def simulation_actors() -> int:
+    """How many Ray actors (nodes training at once) the engine's simulation runs: one CPU each,
+    as many as the machine has CPUs."""
+    return os.cpu_count() or 1
 
 
 def _return_freed_heap() -> None:
@@ -122,7 +128,8 @@ def connect(grid: Grid, r: Resolved, fed: Federation, options: FlowerOptions, st
     """The Flower transport of the resolved experiment ``r`` on ``grid``, its nodes learnt:
     all N waited for, except for a selector whose candidates stream in (``candidate_stream``)
     with ``arrival: nodes``. The server's own jobs (validation- and test-set scores) run in this
-    process, their evaluation chunks on one thread per core (the nodes wait meanwhile).
+    process, their evaluation chunks on one thread per core (the nodes wait meanwhile), with the
+    memory they free kept for the next round (:func:`fedselect.flower.settings.keep_freed_memory`).
 
     In Flower's simulation engine (``grid`` is its in-memory grid: the nodes are Ray actors of
     this process's Ray session) ``fed`` is first put into Ray's object store, where the nodes read
@@ -136,10 +143,12 @@ def connect(grid: Grid, r: Resolved, fed: Federation, options: FlowerOptions, st
     from fedselect.fl.local.placement import usable_cores
     from fedselect.fl.local.pool import ClientTrainer
     from fedselect.fl.work import LocalTransport
+    from fedselect.flower.settings import keep_freed_memory
     from fedselect.flower.shared import share_federation
     from fedselect.flower.transport import FlowerTransport
 
     _return_freed_heap()
+    keep_freed_memory()  # the server's evaluation threads, as the nodes' jobs
     # Flower's simulation runtime starts Ray beside the ServerApp: wait for it (connect_timeout at most)
     share_federation(federation_key(r.config), fed, options.connect_timeout if isinstance(grid, InMemoryGrid) else 0.0, stop)
     trainer = ClientTrainer.from_federation(fed, r.train_cfg, workers=0, device="cpu", eval_threads=usable_cores())
@@ -190,7 +199,9 @@ class FlowerEngine(Engine):
 
     Args:
         options: how the server talks to the nodes (default :class:`FlowerOptions`: simulated
-            latency, seeded arrival order).
+            latency, seeded arrival order, and ``in_flight`` = the actors + 1: a round's long
+            training jobs go to the actors the costliest first, as the simulator's pool hands
+            them out, with one waiting so that no actor idles between two).
     """
 
     name = "flower"
@@ -199,7 +210,7 @@ class FlowerEngine(Engine):
     def __init__(self, options: FlowerOptions | None = None):
         from fedselect.flower.nodes import FlowerOptions
 
-        self.options = options or FlowerOptions()
+        self.options = options or FlowerOptions(in_flight=simulation_actors() + 1)
 
     def session(self, plan: Resolved, body: Callable[[Session], T]) -> T:
         """Start Flower's simulation engine with ``plan``'s N SuperNodes and return

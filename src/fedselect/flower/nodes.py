@@ -53,6 +53,17 @@ class FlowerOptions:
             0.01 s on Flower's simulation engine (its in-memory grid: a poll is a call in this
             process) and 0.1 s on a deployment's grid (a poll is a request to the SuperLink):
             :meth:`poll_interval`.
+        in_flight: at most this many of a round's job messages waiting for their reply at once,
+            the costliest first (:func:`fedselect.fl.work.job_cost`), each reply letting the next
+            one go; None = all at once. For a grid whose nodes share a few workers: Flower's
+            simulation engine queues the messages it finds in node order, not in the order they
+            were pushed, so without a window its actors may take the longest job last (the
+            simulator's pool hands out the longest first). :class:`fedselect.flower.engine.FlowerEngine`
+            sets it to its actors + 1. Used only where the jobs are expected to last at least
+            ``in_flight_min_job_s`` each (from the nodes' own times of earlier jobs, the
+            ``handler-s`` of their replies): the engine takes newly pushed messages every 0.1 s,
+            so a window of shorter jobs would leave its actors waiting.
+        in_flight_min_job_s: that least expected job time (s), > 0.
     """
 
     latency: str = "simulated"
@@ -60,13 +71,19 @@ class FlowerOptions:
     connect_timeout: float = 300.0
     arrival: str | None = None
     poll_s: float | None = None
+    in_flight: int | None = None
+    in_flight_min_job_s: float = 0.25
 
     def __post_init__(self) -> None:
         if self.latency not in LATENCY_MODES:
             raise ValueError(f"latency must be one of {list(LATENCY_MODES)}, got {self.latency!r}")
         if self.arrival is not None and self.arrival not in ARRIVAL_MODES:
             raise ValueError(f"arrival must be one of {list(ARRIVAL_MODES)} (or None), got {self.arrival!r}")
-        for name in ("reply_timeout", "connect_timeout", "poll_s"):
+        if self.in_flight is not None and (
+            isinstance(self.in_flight, bool) or not isinstance(self.in_flight, int) or self.in_flight < 1
+        ):
+            raise ValueError(f"in_flight must be an integer >= 1 or None (all at once), got {self.in_flight!r}")
+        for name in ("reply_timeout", "connect_timeout", "poll_s", "in_flight_min_job_s"):
             v = getattr(self, name)
             if v is None and name == "poll_s":
                 continue

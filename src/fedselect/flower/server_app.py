@@ -24,7 +24,9 @@ like the ClientApp's so that the server and the nodes build the same experiment:
   ``nodes`` (default: ``seeded`` with simulated latency, ``nodes`` with measured);
   ``reply-timeout`` (s, default 600), ``connect-timeout`` (s, default 300), ``poll-interval``
   (s between two polls of the SuperLink for replies; default 0.01 in the simulation engine, 0.1
-  in a deployment)
+  in a deployment), ``in-flight`` (at most this many training messages of a round waiting for
+  their reply, the costliest first; default: all at once; in ``run_simulation`` the actors + 1
+  balances the actors as the simulator's pool does)
   (:class:`fedselect.flower.strategy.FlowerOptions`).
 * ``node-data``: ``partition`` (default: the faithful simulation, every node serves a partition of
   the federation the server builds too) or ``own`` (a real fleet: the nodes own their data and
@@ -72,6 +74,7 @@ SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "reply-timeout": (int, float),
     "connect-timeout": (int, float),
     "poll-interval": (int, float),
+    "in-flight": int,
     "torch-threads": int,
     "node-data": str,
     "test-data": str,
@@ -122,6 +125,8 @@ def strategy_settings(run_config: dict[str, Any]) -> dict[str, Any]:
     for key in ("reply-timeout", "connect-timeout", "poll-interval"):
         if key in rc and not rc[key] > 0:
             raise ConfigError(f"run config: '{key}' must be > 0 seconds, got {rc[key]!r}")
+    if "in-flight" in rc and not rc["in-flight"] >= 1:
+        raise ConfigError(f"run config: 'in-flight' must be an integer >= 1 (messages), got {rc['in-flight']!r}")
     if rc.get("node-data", "partition") not in NODE_DATA_MODES:
         raise ConfigError(f"run config: 'node-data' must be one of {list(NODE_DATA_MODES)}, got {rc['node-data']!r}")
     if rc.get("test-data") and rc.get("node-data", "partition") != "own":
@@ -138,6 +143,8 @@ def strategy_settings(run_config: dict[str, Any]) -> dict[str, Any]:
         out["connect_timeout"] = float(rc["connect-timeout"])
     if "poll-interval" in rc:
         out["poll_s"] = float(rc["poll-interval"])
+    if "in-flight" in rc:
+        out["in_flight"] = int(rc["in-flight"])
     return out
 
 
@@ -201,7 +208,9 @@ def _run_fleet(grid: Grid, r: Resolved, out: str | Path, rc: dict[str, Any], kwa
         test = server_test_set(
             rc["test-data"], rc.get("test-data-path") or None, options, r.config.seed, rc.get("test-data-split", "test")
         )
-    flower = {k: kwargs[k] for k in ("latency", "reply_timeout", "connect_timeout", "arrival", "poll_s") if k in kwargs}
+    flower = {
+        k: kwargs[k] for k in ("latency", "reply_timeout", "connect_timeout", "arrival", "poll_s", "in_flight") if k in kwargs
+    }
     if "latency" not in rc:  # a real fleet's latency is what the network does
         flower["latency"] = "measured"
     handler = logging.StreamHandler(sys.stderr)

@@ -82,7 +82,7 @@ class FedselectStrategy(Strategy):
     Args:
         cfg: the resolved experiment (an :class:`ExperimentConfig` is resolved here, once).
         run_dir: where the run files go (None: nothing is kept but :attr:`results`).
-        latency, reply_timeout, connect_timeout, arrival, poll_s: see :class:`FlowerOptions`.
+        latency, reply_timeout, connect_timeout, arrival, poll_s, in_flight: see :class:`FlowerOptions`.
         federation: the server's federation (default: built from ``cfg``).
         overwrite: replace the run files of a run already in ``run_dir``.
         resume: continue the run in ``run_dir`` from its last checkpoint.
@@ -108,11 +108,12 @@ class FedselectStrategy(Strategy):
         connect_timeout: float = 300.0,
         arrival: str | None = None,
         poll_s: float | None = None,
+        in_flight: int | None = None,
         federation: Federation | None = None,
         overwrite: bool = False,
         resume: bool = False,
     ):
-        self.options = FlowerOptions(latency, reply_timeout, connect_timeout, arrival, poll_s)
+        self.options = FlowerOptions(latency, reply_timeout, connect_timeout, arrival, poll_s, in_flight)
         self.resolved = cfg if isinstance(cfg, Resolved) else resolve(cfg, cfg.name)
         self.run_dir = None if run_dir is None else Path(run_dir)
         self.overwrite, self.resume = overwrite, resume

@@ -43,7 +43,7 @@ from fedselect.fl.aggregate import state_bytes
 from fedselect.fl.local.objective import objective_bytes
 from fedselect.fl.local.train import TrainConfig
 from fedselect.fl.types import Measured
-from fedselect.fl.work import Job, LocalTransport, Result, TrainJob
+from fedselect.fl.work import Job, LocalTransport, Result, TrainJob, job_cost
 from fedselect.flower.messaging import Exchange, exchange
 from fedselect.flower.nodes import DROPOUT_CODES, Arrivals, FlowerOptions, NodeDirectory
 from fedselect.flower.wire import decode_result, encode_job, failed_result, handler_s, round_of
@@ -110,6 +110,7 @@ class FlowerTransport:
         self._queued: list[tuple[int, Job, int]] = []  # (ticket, job, node) waiting for their node
         self._sent: dict[str, _Sent] = {}  # message id -> what it carries
         self._done: dict[int, Result] = {}  # ticket -> result not collected yet
+        self._node_s, self._units = 0.0, 0  # the nodes' seconds on training jobs, and those jobs' cost units
 
     def connect(self, wait_for_all: bool = True) -> list[int]:
         """Learn the nodes: wait up to ``connect_timeout`` for all N (or only poll once).
@@ -130,7 +131,9 @@ class FlowerTransport:
     # ---------------------------------------------------------------- Transport
     def run(self, jobs: Sequence[Job]) -> list[Result]:
         """The results in job order. A node gets its jobs one exchange after another (one
-        message per node in each); jobs without a client run on the server."""
+        message per node in each); jobs without a client run on the server. With
+        ``options.in_flight`` a wave of long training jobs goes out the costliest first, that
+        many at a time (:class:`~fedselect.flower.nodes.FlowerOptions`); results do not depend on it."""
         out: list[Result | None] = [None] * len(jobs)
         local = [i for i, j in enumerate(jobs) if j.client_id is None]
         for i, r in zip(local, self.run_server([jobs[i] for i in local]) if local else []):
@@ -149,12 +152,39 @@ class FlowerTransport:
                 waves.append(wave := {})
             wave[node] = i
         for wave in waves:
-            msgs = [encode_job(jobs[i], node, self.train_cfg) for node, i in wave.items()]
+            items = list(wave.items())
+            in_flight = self._window([jobs[i] for _, i in items])
+            if in_flight is not None:  # the costliest first, as the simulator's pool hands them out
+                items.sort(key=lambda item: -self._cost(jobs[item[1]]))
+            msgs = [encode_job(jobs[i], node, self.train_cfg) for node, i in items]
             self.messages += len(msgs)
-            ex = self._exchange(msgs, any(isinstance(jobs[i], TrainJob) for i in wave.values()))
-            for node, i in wave.items():
+            ex = self._exchange(msgs, any(isinstance(jobs[i], TrainJob) for _, i in items), in_flight)
+            for node, i in items:
                 out[i] = self.result(jobs[i], ex, node)
+            self._learn_job_time([(jobs[i], ex.replies.get(node)) for node, i in items])
         return out  # type: ignore[return-value]
+
+    def _cost(self, job: Job) -> int:
+        return job_cost(job, len(self.fed.clients[job.client_id].train_indices))
+
+    def _window(self, wave: Sequence[Job]) -> int | None:
+        """``options.in_flight`` for a wave of training jobs longer than it whose median expected
+        time (the nodes' seconds per unit of :func:`~fedselect.fl.work.job_cost` so far) is at
+        least ``options.in_flight_min_job_s``; else None: all at once."""
+        n = self.options.in_flight
+        if n is None or len(wave) <= n or not self._units or not all(isinstance(j, TrainJob) for j in wave):
+            return None
+        expected = sorted(self._cost(j) * self._node_s / self._units for j in wave)
+        return n if expected[len(expected) // 2] >= self.options.in_flight_min_job_s else None
+
+    def _learn_job_time(self, answered: list[tuple[Job, Message | None]]) -> None:
+        """Add the nodes' own times of answered training jobs (``handler-s``) to the estimate."""
+        for job, reply in answered:
+            if isinstance(job, TrainJob) and reply is not None and not reply.has_error():
+                seconds = handler_s(reply)
+                if seconds > 0:
+                    self._node_s += seconds
+                    self._units += self._cost(job)
 
     def run_server(self, jobs: Sequence[Job]) -> list[Result]:
         """The results of the jobs without a client (scores on the server's validation and
@@ -240,11 +270,11 @@ class FlowerTransport:
                 time.sleep(self.nodes.poll_s)
         return [self._done.pop(t) for t in tickets]
 
-    def _exchange(self, msgs: list[Message], training: bool) -> Exchange:
+    def _exchange(self, msgs: list[Message], training: bool, in_flight: int | None = None) -> Exchange:
         wait = self.options.reply_timeout
         if training and self.measured and self.deadline_s is not None:
             wait = min(wait, float(self.deadline_s))
-        return exchange(self.grid, msgs, wait, self.nodes.poll_s, self.stop)
+        return exchange(self.grid, msgs, wait, self.nodes.poll_s, self.stop, in_flight)
 
     def result(self, job: Job, ex: Exchange, node: int) -> Result:
         """``job``'s result from node ``node``'s reply in ``ex`` (module docstring: failures)."""

@@ -56,6 +56,13 @@ class TrainJob:
                 f"or None, got {type(self.objective).__name__}"
             )
 
+    def cost(self, samples: int) -> int:
+        """The job's work relative to others, for a client of ``samples`` training samples:
+        ``epochs x samples`` (sample passes). A trainer with several workers hands out the
+        costliest job first (longest-processing-time first), which shortens a round's wall time
+        and never changes a result."""
+        return int(self.epochs) * int(samples)
+
 
 @dataclass(frozen=True)
 class TrainResult:

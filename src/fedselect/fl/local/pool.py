@@ -324,7 +324,7 @@ class ClientTrainer:
                     return train_batched(self._model, self.data, list(jobs), self.train_cfg, self.device)
             with on_device(self.device, f"training {len(jobs)} clients one after another"):
                 return [self._train_here(j) for j in jobs]
-        tasks = [Task(TrainTask.of(j), j.start_state, cost=int(j.epochs) * self.data.num_samples(j.client_id)) for j in jobs]
+        tasks = [Task(TrainTask.of(j), j.start_state, cost=j.cost(self.data.num_samples(j.client_id))) for j in jobs]
         out = self._pool.run(tasks)
         bugs = [(j.client_id, o.reason) for j, o in zip(jobs, out) if isinstance(o, Failed) and o.bug]
         if bugs:
