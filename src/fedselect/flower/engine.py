@@ -128,8 +128,7 @@ def connect(grid: Grid, r: Resolved, fed: Federation, options: FlowerOptions, st
     """The Flower transport of the resolved experiment ``r`` on ``grid``, its nodes learnt:
     all N waited for, except for a selector whose candidates stream in (``candidate_stream``)
     with ``arrival: nodes``. The server's own jobs (validation- and test-set scores) run in this
-    process, their evaluation chunks on one thread per core (the nodes wait meanwhile), with the
-    memory they free kept for the next round (:func:`fedselect.flower.settings.keep_freed_memory`).
+    process, their evaluation chunks on one thread per core (the nodes wait meanwhile).
 
     In Flower's simulation engine (``grid`` is its in-memory grid: the nodes are Ray actors of
     this process's Ray session) ``fed`` is first put into Ray's object store, where the nodes read
@@ -143,12 +142,10 @@ def connect(grid: Grid, r: Resolved, fed: Federation, options: FlowerOptions, st
     from fedselect.fl.local.placement import usable_cores
     from fedselect.fl.local.pool import ClientTrainer
     from fedselect.fl.work import LocalTransport
-    from fedselect.flower.settings import keep_freed_memory
     from fedselect.flower.shared import share_federation
     from fedselect.flower.transport import FlowerTransport
 
     _return_freed_heap()
-    keep_freed_memory()  # the server's evaluation threads, as the nodes' jobs
     # Flower's simulation runtime starts Ray beside the ServerApp: wait for it (connect_timeout at most)
     share_federation(federation_key(r.config), fed, options.connect_timeout if isinstance(grid, InMemoryGrid) else 0.0, stop)
     trainer = ClientTrainer.from_federation(fed, r.train_cfg, workers=0, device="cpu", eval_threads=usable_cores())
