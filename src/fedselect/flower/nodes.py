@@ -59,11 +59,11 @@ class FlowerOptions:
             simulation engine queues the messages it finds in node order, not in the order they
             were pushed, so without a window its actors may take the longest job last (the
             simulator's pool hands out the longest first). :class:`fedselect.flower.engine.FlowerEngine`
-            sets it to its actors + 1. Used only where the jobs are expected to last at least
-            ``in_flight_min_job_s`` each (from the nodes' own times of earlier jobs, the
-            ``handler-s`` of their replies): the engine takes newly pushed messages every 0.1 s,
-            so a window of shorter jobs would leave its actors waiting.
-        in_flight_min_job_s: that least expected job time (s), > 0.
+            sets it to its actors + 1. Used only where a round's median job is expected to last
+            at least ``in_flight_min_job_s`` (from the nodes' own times of earlier training jobs,
+            the ``handler-s`` of their replies, per unit of cost): the engine takes newly pushed
+            messages every 0.1 s, so a window of shorter jobs would leave its actors waiting.
+        in_flight_min_job_s: that least expected time of the median job (s), > 0.
     """
 
     latency: str = "simulated"
