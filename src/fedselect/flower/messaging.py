@@ -18,7 +18,7 @@ from typing import Iterable
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-__all__ = ["Exchange", "exchange"]
+__all__ = ["Exchange", "exchange", "check_in_flight"]
 
 
 @dataclass
@@ -41,6 +41,12 @@ class Exchange:
     arrival: dict[int, float] = field(default_factory=dict)
 
 
+def check_in_flight(in_flight: int | None) -> None:
+    """Raises ValueError unless ``in_flight`` is None (all at once) or an integer >= 1."""
+    if in_flight is not None and (isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1):
+        raise ValueError(f"in_flight must be an integer >= 1 or None (all at once), got {in_flight!r}")
+
+
 def exchange(
     grid: Grid, messages: Iterable[Message], timeout: float, poll_s: float = 0.1, stop=None, in_flight: int | None = None
 ) -> Exchange:
@@ -61,8 +67,7 @@ def exchange(
     """
     if not timeout > 0 or not poll_s > 0:
         raise ValueError(f"timeout and poll_s must be > 0, got {timeout} and {poll_s}")
-    if in_flight is not None and (isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1):
-        raise ValueError(f"in_flight must be an integer >= 1 or None, got {in_flight!r}")
+    check_in_flight(in_flight)
     msgs = list(messages)
     dst = [m.metadata.dst_node_id for m in msgs]
     if len(set(dst)) != len(dst):
@@ -72,7 +77,6 @@ def exchange(
     deadline = time.monotonic() + timeout
     todo = list(zip(msgs, dst))
     waiting: dict[str, tuple[int, float]] = {}  # message id -> (node, its push)
-    unpushed: list[int] = []
     while True:
         room = len(todo) if in_flight is None else max(0, in_flight - len(waiting))
         if room and todo:
@@ -81,11 +85,8 @@ def exchange(
             # grid of the simulation engine leaves the others out, the HTTP grid returns None for them)
             pushed = time.perf_counter()
             stored = {mid for mid in grid.push_messages([m for m, _ in batch]) if mid}
-            for m, node in batch:
-                if m.metadata.message_id in stored:
-                    waiting[m.metadata.message_id] = (node, pushed)
-                else:
-                    unpushed.append(node)
+            # a message not stored is never answered: it ends among the silent
+            waiting.update({m.metadata.message_id: (node, pushed) for m, node in batch if m.metadata.message_id in stored})
         if not waiting and not todo:
             break
         if stop is not None and stop.is_set():

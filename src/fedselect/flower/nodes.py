@@ -19,7 +19,7 @@ from flwr.serverapp import Grid
 from flwr.superlink.grid import InMemoryGrid
 
 from fedselect.config.schema import ConfigError
-from fedselect.flower.messaging import exchange
+from fedselect.flower.messaging import check_in_flight, exchange
 from fedselect.flower.wire import profile_client, profile_of, profile_problem, query_message
 from fedselect.world.federation import Federation
 
@@ -79,10 +79,7 @@ class FlowerOptions:
             raise ValueError(f"latency must be one of {list(LATENCY_MODES)}, got {self.latency!r}")
         if self.arrival is not None and self.arrival not in ARRIVAL_MODES:
             raise ValueError(f"arrival must be one of {list(ARRIVAL_MODES)} (or None), got {self.arrival!r}")
-        if self.in_flight is not None and (
-            isinstance(self.in_flight, bool) or not isinstance(self.in_flight, int) or self.in_flight < 1
-        ):
-            raise ValueError(f"in_flight must be an integer >= 1 or None (all at once), got {self.in_flight!r}")
+        check_in_flight(self.in_flight)
         for name in ("reply_timeout", "connect_timeout", "poll_s", "in_flight_min_job_s"):
             v = getattr(self, name)
             if v is None and name == "poll_s":

@@ -6,6 +6,7 @@ import each other.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections import OrderedDict
 from pathlib import Path
@@ -188,9 +189,9 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 #: what :func:`keep_freed_memory` sets: blocks below 32 MB (glibc's largest mmap threshold on
 #: 64-bit systems) come from the heap, and up to 128 MB freed at its top stay mapped
 MMAP_THRESHOLD_BYTES, TRIM_THRESHOLD_BYTES = 32 << 20, 128 << 20
-_KEPT: list[bool] = []
 
 
+@functools.cache
 def keep_freed_memory() -> bool:
     """Keep the memory a job frees mapped in this process for the next one (glibc's ``mallopt``:
     :data:`MMAP_THRESHOLD_BYTES`, :data:`TRIM_THRESHOLD_BYTES`), once per process. Returns
@@ -200,20 +201,16 @@ def keep_freed_memory() -> bool:
     went back to the OS and was faulted in again at the next one: 60,000 to 90,000 minor page
     faults and 0.08 to 0.2 s of kernel time in a job of 0.75 s (the MNIST CNN, 600 samples,
     E = 5, B = 50), against about one fault per job in a plain process such as the simulator's
-    workers, whose malloc adapts its thresholds by itself. Set, the node's jobs fault 1 to 150
-    times (``benchmarks/bench_flower.py``; docs/flower.md, "Measured"). Results do not change.
+    workers, whose malloc adapts its thresholds by itself. Set, the same job in a Ray actor
+    faulted 1 to 150 times, and the nodes of ``benchmarks/bench_flower.py --full`` about 400
+    times a job (docs/flower.md, "Measured"). Results do not change.
     """
-    if _KEPT:
-        return _KEPT[0]
-    ok = False
     try:
         import ctypes
 
         libc = ctypes.CDLL("libc.so.6")
-        ok = bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
             libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
         )
     except (OSError, AttributeError):
-        ok = False
-    _KEPT.append(ok)
-    return ok
+        return False
