@@ -32,9 +32,11 @@ costliest first, ``in_flight`` = actors + 1) and the ServerApp and ClientApp in 
 ``run_simulation`` as ``flwr run`` runs them (``flower_app``, with the run-config key
 ``in-flight`` = actors + 1); ``flower_engine_at_once`` is the engine plug-in with every message
 of a round pushed at once (``FlowerOptions()``, as before the window); ``--repeat N`` runs
-the three N times one after another, so that they share the machine's load, and ``summary``
-gives each one's medians and their ratios to the simulator (``round_ratio``: mean seconds per
-round, rounds 1-5; ``pss_ratio`` / ``rss_ratio``: peak memory of the process tree).
+them N times one after another (every second time in the reverse order), so that they share
+the machine's load, and ``summary`` gives each one's medians and their ratios to the simulator
+(``round_ratio``: of the medians of the mean seconds per round, rounds 1-5;
+``paired_round_ratio``: the median of each repeat's own ratio; ``pss_ratio`` / ``rss_ratio``:
+peak memory of the process tree). ``--engines simulator,flower_engine`` runs only those.
 """
 
 from __future__ import annotations
@@ -232,18 +234,30 @@ def _median(xs: list[float]) -> float:
     return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
-def main_full(repeat: int = 1) -> dict:
+def main_full(repeat: int = 1, engines: list[str] | None = None) -> dict:
     """The speed benchmark's workload (full MNIST, 100 SuperNodes, 10 per round, 5 rounds) in our
     simulator (worker pool, all cores) and in Flower's simulation engine (one Ray actor per core),
-    through the engine plug-in and through the Flower apps; ``repeat`` rounds of the three, one
-    after another (so that they share the machine's load), and the medians' ratios to the
-    simulator: ``round_ratio`` (mean seconds per round) and ``pss_ratio`` (peak PSS of the tree)."""
+    through the engine plug-in and through the Flower apps (``engines``: names of
+    :data:`FULL_ENGINES`, all by default; the simulator always runs); ``repeat`` rounds of them,
+    one after another (so that they share the machine's load; every second repeat in the reverse
+    order, so that a drift of the machine's speed falls on both sides), and the ratios to the
+    simulator: ``round_ratio`` (of the medians of the mean seconds per round), ``paired_round_ratio``
+    (the median over the repeats of each repeat's own ratio) and ``pss_ratio`` (peak PSS of the
+    tree).
+
+    Raises:
+        ValueError: an unknown name in ``engines``."""
+    names = list(FULL_ENGINES) if not engines else ["simulator", *[e for e in engines if e != "simulator"]]
+    unknown = sorted(set(names) - set(FULL_ENGINES))
+    if unknown:
+        raise ValueError(f"unknown engine(s) {unknown}; choose from {sorted(FULL_ENGINES)}")
     res: dict = {"load_avg_1min": os.getloadavg()[0], "cpus": os.cpu_count(), "workload": dict(FULL), "repeat": repeat}
-    runs: dict[str, list[dict]] = {name: [] for name in FULL_ENGINES}
+    runs: dict[str, list[dict]] = {name: [] for name in names}
     identical = True
     with tempfile.TemporaryDirectory(prefix="bench-flower-full-") as tmp:
         for i in range(repeat):
-            for name, engine in FULL_ENGINES.items():
+            for name in names if i % 2 == 0 else names[::-1]:
+                engine = FULL_ENGINES[name]
                 load = os.getloadavg()[0]
                 settings = {**FULL, "torch-threads": 1}
                 if engine == "flower":  # the run-config key a user sets: the engine plug-in's default
@@ -270,6 +284,9 @@ def main_full(repeat: int = 1) -> dict:
     for name, row in summary.items():
         if name != "simulator":
             row["round_ratio"] = row["mean_round_s"] / sim["mean_round_s"]
+            row["paired_round_ratio"] = _median(
+                [m["mean_round_s"] / s["mean_round_s"] for m, s in zip(runs[name], runs["simulator"], strict=True)]
+            )
             row["pss_ratio"] = row["peak_pss_mb"] / sim["peak_pss_mb"]
             row["rss_ratio"] = row["peak_rss_mb"] / sim["peak_rss_mb"]
     res["summary"] = summary
@@ -300,4 +317,5 @@ def main(quick: bool = False) -> dict:
 
 if __name__ == "__main__":
     repeat = int(sys.argv[sys.argv.index("--repeat") + 1]) if "--repeat" in sys.argv else 1
-    print(json.dumps(main_full(repeat) if "--full" in sys.argv else main(quick="--quick" in sys.argv), indent=2))
+    engines = sys.argv[sys.argv.index("--engines") + 1].split(",") if "--engines" in sys.argv else None
+    print(json.dumps(main_full(repeat, engines) if "--full" in sys.argv else main(quick="--quick" in sys.argv), indent=2))
