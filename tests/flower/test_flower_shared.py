@@ -1,5 +1,6 @@
 """What makes Flower's simulation engine cheap: the nodes read the server's federation from Ray's
-object store (one copy of the data for all actors, of the current Ray session only), one parse
+object store (one copy of the data for all actors, of the current Ray session only), and the
+server adopts that copy as its own, one parse
 of the nodes' experiment for all partition ids, the poll interval of each grid, the warm-up step
 once per process."""
 
@@ -122,8 +123,21 @@ def test_nodes_read_the_servers_federation_from_the_object_store(monkeypatch):
         want = client_app._transport(server_fed, tc).run([job])[0]
         assert all(got.state[n].equal(want.state[n]) for n in want.state) and got.loss == want.loss
 
+        # the server adopts the stored copy: its arrays become the nodes' read-only ones, equal bytes
+        mine = build_federation(cfg)
+        x0, y0, tx0 = mine.train_set.x.copy(), mine.train_set.y.copy(), mine.test_set.x.copy()
+        nbytes = x0.nbytes + y0.nbytes + tx0.nbytes + mine.test_set.y.nbytes
+        assert shared.adopt_shared_data(key, mine) == nbytes
+        assert not mine.train_set.x.flags.writeable and not mine.test_set.x.flags.writeable
+        assert mine.train_set.x.tobytes() == x0.tobytes() and mine.train_set.y.tobytes() == y0.tobytes()
+        assert mine.test_set.x.tobytes() == tx0.tobytes()
+        assert shared.adopt_shared_data(federation_key(other), build_federation(other)) == 0  # not shared: kept
+        after = client_app._transport(mine, tc).run([job])[0]
+        assert all(after.state[n].equal(want.state[n]) for n in want.state) and after.loss == want.loss
+
         monkeypatch.setattr(shared, "ray_session", lambda: "another session")
         assert pickle.loads(pickle.dumps(SharedFederations())).refs == {}  # references of an ended session stay here
+        assert shared.adopt_shared_data(key, build_federation(cfg)) == 0  # of an ended session: kept
     finally:
         ray.shutdown()
     assert pickle.loads(pickle.dumps(SharedFederations())).refs == {}

@@ -67,6 +67,32 @@ def test_mnist_csv_without_header_loads_every_row(tmp_path):
         load_dataset("mnist", path=str(tmp_path / "m"), header="maybe")
 
 
+def test_mnist_csv_converted_in_blocks_is_bit_identical(tmp_path, monkeypatch):
+    """The pixels become float32 a block of rows at a time (``_CONVERT_ROWS``, so that the whole
+    table never exists in float64): the bytes are those of the whole table at once, x / 255 in
+    float64 then float32, for blocks that divide the rows and blocks that do not; labels int64;
+    a file with drop_invalid drops its bad row and converts the rest the same way."""
+    import fedselect.world.data.images as images
+
+    train, test = mnist_rows(23, 4), mnist_rows(7, 5)
+    write_mnist(tmp_path / "m", train, test)
+    want_train = (train[:, 1:].astype(np.float64).reshape(-1, 1, 28, 28) / 255.0).astype(np.float32)
+    want_test = (test[:, 1:].astype(np.float64).reshape(-1, 1, 28, 28) / 255.0).astype(np.float32)
+    for block in (1, 5, 7, 23, 8192):
+        monkeypatch.setattr(images, "_CONVERT_ROWS", block)
+        tr, te = load_dataset("mnist", path=str(tmp_path / "m"))
+        assert tr.x.dtype == np.float32 and tr.x.shape == (23, 1, 28, 28) and tr.y.dtype == np.int64
+        assert tr.x.tobytes() == want_train.tobytes() and te.x.tobytes() == want_test.tobytes()
+        np.testing.assert_array_equal(tr.y, train[:, 0])
+    assert float(tr.x[0, 0, 0, 1]) == np.float32(1 / 255.0)  # row 0's pixels are 0, 1, 2, ...
+    edit_cell(tmp_path / "m" / "mnist_train.csv", 3, 8, "300")  # line 3 = row 2: out of range
+    monkeypatch.setattr(images, "_CONVERT_ROWS", 4)
+    tr, _ = load_dataset("mnist", path=str(tmp_path / "m"), drop_invalid=True)
+    keep = np.r_[0:2, 3:23]
+    assert len(tr) == 22 and tr.x.tobytes() == want_train[keep].tobytes()
+    np.testing.assert_array_equal(tr.y, train[keep, 0])
+
+
 @pytest.mark.parametrize(
     "line,col,value,message",
     [

@@ -13,7 +13,6 @@ back. A grid given from outside (a Flower deployment's ServerApp, tests) takes a
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import logging
 import os
@@ -23,6 +22,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
+from fedselect.common.memory import release_freed_memory
 from fedselect.config.load import dump_config
 from fedselect.config.schema import ExperimentConfig
 from fedselect.engines import Engine, Session
@@ -114,16 +114,6 @@ def simulation_actors() -> int:
     return os.cpu_count() or 1
 
 
-def _return_freed_heap() -> None:
-    """Hand the heap this process has freed back to the OS (glibc's ``malloc_trim``; nothing
-    elsewhere): loading a data set leaves hundreds of MB freed but still mapped (full MNIST from
-    its CSV files: about 460 MB), which would otherwise stay beside Ray's processes all run."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
 def connect(grid: Grid, r: Resolved, fed: Federation, options: FlowerOptions, stop=None) -> FlowerTransport:
     """The Flower transport of the resolved experiment ``r`` on ``grid``, its nodes learnt:
     all N waited for, except for a selector whose candidates stream in (``candidate_stream``)
@@ -142,12 +132,14 @@ def connect(grid: Grid, r: Resolved, fed: Federation, options: FlowerOptions, st
     from fedselect.fl.local.placement import usable_cores
     from fedselect.fl.local.pool import ClientTrainer
     from fedselect.fl.work import LocalTransport
-    from fedselect.flower.shared import share_federation
+    from fedselect.flower.shared import adopt_shared_data, share_federation
     from fedselect.flower.transport import FlowerTransport
 
-    _return_freed_heap()
     # Flower's simulation runtime starts Ray beside the ServerApp: wait for it (connect_timeout at most)
-    share_federation(federation_key(r.config), fed, options.connect_timeout if isinstance(grid, InMemoryGrid) else 0.0, stop)
+    key = federation_key(r.config)
+    if share_federation(key, fed, options.connect_timeout if isinstance(grid, InMemoryGrid) else 0.0, stop):
+        adopt_shared_data(key, fed)  # the server reads the nodes' copy too: one copy of the data on the machine
+    release_freed_memory()  # what building the federation freed, and the server's own copy of the data
     trainer = ClientTrainer.from_federation(fed, r.train_cfg, workers=0, device="cpu", eval_threads=usable_cores())
     server = LocalTransport(fed, trainer, r.train_cfg)
     transport = FlowerTransport(grid, fed, r.train_cfg, options, server, r.config.system.round_deadline_s, stop)
@@ -216,5 +208,5 @@ class FlowerEngine(Engine):
         Raises:
             what ``body`` raises; KeyboardInterrupt on Ctrl-C (the runs' waits end at once).
         """
-        _return_freed_heap()  # the run's federation was just built: before Ray's processes start
+        release_freed_memory()  # the run's federation was just built: before Ray's processes start
         return _simulate(plan.config, lambda grid, stop: body(GridSession(grid, self.options, stop)))

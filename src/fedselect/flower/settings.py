@@ -6,7 +6,6 @@ import each other.
 
 from __future__ import annotations
 
-import functools
 import sys
 from collections import OrderedDict
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 
 import torch
 
+from fedselect.common.memory import keep_freed_memory
 from fedselect.config.load import config_kind, read_yaml_file
 from fedselect.config.overrides import apply_overrides
 from fedselect.config.schema import ConfigError, ExperimentConfig
@@ -182,35 +182,3 @@ def set_threads(merged: dict[str, Any]) -> None:
             raise ConfigError(f"node/run config: 'torch-threads' must be an integer >= 1, got {n!r}")
         if torch.get_num_threads() != n:
             torch.set_num_threads(n)
-
-
-#: glibc's mallopt parameters (malloc.h): M_TRIM_THRESHOLD, M_MMAP_THRESHOLD
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-#: what :func:`keep_freed_memory` sets: blocks below 32 MB (glibc's largest mmap threshold on
-#: 64-bit systems) come from the heap, and up to 128 MB freed at its top stay mapped
-MMAP_THRESHOLD_BYTES, TRIM_THRESHOLD_BYTES = 32 << 20, 128 << 20
-
-
-@functools.cache
-def keep_freed_memory() -> bool:
-    """Keep the memory a job frees mapped in this process for the next one (glibc's ``mallopt``:
-    :data:`MMAP_THRESHOLD_BYTES`, :data:`TRIM_THRESHOLD_BYTES`), once per process. Returns
-    whether it is set (False where the C library is not glibc: nothing changes there).
-
-    Why: in a node of Flower's simulation engine (a Ray actor) the memory of every mini-batch
-    went back to the OS and was faulted in again at the next one: 60,000 to 90,000 minor page
-    faults and 0.08 to 0.2 s of kernel time in a job of 0.75 s (the MNIST CNN, 600 samples,
-    E = 5, B = 50), against about one fault per job in a plain process such as the simulator's
-    workers, whose malloc adapts its thresholds by itself. Set, the same job in a Ray actor
-    faulted 1 to 150 times, and the nodes of ``benchmarks/bench_flower.py --full`` about 400
-    times a job (docs/flower.md, "Measured"). Results do not change.
-    """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
-            libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
-        )
-    except (OSError, AttributeError):
-        return False

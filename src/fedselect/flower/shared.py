@@ -32,7 +32,7 @@ from fedselect.world.federation import Federation
 
 log = logging.getLogger("fedselect.flower")
 
-__all__ = ["SharedFederations", "share_federation", "shared_keys", "ray_session"]
+__all__ = ["SharedFederations", "share_federation", "adopt_shared_data", "shared_keys", "ray_session"]
 
 #: federation key -> (the Ray session it was put in, its ObjectRef), in the server's process
 _PUT: dict[str, tuple[str, Any]] = {}
@@ -86,6 +86,39 @@ def share_federation(key: str, fed: Federation, wait_s: float = 0.0, stop=None) 
     while len(_PUT) > _KEEP:
         del _PUT[next(iter(_PUT))]
     return True
+
+
+def adopt_shared_data(key: str, fed: Federation) -> int:
+    """Point the server's ``fed`` at the copy of its data that :func:`share_federation` put into
+    the object store: its training and test sets' ``x`` and ``y`` become the read-only arrays the
+    nodes map, and the process's own copies are freed (the full MNIST: 219 MB). Call it before
+    anything keeps a reference to the old arrays (the server's trainer is built afterwards).
+
+    Returns:
+        the bytes of arrays adopted (0 where ``key`` is not shared in this process's Ray session,
+        the stored copy cannot be read, or it does not hold the same arrays: nothing changes).
+    """
+    session = ray_session()
+    entry = _PUT.get(key)
+    if session is None or entry is None or entry[0] != session:
+        return 0
+    try:
+        import ray
+
+        stored = ray.get(entry[1], timeout=300)
+    except Exception as e:
+        log.warning("the federation in Ray's object store could not be read back (%s); the server keeps its own copy", e)
+        return 0
+    pairs = [(getattr(fed, part), getattr(stored, part, None)) for part in ("train_set", "test_set")]
+    if not all(
+        theirs is not None and mine.x.shape == theirs.x.shape and mine.y.shape == theirs.y.shape for mine, theirs in pairs
+    ):
+        return 0
+    adopted = 0
+    for mine, theirs in pairs:
+        adopted += theirs.x.nbytes + theirs.y.nbytes
+        mine.x, mine.y = theirs.x, theirs.y
+    return adopted
 
 
 def shared_keys() -> list[str]:
