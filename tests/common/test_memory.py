@@ -45,7 +45,7 @@ def test_release_freed_memory_hands_the_freed_heap_back():
     assert abs(again - after) < 10  # a second call finds next to nothing left
 
 
-def test_keep_freed_memory_is_set_once_and_reexported_for_nodes():
+def test_keep_freed_memory_is_reexported_for_nodes():
     from fedselect.common.memory import keep_freed_memory
     from fedselect.flower import settings
 

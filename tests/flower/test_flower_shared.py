@@ -1,8 +1,7 @@
 """What makes Flower's simulation engine cheap: the nodes read the server's federation from Ray's
-object store (one copy of the data for all actors, of the current Ray session only), and the
-server adopts that copy as its own, one parse
-of the nodes' experiment for all partition ids, the poll interval of each grid, the warm-up step
-once per process."""
+object store (one copy of the data for all actors, of the current Ray session only) and the
+server adopts that copy as its own; one parse of the nodes' experiment for all partition ids;
+the poll interval of each grid; the warm-up step once per process."""
 
 from __future__ import annotations
 

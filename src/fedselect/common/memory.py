@@ -62,7 +62,8 @@ def keep_freed_memory() -> bool:
 
 def release_freed_memory() -> bool:
     """Hand the heap's free pages back to the OS (glibc's ``malloc_trim(0)``: a few ms). Returns
-    whether memory was released (False where the C library is not glibc, or nothing was free).
+    ``malloc_trim``'s answer (True when it released some memory), False where the C library is
+    not glibc.
 
     Called after a data set is loaded (:func:`fedselect.world.data.catalog.load_dataset`): the
     full MNIST CSV left the process about 490 MB larger than its arrays until then.

@@ -36,6 +36,8 @@ __all__ = ["SharedFederations", "share_federation", "adopt_shared_data", "shared
 
 #: federation key -> (the Ray session it was put in, its ObjectRef), in the server's process
 _PUT: dict[str, tuple[str, Any]] = {}
+#: seconds to wait for a federation read back from the object store
+_GET_TIMEOUT_S = 300
 #: how many federations the server's process keeps in the object store (a comparison's runs
 #: usually share one; older ones are dropped)
 _KEEP = 2
@@ -98,14 +100,12 @@ def adopt_shared_data(key: str, fed: Federation) -> int:
         the bytes of arrays adopted (0 where ``key`` is not shared in this process's Ray session,
         the stored copy cannot be read, or it does not hold the same arrays: nothing changes).
     """
-    session = ray_session()
-    entry = _PUT.get(key)
-    if session is None or entry is None or entry[0] != session:
+    if key not in shared_keys():
         return 0
     try:
         import ray
 
-        stored = ray.get(entry[1], timeout=300)
+        stored = ray.get(_PUT[key][1], timeout=_GET_TIMEOUT_S)
     except Exception as e:
         log.warning("the federation in Ray's object store could not be read back (%s); the server keeps its own copy", e)
         return 0
@@ -152,7 +152,7 @@ class SharedFederations:
         try:
             import ray
 
-            fed = ray.get(ref, timeout=300)
+            fed = ray.get(ref, timeout=_GET_TIMEOUT_S)
         except Exception as e:
             log.warning("the server's federation could not be read from Ray's object store (%s); building it here", e)
             return None

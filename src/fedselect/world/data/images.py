@@ -316,7 +316,7 @@ def _load_mnist_csv(d: Path, header: bool | str = "auto", drop_invalid: bool = F
             what="MNIST CSV (label 0..9 then 784 pixels 0..255 per row)",
             exact_columns=785,
         )
-        values = table.frame.to_numpy()  # one int64 block when every cell is an integer: no copy
+        values = table.frame.to_numpy()  # int64 when every cell is an integer: one copy of the table
         if values.dtype.kind not in "iu":
             values = table.frame.to_numpy(dtype=np.float64)
         x = np.empty((len(values), 1, 28, 28), np.float32)
