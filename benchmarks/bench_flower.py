@@ -18,14 +18,15 @@ it sampled). Measured per engine:
   with PSS (shared pages counted once: Ray's processes share libraries and memory).
 
 Both engines write the same ``metrics.csv`` (checked: ``identical_metrics``). The simulator runs
-its clients one after another on one torch thread; the Flower engine runs 2 Ray actors of 1 CPU
+its clients one after another on one torch thread (at this size its pool would not repay its
+start-up); the Flower engine runs 2 Ray actors of 1 CPU
 (``client_resources.num_cpus = 1``, ``init_args.num_cpus = 2``), each with one torch thread.
 ``flower_poll_0.1s`` repeats the Flower run with the strategy polling the SuperLink for replies
 every 100 ms (run config ``poll-interval``; the simulation engine's default is 10 ms). ``quick``
 measures the MLP only; the full run the MLP and the MNIST CNN.
 
 ``python benchmarks/bench_flower.py --full [--repeat N]`` runs the speed benchmark's workload
-instead (full MNIST, 100 SuperNodes, 10 per round, E = 5, B = 50, 5 rounds) in three ways: the
+instead (full MNIST, 100 SuperNodes, 10 per round, E = 5, B = 50, 5 rounds) in four ways: the
 simulator with its worker pool on all cores (``simulator``), ``fedselect run --engine flower``
 (``flower_engine``: the engine plug-in, one Ray actor per core, a round's long jobs sent the
 costliest first, ``in_flight`` = actors + 1) and the ServerApp and ClientApp in Flower's
