@@ -25,6 +25,9 @@ MANIFEST = ROOT / "configs" / "reproduce.yaml"
         (-7.87, 5.0, 2.0, 8.0, True, False, "not reproduced"),  # opposite direction
         (-0.2, 0.3, -1.5, 1.2, True, False, "reproduced"),  # negligible change, tight interval
         (-0.2, 0.3, -5.0, 5.6, True, False, "inconclusive"),  # negligible, but a wide interval
+        (0.05, -0.08, -0.21, 0.049, True, False, "reproduced"),  # negligible, holds 0 but not the paper's +0.05
+        (0.05, -0.30, -0.45, -0.15, True, False, "not reproduced"),  # negligible, but ours excludes 0 and it
+        (-0.9, -1.6, -2.7, -0.5, True, False, "reproduced"),  # negligible and inside an interval excluding 0
         (0.9899, 0.9870, 0.9850, 0.9890, False, False, "reproduced"),  # within the 0.01 tolerance
         (0.95, 0.80, 0.78, 0.82, False, False, "not reproduced"),
         (0.95, 0.80, 0.60, 1.00, False, False, "inconclusive"),  # holds it, but +-0.2 wide
@@ -441,3 +444,28 @@ def test_a_session_is_recorded_before_the_work_and_timed_after_it_even_when_kill
         pass
     assert len(read_sessions(d)) == 2
     assert recorded_wall(d) == pytest.approx(sum(x["wall_s"] for x in read_sessions(d)))
+
+
+def test_where_says_when_sessions_stopped_before_recording_their_time(tmp_path):
+    from types import SimpleNamespace
+
+    from fedselect.repro.record import _write, where
+
+    d = tmp_path / "entry"
+    d.mkdir()
+    m = "Linux x86_64, 2 CPUs"
+    r = SimpleNamespace(directory=d, machines=[m], wall_s=2467.0, runs_wall_s=32904.0)
+    _write(d, [{"machine": m, "started": "t0", "wall_s": 2467.0}])
+    assert where(r) == f"41.1 min on {m} (runs' own wall time 548.4 min)"
+    _write(
+        d,
+        [{"machine": m, "started": f"t{i}", "wall_s": None} for i in range(3)]
+        + [{"machine": m, "started": "t3", "wall_s": 2467.0}],
+    )
+    assert where(r) == (
+        f"41.1 min in the 1 of 4 sessions that recorded their time (the other 3 stopped before they could) on {m} "
+        "(runs' own wall time 548.4 min)"
+    )
+    _write(d, [{"machine": m, "started": "t0", "wall_s": None}])
+    r.wall_s = r.runs_wall_s  # the fallback when no session recorded a time
+    assert where(r) == f"time not recorded (1 session stopped before recording it) on {m} (runs' own wall time 548.4 min)"

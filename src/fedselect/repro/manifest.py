@@ -231,11 +231,12 @@ def verdict(
         if low <= value <= high:
             return "reproduced", "the paper's value lies inside our 95% interval"
         return "not reproduced", f"ours {mean:.4g} [{low:.4g}, {high:.4g}], {gap:+.1f}% from the paper's {value:g}"
+    if relative and abs(value) <= NEGLIGIBLE and low <= 0 <= high and high - low <= 2 * TIGHT:
+        # the paper's change is negligible and so is ours, whether or not its exact value is inside
+        return "reproduced", "no change beyond the seed-to-seed noise, as in the paper"
     if relative and low <= value <= high:
         if not low <= 0 <= high:
             return "reproduced", "the paper's value lies inside our 95% interval, which excludes 0"
-        if abs(value) <= NEGLIGIBLE and high - low <= 2 * TIGHT:
-            return "reproduced", "no change beyond the seed-to-seed noise, as in the paper"
         return "inconclusive", "our interval holds both the paper's change and no change: more seeds needed"
     if not relative and abs(mean - value) <= tolerance:
         return "reproduced", f"within {tolerance:g} of our mean"

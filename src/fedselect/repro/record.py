@@ -123,9 +123,25 @@ def decisions_caution(r: EntryResult) -> list[str]:
 def where(r: EntryResult) -> str:
     """Where and how long, for an entry's result ``r``:
     ``"12.3 min on Linux x86_64, 2 CPUs (...) (runs' own wall time 12.1 min)"`` from the machines
-    its directory records."""
+    its directory records. Sessions stopped before their end (killed, so no time recorded) are
+    said as such: the minutes are then those of the sessions that recorded theirs."""
     on = "on " + "; then on ".join(r.machines) if r.machines else "on a machine not recorded (runs made before reproduce.json)"
-    return f"{_duration(r.wall_s)} {on} (runs' own wall time {_duration(r.runs_wall_s)})"
+    sessions = read_sessions(r.directory)
+    untimed = sum(1 for x in sessions if x.get("wall_s") is None)
+    if not untimed:
+        took = _duration(r.wall_s)
+    elif untimed < len(sessions):  # a session killed before its end (the process stopped) has no time
+        took = (
+            f"{_duration(r.wall_s)} in the {len(sessions) - untimed} of {len(sessions)} sessions that recorded their time "
+            f"(the other {untimed} stopped before they could)"
+        )
+    else:
+        took = f"time not recorded ({_plural(untimed, 'session')} stopped before recording it)"
+    return f"{took} {on} (runs' own wall time {_duration(r.runs_wall_s)})"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def _duration(seconds: float) -> str:

@@ -17,7 +17,7 @@ and judges each figure:
 
 Verdicts (:func:`verdict`): **reproduced** (a change: the paper's value lies inside our
 interval and the interval excludes 0, or the paper's change is negligible, under 1 point / 1%,
-and our interval is no wider than +-2; an absolute accuracy: within ``tolerance`` of our mean, or inside an interval
+and our interval holds 0 and is no wider than +-2, whether or not it holds the paper's exact value; an absolute accuracy: within ``tolerance`` of our mean, or inside an interval
 no wider than +-0.05; an absolute figure in seconds, MB or rounds: our mean within the claim's
 ``tolerance_pct`` percent of the paper's value, or the paper's value inside our interval; a direction claim ``"> 0"``: our interval lies above 0; a bound ``"<= -98"``:
 our whole interval lies at or below -98), **direction
