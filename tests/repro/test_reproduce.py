@@ -469,3 +469,25 @@ def test_where_says_when_sessions_stopped_before_recording_their_time(tmp_path):
     _write(d, [{"machine": m, "started": "t0", "wall_s": None}])
     r.wall_s = r.runs_wall_s  # the fallback when no session recorded a time
     assert where(r) == f"time not recorded (1 session stopped before recording it) on {m} (runs' own wall time 548.4 min)"
+
+
+def test_verdicts_are_counted_in_one_fixed_order():
+    from fedselect.repro.manifest import count_verdicts
+
+    got = ["not reproduced", "reproduced", "inconclusive", "reproduced", "direction only", "not reproduced", "reproduced"]
+    assert count_verdicts(got) == "3 reproduced, 1 direction only, 1 inconclusive, 2 not reproduced"
+    assert count_verdicts([]) == ""
+
+
+def test_a_quick_document_says_the_finding_is_the_full_runs():
+    from types import SimpleNamespace
+
+    from fedselect.repro.record import finding_lines
+
+    e = SimpleNamespace(finding="FedAvg 679.3 s over 5 seeds.\n")
+    assert finding_lines(e, quick=False) == ["FedAvg 679.3 s over 5 seeds.", ""]
+    assert finding_lines(e, quick=True) == [
+        "The full run's finding (its own settings and seeds, not this quick variant's): FedAvg 679.3 s over 5 seeds.",
+        "",
+    ]
+    assert finding_lines(SimpleNamespace(finding=None), quick=True) == []

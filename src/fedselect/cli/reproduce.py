@@ -29,13 +29,15 @@ def reproduce(
 
     Every entry of the manifest is a comparison (configs/repro/, configs/paper/); each is run
     into <out>/<id> (a finished one is kept, an interrupted one continues), rebuilt from its
-    saved runs and judged figure by figure against the paper: reproduced, direction only, not
-    reproduced, reference only (substitute data) or not judged. A `kind: sweep` entry runs a
+    saved runs and judged figure by figure against the paper: reproduced, direction only,
+    inconclusive (more seeds needed), not reproduced, reference only (substitute data) or not
+    judged (docs/comparisons.md gives the rules). A `kind: sweep` entry runs a
     `fedselect sweep` grid instead and is summarised (mean and best cells, differences to the
     baseline, plots); a `kind: alpha` entry computes the budgeted-online alpha* table (Table II).
     Each entry's directory records the machine its runs were made on (reproduce.json), which
     the document names. Writes <out>/reproduction.md (docs/comparisons.md explains it).
     """
+    from fedselect.repro.manifest import count_verdicts
     from fedselect.repro.reproduce import reproduce as run_reproduction
 
     if not manifest.is_file():
@@ -56,10 +58,7 @@ def reproduce(
     except (OSError, ValueError, RuntimeError) as e:
         ui.fail(e)
     for r in results:
-        counts: dict[str, int] = {}
-        for j in r.judged:
-            counts[j.verdict] = counts.get(j.verdict, 0) + 1
-        what = ", ".join(f"{n} {v}" for v, n in counts.items()) or (
+        what = count_verdicts([j.verdict for j in r.judged]) or (
             f"grid of {r.grid['cells']} points summarised" if r.grid else "no figures"
         )
         ui.console.print(f"{r.entry.id}: " + (what if r.ran else "not run yet"))

@@ -11,8 +11,8 @@ from fedselect.common.files import atomic_write
 from fedselect.repro.alpha import render_alpha, run_alpha_entry
 from fedselect.repro.comparison import run_compare_entry
 from fedselect.repro.grid import render_sweep, run_sweep_entry
-from fedselect.repro.manifest import PAPERS, Entry, EntryResult, Job, _is_fraction, load_manifest
-from fedselect.repro.record import decisions_caution, where
+from fedselect.repro.manifest import PAPERS, Entry, EntryResult, Job, _is_fraction, count_verdicts, load_manifest
+from fedselect.repro.record import decisions_caution, finding_lines, where
 
 #: the runner of each entry kind
 RUNNERS = {"compare": run_compare_entry, "sweep": run_sweep_entry, "alpha": run_alpha_entry}
@@ -44,7 +44,12 @@ def _whole_table(markdown: str) -> list[str]:
     if lines and lines[0].startswith("# "):
         lines = lines[1:]
     return (
-        ["The comparison's whole table (its `table.md`; mean ± sample sd over seeds):", ""]
+        [
+            "The comparison's whole table (its `table.md`; mean ± sample sd over seeds; its "
+            "'Ours vs the paper' gives a `_vs` figure as the change of the means, which can differ a "
+            "little from the mean of the paired differences judged above):",
+            "",
+        ]
         + ["##" + x if x.startswith("## ") else x for x in lines]
         + [""]
     )
@@ -93,8 +98,7 @@ def render(title: str, results: list[EntryResult], quick: bool, image_dir: str |
                     "```",
                     "",
                 ]
-                if e.finding:
-                    lines += [e.finding.strip(), ""]
+                lines += finding_lines(e, quick)
                 continue
             if e.kind == "sweep":
                 lines += render_sweep(r, quick, image_dir)
@@ -102,11 +106,11 @@ def render(title: str, results: list[EntryResult], quick: bool, image_dir: str |
             if e.kind == "alpha":
                 lines += render_alpha(r, quick)
                 continue
-            lines += _render_compare(r, image_dir)
+            lines += _render_compare(r, image_dir, quick)
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _render_compare(r: EntryResult, image_dir: str | None) -> list[str]:
+def _render_compare(r: EntryResult, image_dir: str | None, quick: bool = False) -> list[str]:
     """The part of a comparison entry that ran: its claims judged (paper, ours with the 95%
     interval, verdict), the count of verdicts, the finding, the comparison's whole table, where
     its runs were made, the commands that make it again and its plots."""
@@ -124,15 +128,14 @@ def _render_compare(r: EntryResult, image_dir: str | None) -> list[str]:
         fig = f"`{j.claim.figure}`" + (f" vs {j.claim.vs}" if j.claim.vs else "")
         lines.append(f"| {j.claim.method} | {fig} | {pv} | {ours} | {j.n} | **{j.verdict}**: {j.why} |")
     lines.append("")
-    counts = {v: sum(1 for j in r.judged if j.verdict == v) for v in dict.fromkeys(j.verdict for j in r.judged)}
     lines.append(
         "Verdict: "
-        + (", ".join(f"{n} {v}" for v, n in counts.items()) or "no figures to judge")
+        + (count_verdicts([j.verdict for j in r.judged]) or "no figures to judge")
         + "."
         + (" Substitute data: the paper's absolute figures are another data set's." if e.substitute else "")
     )
     if e.finding:
-        lines += ["", e.finding.strip()]
+        lines += [""] + finding_lines(e, quick)[:-1]
     if r.markdown:
         lines += [""] + _whole_table(r.markdown)
     lines += [

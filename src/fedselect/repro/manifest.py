@@ -182,6 +182,16 @@ def parse_bound(value: float | str) -> tuple[str, float] | None:
     return (m.group(1), float(m.group(2))) if m else None
 
 
+#: the verdicts in the order their counts are given (:func:`count_verdicts`)
+VERDICTS = ("reproduced", "direction only", "inconclusive", "not reproduced", "reference only", "not judged")
+
+
+def count_verdicts(verdicts: list[str]) -> str:
+    """``"9 reproduced, 1 direction only, 2 inconclusive, 2 not reproduced"``: how many of each
+    verdict, in :data:`VERDICTS` order, those absent left out ("" for none)."""
+    return ", ".join(f"{verdicts.count(v)} {v}" for v in VERDICTS if v in verdicts)
+
+
 def verdict(
     value: float | str,
     mean: float | None,

@@ -120,6 +120,17 @@ def decisions_caution(r: EntryResult) -> list[str]:
     ]
 
 
+def finding_lines(entry: Any, quick: bool) -> list[str]:
+    """The entry's ``finding`` as a paragraph and a blank line ([] without one). Under
+    ``--quick`` it is said to be the full run's: the quick variant's numbers above it differ."""
+    if not entry.finding:
+        return []
+    text = entry.finding.strip()
+    if quick:
+        text = "The full run's finding (its own settings and seeds, not this quick variant's): " + text
+    return [text, ""]
+
+
 def where(r: EntryResult) -> str:
     """Where and how long, for an entry's result ``r``:
     ``"12.3 min on Linux x86_64, 2 CPUs (...) (runs' own wall time 12.1 min)"`` from the machines
