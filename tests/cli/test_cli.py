@@ -163,8 +163,21 @@ def test_list_shows_every_fleet_key_with_its_default():
     for k in {k for ks in CAPACITY_KEYS.values() for k in ks}:
         assert f"system.capacity.{k}" in rows
     assert applies["system.capacity.compute_mhz"] == "lognormal, pareto"
+    assert rows["system.latency_model"] == "'paper'" and rows["system.profiles"] == "'paper'"  # the FLASH-RL code's switches
+    assert rows["system.cycles_per_bit"] == "20.0"
     res = runner.invoke(app, ["list"])
     assert res.exit_code == 0 and "fleet settings" in res.output
+
+
+def test_list_gives_the_values_a_literal_option_allows():
+    from fedselect.cli.console import _choices
+    from fedselect.experiment.options import options_model
+    from fedselect.registry import SELECTORS
+
+    flashrl = options_model(SELECTORS.get("flashrl"))
+    assert _choices(flashrl, "schedule") == " (paper|tuned|code)"  # Optional[Literal[...]]
+    assert _choices(flashrl, "divergence") == " (paper|code)"
+    assert _choices(flashrl, "hidden") == "" and _choices(None, "schedule") == ""
 
 
 def test_list_shows_every_partition_scheme_with_its_parameters():

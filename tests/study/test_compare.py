@@ -326,6 +326,10 @@ def test_set_lands_in_every_method_over_its_own_and_is_kept_for_resume(tiny_cfg_
     assert "set.seed: not used: every run takes its seed from `seeds:` (or --seeds)" in text
     assert "set.selector.name: the methods say what runs" in text and "set.method: the methods say what runs" in text
     assert "set.algorithm.options.mu" in text and "unknown key" in text  # allowed as a key, refused by FedAvg's options
+    assert "set: --set (and `set:`) applies to every method; to change one method only, edit its entry" in text
+    with pytest.raises(ConfigError) as e:  # a key every method takes: no such hint
+        load_compare(tmp_path / "c.yaml", {"seed": 1})
+    assert "applies to every method" not in str(e.value)
     doc["set"] = {"train.lr": 0.3}
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc))
     with pytest.raises(ConfigError, match=r"\['train.lr'\] given twice \(in the config's `set:` and on the command line\)"):

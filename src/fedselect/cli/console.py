@@ -339,12 +339,35 @@ def kind_table(key: str) -> Table:
             options, more = option_defaults(obj, {"datasets": DATASET_ARGS, "models": MODEL_ARGS}.get(key, ()))
         if key == "partitioners":  # the retry bounds are not the scheme's parameters
             options = {k: v for k, v in options.items() if not k.startswith("max_")}
-        shown = ", ".join(f"{k}={v!r}" for k, v in options.items()) + (", ... (see its docs)" if more else "")
+        model = options_model(obj) if key in ("selectors", "algorithms") else None
+        shown = ", ".join(f"{k}={v!r}" + _choices(model, k) for k, v in options.items()) + (
+            ", ... (see its docs)" if more else ""
+        )
         doc = getattr(obj, "summary", "") or first_sentence(obj.__doc__ or "")
         if getattr(obj, "round_scores", None):  # e.g. CEFL: members scored with their leader's model
             doc += "; only its final figures are tabled (its rounds do not score every client's own model)"
         t.add_row(name, escape(shown.removeprefix(", ")) or "-", escape(doc))
     return t
+
+
+def _choices(model: Any, name: str) -> str:
+    """``" (paper|tuned|code)"``: the values an option declared as a ``Literal`` allows ("" for
+    other options or without an options model)."""
+    from typing import Literal, get_args, get_origin
+
+    field = getattr(model, "model_fields", {}).get(name) if model is not None else None
+    found: list[Any] = []
+
+    def walk(tp: Any) -> None:
+        if get_origin(tp) is Literal:
+            found.extend(get_args(tp))
+        else:
+            for arg in get_args(tp):
+                walk(arg)
+
+    if field is not None:
+        walk(field.annotation)
+    return f" ({'|'.join(map(str, found))})" if found else ""
 
 
 def fleet_table() -> Table:
@@ -374,6 +397,8 @@ def fleet_table() -> Table:
 
     for top in ("overselect", "straggler"):
         row(top, ExperimentConfig.model_fields[top])
+    for name in ("latency_model", "profiles", "cycles_per_bit", "count_download", "profiles_file"):
+        row(f"system.{name}", SystemConfig.model_fields[name])
     for prefix, cls, keys in (
         ("availability", AvailabilityConfig, AVAILABILITY_KEYS),
         ("system.capacity", CapacityConfig, CAPACITY_KEYS),

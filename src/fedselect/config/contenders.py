@@ -239,7 +239,16 @@ def contender_problems(runs: list[tuple[str, list[Layer], list[tuple[str, str]]]
             out[(key, msg)] = None
         else:
             out.update({(who, problem_line(key, msg)): None for who in whos})
+    if any(path.startswith("set.") and "unknown key" in msg for path, msg in out):
+        out[("set", SET_ONE_METHOD)] = None
     return list(out)
+
+
+#: said under an unknown ``set`` (--set) key: it reaches every method, which may not all take it
+SET_ONE_METHOD = (
+    "--set (and `set:`) applies to every method; to change one method only, edit its entry under `methods:` "
+    "(e.g. its method_options)"
+)
 
 
 #: keys the base of a comparison or sweep may not hold, and why (each run's are its own)
