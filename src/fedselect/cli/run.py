@@ -53,7 +53,9 @@ def run(
     log: Optional[list[str]] = typer.Option(None, "--log", help=LOG_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
 ) -> None:
-    """Run one experiment and write metrics.csv, summary.json, model.pt, config.yaml and run.log.
+    """Run one experiment and write metrics.csv (a row per round), timing.csv, summary.json, model.pt,
+    config.yaml, run.log and, unless checkpoint_every is 0, checkpoint.pt / checkpoint.prev.pt (for
+    --resume) into its directory.
 
     An --out directory that already holds a run is refused unless --resume or --overwrite.
     """
