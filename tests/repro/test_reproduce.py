@@ -482,12 +482,11 @@ def test_verdicts_are_counted_in_one_fixed_order():
 def test_a_quick_document_says_the_finding_is_the_full_runs():
     from types import SimpleNamespace
 
-    from fedselect.repro.record import finding_lines
+    from fedselect.repro.record import finding_text
 
     e = SimpleNamespace(finding="FedAvg 679.3 s over 5 seeds.\n")
-    assert finding_lines(e, quick=False) == ["FedAvg 679.3 s over 5 seeds.", ""]
-    assert finding_lines(e, quick=True) == [
-        "The full run's finding (its own settings and seeds, not this quick variant's): FedAvg 679.3 s over 5 seeds.",
-        "",
-    ]
-    assert finding_lines(SimpleNamespace(finding=None), quick=True) == []
+    assert finding_text(e, quick=False) == "FedAvg 679.3 s over 5 seeds."
+    assert finding_text(e, quick=True) == (
+        "The full run's finding (its own settings and seeds, not this quick variant's): FedAvg 679.3 s over 5 seeds."
+    )
+    assert finding_text(SimpleNamespace(finding=None), quick=True) == ""

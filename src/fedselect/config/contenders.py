@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from fedselect.config.overrides import apply_overrides
 from fedselect.config.presets import PRESETS
-from fedselect.config.schema import ConfigError, problem_line, schema_problems
+from fedselect.config.schema import UNKNOWN_KEY, ConfigError, problem_line, schema_problems
 from fedselect.config.sections import ComponentConfig
 
 #: characters a method label may hold besides letters and digits (of any script: Ø, β, é)
@@ -239,7 +239,7 @@ def contender_problems(runs: list[tuple[str, list[Layer], list[tuple[str, str]]]
             out[(key, msg)] = None
         else:
             out.update({(who, problem_line(key, msg)): None for who in whos})
-    if any(path.startswith("set.") and "unknown key" in msg for path, msg in out):
+    if any(path.startswith("set.") and msg.startswith(UNKNOWN_KEY) for path, msg in out):
         out[("set", SET_ONE_METHOD)] = None
     return list(out)
 

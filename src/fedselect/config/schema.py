@@ -34,6 +34,8 @@ from fedselect.config.sections import (
 #: validation context key: skip the checks across keys (what ``fedselect.experiment.resolve`` asks for when
 #: it looks, past the keys in error, for the other problems of a config)
 NAMES_ONLY = "names_only"
+#: the start of every message about a key no schema or options model allows
+UNKNOWN_KEY = "unknown key (not allowed here)"
 
 
 class ConfigError(ValueError):
@@ -239,7 +241,7 @@ def schema_problems(e: ValidationError) -> list[tuple[str, str]]:
         loc = ".".join(str(p) for p in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = "unknown key (not allowed here)"
+            msg = UNKNOWN_KEY
         if not loc or msg.startswith((f"{loc}.", f"{loc}:", f"{loc}[")):
             out.append(("", msg))  # model-level messages name their keys themselves
         else:

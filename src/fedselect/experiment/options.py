@@ -14,6 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from fedselect.config.schema import UNKNOWN_KEY
+
 #: a problem of a config: (dotted key, what is wrong); key "" when the message names its keys
 Problem = tuple[str, str]
 
@@ -88,7 +90,7 @@ def validate_options(label: str, model: type[BaseModel], options: dict[str, Any]
         for err in e.errors():
             loc = ".".join(str(p) for p in err["loc"])
             msg = (
-                f"unknown key (not allowed here); allowed: {sorted(model.model_fields)}"
+                f"{UNKNOWN_KEY}; allowed: {sorted(model.model_fields)}"
                 if err["type"] == "extra_forbidden"
                 else err["msg"].removeprefix("Value error, ")
             )

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 from fedselect.algorithms.base import Algorithm
 from fedselect.config.load import read_experiment
 from fedselect.config.presets import PRESETS, Preset
-from fedselect.config.schema import NAMES_ONLY, ConfigError, ExperimentConfig, parse_config, schema_problems
+from fedselect.config.schema import NAMES_ONLY, UNKNOWN_KEY, ConfigError, ExperimentConfig, parse_config, schema_problems
 from fedselect.experiment.options import (
     DATASET_ARGS,
     MODEL_ARGS,
@@ -260,7 +260,7 @@ def _method_options(
             errors.append(
                 (
                     f"method_options.{key}",
-                    f"unknown key (not allowed here); method {label!r} = selector {sel_name!r} "
+                    f"{UNKNOWN_KEY}; method {label!r} = selector {sel_name!r} "
                     f"(options {sorted(s_fields) or 'none'}) + algorithm {alg_name!r} (options {sorted(a_fields) or 'none'})",
                 )
             )

@@ -26,7 +26,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from fedselect.repro.manifest import Claim, Entry, EntryResult, Job, Judged
-from fedselect.repro.record import _machines, finding_lines, session, where
+from fedselect.repro.record import _machines, finding_text, session, where
 
 #: the computed table, in the entry's directory
 TABLE = "alpha.json"
@@ -232,7 +232,8 @@ def render_alpha(r: EntryResult, quick: bool) -> list[str]:
         for g, vals in grid.items():
             lines.append(f"| {g} | " + " | ".join(str(v) for v in vals) + " |")
         lines.append("")
-    lines += finding_lines(r.entry, quick)
+    if r.entry.finding:
+        lines += [finding_text(r.entry, quick), ""]
     lines += [
         f"Config `{r.entry.config}`; {where(r)}. Directory `{r.directory}` (alpha.json).",
         "",

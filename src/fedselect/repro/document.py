@@ -12,7 +12,7 @@ from fedselect.repro.alpha import render_alpha, run_alpha_entry
 from fedselect.repro.comparison import run_compare_entry
 from fedselect.repro.grid import render_sweep, run_sweep_entry
 from fedselect.repro.manifest import PAPERS, Entry, EntryResult, Job, _is_fraction, count_verdicts, load_manifest
-from fedselect.repro.record import decisions_caution, finding_lines, where
+from fedselect.repro.record import decisions_caution, finding_text, where
 
 #: the runner of each entry kind
 RUNNERS = {"compare": run_compare_entry, "sweep": run_sweep_entry, "alpha": run_alpha_entry}
@@ -98,7 +98,8 @@ def render(title: str, results: list[EntryResult], quick: bool, image_dir: str |
                     "```",
                     "",
                 ]
-                lines += finding_lines(e, quick)
+                if e.finding:
+                    lines += [finding_text(e, quick), ""]
                 continue
             if e.kind == "sweep":
                 lines += render_sweep(r, quick, image_dir)
@@ -135,7 +136,7 @@ def _render_compare(r: EntryResult, image_dir: str | None, quick: bool = False) 
         + (" Substitute data: the paper's absolute figures are another data set's." if e.substitute else "")
     )
     if e.finding:
-        lines += [""] + finding_lines(e, quick)[:-1]
+        lines += ["", finding_text(e, quick)]
     if r.markdown:
         lines += [""] + _whole_table(r.markdown)
     lines += [

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from fedselect.repro.manifest import Entry, EntryResult, Job
-from fedselect.repro.record import _machines, _runs_wall, decisions_caution, finding_lines, recorded_wall, session, where
+from fedselect.repro.record import _machines, _runs_wall, decisions_caution, finding_text, recorded_wall, session, where
 
 #: axis titles of the budgeted-online grid keys in the sweep plots
 AXIS_TITLES = {
@@ -303,7 +303,8 @@ def render_sweep(r: EntryResult, quick: bool, image_dir: str | None) -> list[str
                 f"| {x['worst']['points']:+.2f} ({_point(x['worst']['point'])}) | {x['above']} of {x['cells']} |"
             )
         lines.append("")
-    lines += finding_lines(e, quick)
+    if e.finding:
+        lines += [finding_text(e, quick), ""]
     lines += [
         f"Config `{e.config}`, seeds {', '.join(map(str, r.seeds))}; {where(r)}. "
         f"Directory `{r.directory}` (table.md, report.html).",

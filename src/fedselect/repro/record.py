@@ -120,15 +120,13 @@ def decisions_caution(r: EntryResult) -> list[str]:
     ]
 
 
-def finding_lines(entry: Any, quick: bool) -> list[str]:
-    """The entry's ``finding`` as a paragraph and a blank line ([] without one). Under
-    ``--quick`` it is said to be the full run's: the quick variant's numbers above it differ."""
-    if not entry.finding:
-        return []
-    text = entry.finding.strip()
-    if quick:
+def finding_text(entry: Any, quick: bool) -> str:
+    """The entry's ``finding`` ("" without one). Under ``--quick`` it is said to be the full
+    run's: the quick variant's numbers above it differ."""
+    text = (entry.finding or "").strip()
+    if quick and text:
         text = "The full run's finding (its own settings and seeds, not this quick variant's): " + text
-    return [text, ""]
+    return text
 
 
 def where(r: EntryResult) -> str:
@@ -147,12 +145,8 @@ def where(r: EntryResult) -> str:
             f"(the other {untimed} stopped before they could)"
         )
     else:
-        took = f"time not recorded ({_plural(untimed, 'session')} stopped before recording it)"
+        took = f"time not recorded ({untimed} session{'s' if untimed != 1 else ''} stopped before recording it)"
     return f"{took} {on} (runs' own wall time {_duration(r.runs_wall_s)})"
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def _duration(seconds: float) -> str:
